@@ -1,0 +1,52 @@
+"""Memory records: the one shape a memory has in the engine, the stores and the API.
+
+The engine is pure, so the record type lives here and the stores import it, not the other way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from proxy.context.tokens import count_tokens
+
+SOURCES: tuple[str, ...] = ("learnings", "playbook", "conversation", "summaries")
+DEFAULT_SOURCE = "learnings"
+DEFAULT_CONFIDENCE = 0.8
+DEFAULT_USEFULNESS = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """One stored memory, scoped to (tenant, user).
+
+    ``created_at`` is timezone-aware UTC. ``tokens`` maps an encoding name to the content's token
+    count, computed once at write time. ``user`` is ``""`` for the tenant's shared memories.
+    """
+
+    id: str
+    tenant: str
+    user: str
+    source: str
+    content: str
+    created_at: datetime
+    confidence: float = DEFAULT_CONFIDENCE
+    usefulness: float = DEFAULT_USEFULNESS
+    retrieval_count: int = 0
+    tokens: Mapping[str, int] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def token_count(self, encoding: str) -> int:
+        """Return the stored count for ``encoding``, counting only if it was never stored."""
+        stored = self.tokens.get(encoding)
+        return stored if stored is not None else count_tokens(self.content, encoding)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A search hit: a record and its cosine similarity to the query (0..1)."""
+
+    record: MemoryRecord
+    similarity: float
