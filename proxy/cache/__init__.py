@@ -1,0 +1,32 @@
+"""The cache: Redis when ``cache.redis_url`` is set, an in-process LRU otherwise; fails open.
+
+Wiring (app lifespan)::
+
+    cache = create_cache(s.cache.redis_url, s.cache.local_max_entries, on_error=metrics_hook)
+    request_cache = RequestCache(cache, CacheTTLs(...))
+    ...
+    await request_cache.close()
+"""
+
+from proxy.cache.breaker import CircuitBreaker
+from proxy.cache.codec import CacheDecodeError
+from proxy.cache.factory import create_cache
+from proxy.cache.local import LocalCache
+from proxy.cache.protocol import KEY_PREFIX, Cache, ErrorHook
+from proxy.cache.redis_cache import RedisCache
+from proxy.cache.request_cache import CacheTTLs, NamedEmbedder, RequestCache, RetrievalKey
+
+__all__ = [
+    "KEY_PREFIX",
+    "Cache",
+    "CacheDecodeError",
+    "CacheTTLs",
+    "CircuitBreaker",
+    "ErrorHook",
+    "LocalCache",
+    "NamedEmbedder",
+    "RedisCache",
+    "RequestCache",
+    "RetrievalKey",
+    "create_cache",
+]

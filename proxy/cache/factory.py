@@ -1,0 +1,46 @@
+"""``create_cache``: the one place that picks Redis or the in-process LRU, from plain values."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from proxy.cache.breaker import DEFAULT_COOLDOWN_S, DEFAULT_FAILURE_THRESHOLD, CircuitBreaker
+from proxy.cache.local import DEFAULT_MAX_BYTES, LocalCache
+from proxy.cache.protocol import Cache, ErrorHook
+from proxy.cache.redis_cache import (
+    DEFAULT_CONNECT_TIMEOUT_MS,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_TIMEOUT_MS,
+    RedisCache,
+    connect,
+)
+
+
+def create_cache(
+    redis_url: str | None,
+    local_max_entries: int,
+    *,
+    local_max_bytes: int = DEFAULT_MAX_BYTES,
+    timeout_ms: float = DEFAULT_TIMEOUT_MS,
+    connect_timeout_ms: float = DEFAULT_CONNECT_TIMEOUT_MS,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    breaker_failures: int = DEFAULT_FAILURE_THRESHOLD,
+    breaker_cooldown_s: float = DEFAULT_COOLDOWN_S,
+    on_error: ErrorHook | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Cache:
+    """Return a ``RedisCache`` for ``redis_url``, or a ``LocalCache`` when it is empty/``None``.
+
+    No I/O happens here: Redis is contacted on first use, so the app starts (and serves, without
+    a shared cache) even when Redis is down. The caller (the app lifespan) must ``close()`` it.
+    """
+    if not redis_url:
+        return LocalCache(local_max_entries, max_bytes=local_max_bytes, clock=clock)
+    client = connect(
+        redis_url, connect_timeout_ms=connect_timeout_ms, max_connections=max_connections
+    )
+    breaker = CircuitBreaker(
+        failure_threshold=breaker_failures, cooldown_s=breaker_cooldown_s, clock=clock
+    )
+    return RedisCache(client, timeout_ms=timeout_ms, breaker=breaker, on_error=on_error)

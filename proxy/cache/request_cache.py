@@ -1,0 +1,276 @@
+"""``RequestCache``: the typed cache the chat pipeline calls, one line per use.
+
+Three kinds of entries, all scoped to the tenant (ADR 0030):
+
+- query embeddings, by embedder name, dimensions and a digest of the text;
+- token counts of message contents, by encoding and content digest, in batches, so a long
+  conversation only counts the messages it has not sent before;
+- search results, by user, query digest, retrieval options and the tenant's *generation*: a
+  counter every write to the tenant bumps, so a write makes every older result unreachable.
+
+Use in the pipeline (read the generation *before* searching, bump it *after* a write lands)::
+
+    key = await cache.retrieval_key(tenant, user, query, top_k=k, sources=sources)
+    hits = await cache.get_retrieval(key)          # None on a miss (or no cache)
+    if hits is None:
+        vector = await cache.embed(tenant, embedder, query)
+        hits = await store.search(tenant, SearchQuery(vector, query, user, sources, k))
+        await cache.set_retrieval(key, hits)
+    ...
+    await store.add(records, vectors); await cache.bump_generation(tenant)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from proxy.cache import codec, keys
+from proxy.cache.protocol import Cache
+from proxy.context.records import Candidate
+from proxy.context.tokens import count_tokens as tiktoken_count
+
+DEFAULT_EMBEDDING_TTL_S = 24 * 3600.0
+DEFAULT_TOKEN_COUNT_TTL_S = 24 * 3600.0
+DEFAULT_RETRIEVAL_TTL_S = 300.0
+
+log = logging.getLogger("memproxy.cache")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheTTLs:
+    """Lifetimes in seconds per kind of entry; 0 disables caching that kind."""
+
+    embedding_s: float = DEFAULT_EMBEDDING_TTL_S
+    token_count_s: float = DEFAULT_TOKEN_COUNT_TTL_S
+    retrieval_s: float = DEFAULT_RETRIEVAL_TTL_S
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalKey:
+    """Where one search result is cached: the tenant and the full key (generation included)."""
+
+    tenant: str
+    key: str
+
+
+class NamedEmbedder(Protocol):
+    """What ``RequestCache.embed`` needs of an embedder (``proxy.memory.embedders.Embedder``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dimensions(self) -> int: ...
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class RequestCache:
+    """Typed get/set of embeddings, token counts and search results over any ``Cache``.
+
+    Never raises because of the cache: unreachable or corrupt entries are misses. With
+    ``write_behind`` the ``set_*`` calls return at once and write in the background (call
+    ``flush`` or ``close`` to wait for them), which takes a round trip off the request path.
+    """
+
+    def __init__(
+        self,
+        cache: Cache,
+        ttls: CacheTTLs | None = None,
+        *,
+        write_behind: bool = False,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cache = cache
+        self.ttls = ttls or CacheTTLs()
+        self.write_behind = write_behind
+        self._wall_clock = wall_clock
+        self._pending: set[asyncio.Task[None]] = set()
+
+    # -- query embeddings ------------------------------------------------------------------
+
+    async def get_embedding(
+        self, tenant: str, embedder: str, dimensions: int, text: str
+    ) -> np.ndarray | None:
+        """Return the cached float32 vector of ``text``, or ``None``."""
+        if self.ttls.embedding_s <= 0:
+            return None
+        data = await self.cache.get(keys.embedding_key(tenant, embedder, dimensions, text))
+        if data is None:
+            return None
+        try:
+            return codec.decode_vector(data, dimensions)
+        except codec.CacheDecodeError:
+            return None
+
+    async def set_embedding(
+        self, tenant: str, embedder: str, dimensions: int, text: str, vector: np.ndarray
+    ) -> None:
+        """Cache the vector of ``text``."""
+        if self.ttls.embedding_s <= 0:
+            return
+        key = keys.embedding_key(tenant, embedder, dimensions, text)
+        await self._write(self.cache.set(key, codec.encode_vector(vector), self.ttls.embedding_s))
+
+    async def embed(self, tenant: str, embedder: NamedEmbedder, text: str) -> np.ndarray:
+        """Return the vector of ``text``: from the cache, else from ``embedder`` (then cached).
+
+        Errors of the embedder propagate; only the cache fails open.
+        """
+        name, dims = embedder.name, embedder.dimensions
+        vector = await self.get_embedding(tenant, name, dims, text)
+        if vector is None:
+            vector = np.asarray((await embedder.embed([text]))[0], dtype=np.float32)
+            await self.set_embedding(tenant, name, dims, text, vector)
+        return vector
+
+    # -- token counts ----------------------------------------------------------------------
+
+    async def get_token_counts(
+        self, tenant: str, encoding: str, texts: Sequence[str]
+    ) -> list[int | None]:
+        """Return the cached count of each text (one round trip); ``None`` where not cached."""
+        if self.ttls.token_count_s <= 0 or not texts:
+            return [None] * len(texts)
+        names = [keys.token_count_key(tenant, encoding, keys.digest(t)) for t in texts]
+        return [_count_or_none(data) for data in await self.cache.get_many(names)]
+
+    async def set_token_counts(self, tenant: str, encoding: str, counts: Mapping[str, int]) -> None:
+        """Cache ``{text: count}`` in ``encoding`` (one round trip)."""
+        if self.ttls.token_count_s <= 0 or not counts:
+            return
+        items = {
+            keys.token_count_key(tenant, encoding, keys.digest(text)): codec.encode_count(n)
+            for text, n in counts.items()
+        }
+        await self._write(self.cache.set_many(items, self.ttls.token_count_s))
+
+    async def count_tokens(
+        self,
+        tenant: str,
+        encoding: str,
+        texts: Sequence[str],
+        count: Callable[[str, str], int] = tiktoken_count,
+    ) -> list[int]:
+        """Return the token count of each text, counting (``count(text, encoding)``) only misses."""
+        cached = await self.get_token_counts(tenant, encoding, texts)
+        fresh: dict[str, int] = {}
+        result: list[int] = []
+        for text, hit in zip(texts, cached, strict=True):
+            if hit is None:
+                hit = fresh.get(text)
+                if hit is None:
+                    hit = fresh[text] = count(text, encoding)
+            result.append(hit)
+        await self.set_token_counts(tenant, encoding, fresh)
+        return result
+
+    # -- search results --------------------------------------------------------------------
+
+    async def retrieval_key(
+        self,
+        tenant: str,
+        user: str,
+        query: str,
+        *,
+        top_k: int,
+        sources: Sequence[str] | None,
+        variant: str = "",
+    ) -> RetrievalKey | None:
+        """Return the key for this search at the tenant's current generation.
+
+        ``variant`` names anything else that changes results (e.g. the embedder model). ``None``
+        means "do not use the cache for this search" (cache off or generation unavailable).
+        """
+        if self.ttls.retrieval_s <= 0:
+            return None
+        generation = await self.generation(tenant)
+        if generation is None:
+            return None
+        key = keys.retrieval_key(tenant, generation, user, query, top_k, sources, variant)
+        return RetrievalKey(tenant=tenant, key=key)
+
+    async def get_retrieval(self, key: RetrievalKey | None) -> list[Candidate] | None:
+        """Return the cached search result at ``key``, or ``None``."""
+        if key is None:
+            return None
+        data = await self.cache.get(key.key)
+        if data is None:
+            return None
+        try:
+            return codec.decode_candidates(data, key.tenant)
+        except codec.CacheDecodeError as exc:
+            log.debug("ignoring a corrupt cached search result: %s", exc)
+            return None
+
+    async def set_retrieval(
+        self, key: RetrievalKey | None, candidates: Sequence[Candidate]
+    ) -> None:
+        """Cache a search result under ``key`` (from ``retrieval_key``, taken before searching)."""
+        if key is None:
+            return
+        try:
+            data = codec.encode_candidates(candidates)
+        except codec.CacheDecodeError as exc:
+            log.debug("not caching a search result: %s", exc)
+            return
+        await self._write(self.cache.set(key.key, data, self.ttls.retrieval_s))
+
+    # -- generations -----------------------------------------------------------------------
+
+    async def generation(self, tenant: str) -> int | None:
+        """Return the tenant's generation, creating it if absent; ``None`` if unavailable."""
+        key = keys.generation_key(tenant)
+        data = await self.cache.get(key)
+        if data is not None:
+            return _count_or_none(data)
+        # Absent: new tenant, or the counter was evicted. Start from the clock, not from 0, so a
+        # re-created counter never meets numbers (and cached results) of an evicted one.
+        return await self.cache.incr(key, self._seed())
+
+    async def bump_generation(self, tenant: str) -> int | None:
+        """Make every cached search result of ``tenant`` unreachable. Call after each write."""
+        key = keys.generation_key(tenant)
+        value = await self.cache.incr(key)
+        if value == 1:  # the counter was absent: move it past anything an evicted one reached
+            value = await self.cache.incr(key, self._seed())
+        return value
+
+    def _seed(self) -> int:
+        return int(self._wall_clock() * 1_000_000)
+
+    # -- background writes -----------------------------------------------------------------
+
+    async def _write(self, write: Awaitable[None]) -> None:
+        if not self.write_behind:
+            await write
+            return
+        task = asyncio.ensure_future(write)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def flush(self) -> None:
+        """Wait for background writes started so far."""
+        if self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Finish background writes and close the underlying cache."""
+        await self.flush()
+        await self.cache.close()
+
+
+def _count_or_none(data: bytes | None) -> int | None:
+    if data is None:
+        return None
+    try:
+        return codec.decode_count(data)
+    except codec.CacheDecodeError:
+        return None
