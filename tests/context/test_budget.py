@@ -1,0 +1,261 @@
+"""Table and property tests for the token budget calculator (seed milestone 3.5.2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.context import budget
+from proxy.context.budget import (
+    ModelLimit,
+    ModelLimits,
+    TokenBudgetCalculator,
+    limits_from_model_map,
+    message_key,
+)
+from proxy.context.tokens import count_tokens
+
+
+@pytest.fixture(scope="session")
+def litellm_limits() -> ModelLimits:
+    """litellm's model map, loaded once per test session."""
+    return budget.load_model_limits()
+
+
+def test_hello_world_is_two_tokens() -> None:
+    assert TokenBudgetCalculator().count_tokens("Hello world", "gpt-4o") == 2
+
+
+@pytest.mark.parametrize("model", ["my-local-llama", "", "acme/unknown-7b"])
+def test_unknown_model_falls_back_without_raising(model: str) -> None:
+    calc = TokenBudgetCalculator()
+    assert calc.count_tokens("Hello world", model) == count_tokens("Hello world", "cl100k_base")
+    result = calc.calculate(model, [{"role": "user", "content": "hi"}])
+    assert result.encoding == "cl100k_base"
+    assert result.context_window == budget.DEFAULT_CONTEXT_WINDOW
+
+
+def test_memory_is_zero_when_messages_fill_the_window() -> None:
+    filler = "word " * 9_000  # over gpt-4's 8,192 window
+    result = TokenBudgetCalculator().calculate("gpt-4", [{"role": "user", "content": filler}])
+    assert result.memory_tokens == 0
+    assert result.available_tokens == 0
+    assert result.is_constrained
+
+
+@pytest.mark.parametrize(
+    ("cap", "constrained"), [(999, True), (1_000, False), (4_500, False), (0, True)]
+)
+def test_is_constrained_below_1000(cap: int, constrained: bool) -> None:
+    result = TokenBudgetCalculator(memory_cap=cap).calculate(
+        "gpt-4o", [{"role": "user", "content": "hi"}]
+    )
+    assert result.memory_tokens == cap
+    assert result.is_constrained is constrained
+
+
+@pytest.mark.parametrize(
+    ("model", "window", "reserve", "safety"),
+    [
+        ("gpt-4o", 128_000, 4_096, 6_400),
+        ("gpt-4o-mini", 128_000, 4_096, 6_400),
+        ("gpt-4-turbo", 128_000, 4_096, 6_400),
+        ("gpt-4", 8_192, 1_228, 409),
+        ("gpt-3.5-turbo", 16_385, 2_457, 819),
+        ("gpt-3.5-turbo-16k", 16_385, 2_457, 819),
+        ("unknown-model", 8_192, 1_228, 409),
+    ],
+)
+def test_seed_reserve_rules(model: str, window: int, reserve: int, safety: int) -> None:
+    messages = [{"role": "user", "content": "hi"}]
+    result = TokenBudgetCalculator(memory_cap=None).calculate(model, messages, "Be brief.")
+    assert (result.context_window, result.response_reserve, result.safety_buffer) == (
+        window,
+        reserve,
+        safety,
+    )
+    consumed = result.messages_tokens + result.directive_tokens + reserve + safety
+    assert result.memory_tokens == window - consumed
+    assert result.directive_tokens == count_tokens("Be brief.", result.encoding)
+
+
+def test_response_reserve_min_500_for_small_windows() -> None:
+    limits = ModelLimits({"tiny": ModelLimit(2_000, None)})
+    result = TokenBudgetCalculator(limits).calculate("tiny", [])
+    assert result.response_reserve == 500
+
+
+@pytest.mark.parametrize(
+    ("body_extra", "expected"),
+    [
+        ({"max_tokens": 100}, 100),
+        ({"max_completion_tokens": 250}, 250),
+        ({"max_completion_tokens": 250, "max_tokens": 9}, 250),
+        ({"max_tokens": 100_000}, 16_384),  # clamped to gpt-4o's output limit
+        ({"max_tokens": 0}, 0),
+        ({"max_tokens": None}, 4_096),
+        ({"max_tokens": True}, 4_096),
+    ],
+)
+def test_request_output_limit_sets_the_reserve(body_extra: dict[str, Any], expected: int) -> None:
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], **body_extra}
+    assert TokenBudgetCalculator().calculate_request(body).response_reserve == expected
+
+
+def test_seed_models_hold_over_litellm(litellm_limits: ModelLimits) -> None:
+    for name, window in budget.MODEL_CONTEXT_WINDOWS.items():
+        assert litellm_limits.lookup(name).context_window == window
+    assert litellm_limits.lookup("gpt-4.1").context_window > 128_000
+    assert litellm_limits.lookup("openai/gpt-4o-mini").context_window == 128_000
+    assert len(litellm_limits.table) > 1_000
+
+
+def test_limits_from_model_map_skips_bad_entries() -> None:
+    limits = limits_from_model_map(
+        {
+            "a": {"max_input_tokens": 1000, "max_output_tokens": 10},
+            "b": {"max_tokens": 500},
+            "c": {"max_input_tokens": None},
+            "gpt-4": {"max_input_tokens": 1},
+        }
+    )
+    assert limits.lookup("a") == ModelLimit(1000, 10)
+    assert limits.lookup("b") == ModelLimit(500, None)
+    assert limits.lookup("c") == budget.UNKNOWN_MODEL
+    assert limits.lookup("gpt-4").context_window == 8_192
+
+
+def test_message_overhead_matches_openai_cookbook() -> None:
+    calc = TokenBudgetCalculator()
+    messages = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "name": "ann", "content": "Hello world"},
+    ]
+    enc = "o200k_base"
+    expected = 3 + (3 + 1 + count_tokens("You are helpful.", enc))
+    expected += 3 + 1 + count_tokens("Hello world", enc) + 1 + count_tokens("ann", enc)
+    assert calc.count_messages_tokens(messages, "gpt-4o") == expected
+
+
+@dataclass
+class ProtoMessage:
+    role: str
+    content: str
+
+
+def test_accepts_seed_style_message_objects() -> None:
+    calc = TokenBudgetCalculator()
+    objects = [ProtoMessage("user", "Hello world")]
+    dicts = [{"role": "user", "content": "Hello world"}]
+    assert calc.calculate("gpt-4o", objects) == calc.calculate("gpt-4o", dicts)
+
+
+TEXT = "Describe this picture of the harbour at dawn."
+
+
+@pytest.mark.parametrize(
+    ("content", "expected_extra"),
+    [
+        ([{"type": "text", "text": TEXT}], 0),
+        ([{"type": "text", "text": TEXT}, {"type": "image_url", "image_url": {"url": "x"}}], 765),
+        (
+            [
+                {"type": "text", "text": TEXT},
+                {"type": "image_url", "image_url": {"url": "x", "detail": "low"}},
+            ],
+            85,
+        ),
+        (
+            [
+                {"type": "text", "text": TEXT},
+                {"type": "image_url", "image_url": {"url": "x", "detail": "high"}},
+            ],
+            765,
+        ),
+    ],
+)
+def test_array_content_and_images(content: list[dict[str, Any]], expected_extra: int) -> None:
+    calc = TokenBudgetCalculator()
+    as_array = calc.count_messages_tokens([{"role": "user", "content": content}], "gpt-4o")
+    as_text = calc.count_messages_tokens([{"role": "user", "content": TEXT}], "gpt-4o")
+    assert as_array - as_text == expected_extra
+
+
+def test_tool_calls_tools_and_response_format_are_counted() -> None:
+    calc = TokenBudgetCalculator()
+    base = {"model": "gpt-4o", "messages": [{"role": "user", "content": "weather in Paris?"}]}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+    with_tools = {**base, "tools": [tool]}
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+            }
+        ],
+    }
+    reply = {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'}
+    with_calls = {**with_tools, "messages": [*base["messages"], call, reply]}
+    schema = {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}}}
+    with_format = {**with_calls, "response_format": schema}
+
+    plain = calc.calculate_request(base)
+    tools = calc.calculate_request(with_tools)
+    calls = calc.calculate_request(with_calls)
+    formatted = calc.calculate_request(with_format)
+    assert tools.tools_tokens > budget.TOOLS_BASE
+    assert calls.messages_tokens > plain.messages_tokens + 2 * budget.TOKENS_PER_MESSAGE
+    assert formatted.tools_tokens > calls.tools_tokens
+    assert formatted.available_tokens < calls.available_tokens < tools.available_tokens
+    assert calc.calculate_request({**base, "response_format": {"type": "text"}}).tools_tokens == 0
+
+
+def test_cached_counts_are_used_and_reported() -> None:
+    calc = TokenBudgetCalculator()
+    messages = [{"role": "user", "content": "Hello world"}, {"role": "user", "content": "again"}]
+    fresh = calc.calculate("gpt-4o", messages)
+    cached = calc.calculate("gpt-4o", messages, cached_counts=[1_000, None])
+    assert cached.message_counts == (1_000, fresh.message_counts[1])
+    assert cached.messages_tokens == fresh.messages_tokens - fresh.message_counts[0] + 1_000
+
+
+def test_message_key_depends_on_content_and_encoding() -> None:
+    one = {"role": "user", "content": "a"}
+    assert message_key(one, "o200k_base") == message_key(dict(reversed(one.items())), "o200k_base")
+    assert message_key(one, "o200k_base") != message_key(one, "cl100k_base")
+    assert message_key(one, "o200k_base") != message_key({**one, "content": "b"}, "o200k_base")
+
+
+@pytest.mark.parametrize(("own", "requested", "expected"), [(4500, 100, 100), (4500, 9000, 4500)])
+def test_request_cap_never_raises_the_own_cap(own: int, requested: int, expected: int) -> None:
+    calc = TokenBudgetCalculator(memory_cap=own)
+    assert calc.calculate("gpt-4o", [], memory_cap=requested).memory_tokens == expected
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.text(max_size=200), max_size=20),
+    st.integers(min_value=0, max_value=100_000) | st.none(),
+)
+def test_budget_never_exceeds_window_or_cap(texts: list[str], cap: int | None) -> None:
+    messages = [{"role": "user", "content": t} for t in texts]
+    result = TokenBudgetCalculator(memory_cap=cap).calculate("gpt-4o", messages)
+    assert 0 <= result.memory_tokens <= result.context_window
+    if cap is not None:
+        assert result.memory_tokens <= cap
+    used = result.messages_tokens + result.response_reserve + result.safety_buffer
+    assert result.memory_tokens + used <= result.context_window or result.memory_tokens == 0
