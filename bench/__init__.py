@@ -1,0 +1,1 @@
+"""Benchmarks: speed and retrieval quality of memproxy against peers."""

@@ -1,0 +1,1 @@
+"""Shared benchmark helpers: servers, load generation, statistics, LoCoMo data."""

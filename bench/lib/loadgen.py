@@ -1,0 +1,402 @@
+"""Closed-loop HTTP load for chat completions: an aiohttp engine plus ``hey`` and ``wrk`` wrappers.
+
+On a 2-core machine the load generator competes with the server under test for CPU, so the
+engine matters (see ``python bench/lib/loadgen.py --compare`` and ADR 0060). The aiohttp engine is
+the only one that measures time to first chunk of a streamed answer; hey gives every request's
+latency (CSV), wrk only its own percentiles.
+
+Targets are interleaved: each round runs every (target, concurrency, stream) cell for a few
+seconds, and the target order rotates between rounds, so drift from other work on the machine
+falls on all targets alike. Raw samples of all rounds are pooled before percentiles are taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.lib import stats
+
+CHAT_PATH = "/v1/chat/completions"
+DEFAULT_MODEL = "fake-model"
+WARMUP_S = 0.5
+ENGINES = ("aiohttp", "hey", "wrk")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A server to load: its base URL (no /v1) and the headers every request carries."""
+
+    name: str
+    base_url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Sample:
+    """Raw outcome of one or more runs against one cell; ``merge`` pools rounds."""
+
+    latencies: list[float] = field(default_factory=list)  # seconds, successful requests
+    ttfc: list[float] = field(default_factory=list)  # seconds to first body chunk (stream)
+    errors: int = 0
+    elapsed: float = 0.0  # wall seconds under load
+    cpu: float = 0.0  # load generator CPU seconds
+    percentiles_ms: dict[str, float] | None = None  # engines without raw samples (wrk)
+    counted: int = 0  # successful requests of engines without raw samples
+
+    @property
+    def requests(self) -> int:
+        """Return the number of successful requests."""
+        return len(self.latencies) if self.percentiles_ms is None else self.counted
+
+    def merge(self, other: Sample) -> None:
+        """Pool ``other`` into this sample."""
+        self.latencies += other.latencies
+        self.ttfc += other.ttfc
+        self.errors += other.errors
+        self.elapsed += other.elapsed
+        self.cpu += other.cpu
+        if other.percentiles_ms is not None:
+            # wrk gives no raw samples: keep the worst round's percentiles (conservative).
+            mine = self.percentiles_ms or {}
+            self.percentiles_ms = {
+                k: max(v, mine.get(k, 0.0)) for k, v in other.percentiles_ms.items()
+            }
+            self.counted += other.counted
+
+    def summary(self) -> dict[str, float]:
+        """Return rps, latency percentiles (ms), ttfc percentiles (ms), errors, cpu per 1k req."""
+        lat = self.percentiles_ms or stats.summarize_ms(self.latencies)
+        ttfc = stats.summarize_ms(self.ttfc)
+        n = self.requests
+        return {
+            "requests": float(n),
+            "errors": float(self.errors),
+            "rps": stats.ratio(n, self.elapsed),
+            "p50_ms": lat["p50"],
+            "p99_ms": lat["p99"],
+            "ttfc_p50_ms": ttfc["p50"],
+            "ttfc_p99_ms": ttfc["p99"],
+            "client_cpu_ms_per_req": stats.ratio(self.cpu * 1000.0, n),
+        }
+
+
+def chat_body(stream: bool, model: str = DEFAULT_MODEL, user: str | None = None) -> bytes:
+    """Return a small chat-completion request body."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What did I tell you about my trip to Lisbon?"},
+        ],
+        "stream": stream,
+    }
+    if user:
+        body["user"] = user
+    return json.dumps(body).encode()
+
+
+async def _aiohttp_worker(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    stream: bool,
+    deadline: float,
+    sample: Sample,
+) -> None:
+    perf = time.perf_counter
+    while perf() < deadline:
+        started = perf()
+        try:
+            async with session.post(url, data=body, headers=headers) as resp:
+                if stream:
+                    await resp.content.readany()
+                    first = perf()
+                    while await resp.content.readany():
+                        pass
+                else:
+                    await resp.read()
+                ok = resp.status == 200
+        except (TimeoutError, aiohttp.ClientError):
+            ok = False
+        if ok:
+            sample.latencies.append(perf() - started)
+            if stream:
+                sample.ttfc.append(first - started)
+        else:
+            sample.errors += 1
+
+
+async def run_aiohttp(
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    concurrency: int,
+    seconds: float,
+    stream: bool,
+) -> Sample:
+    """Run ``concurrency`` keep-alive connections in a closed loop for ``seconds``."""
+    sample = Sample()
+    connector = aiohttp.TCPConnector(limit=concurrency, ttl_dns_cache=None)
+    timeout = aiohttp.ClientTimeout(total=60)
+    all_headers = {"Content-Type": "application/json", **headers}
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        deadline = t0 + seconds
+        await asyncio.gather(
+            *(
+                _aiohttp_worker(session, url, body, all_headers, stream, deadline, sample)
+                for _ in range(concurrency)
+            )
+        )
+        sample.elapsed = time.perf_counter() - t0
+        sample.cpu = time.process_time() - cpu0
+    return sample
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_hey(
+    url: str, body: bytes, headers: Mapping[str, str], *, concurrency: int, seconds: float
+) -> Sample:
+    """Run ``hey`` (Debian package) and read every request's latency from its CSV output."""
+    exe = shutil.which("hey")
+    if exe is None:
+        raise RuntimeError("hey not found: apt-get install -y hey")
+    argv = [exe, "-z", f"{seconds}s", "-c", str(concurrency), "-m", "POST"]
+    argv += ["-T", "application/json", "-d", body.decode(), "-o", "csv"]
+    for key, value in headers.items():
+        argv += ["-H", f"{key}: {value}"]
+    cpu0, t0 = _children_cpu(), time.perf_counter()
+    out = subprocess.run([*argv, url], check=True, capture_output=True, text=True).stdout
+    sample = Sample(elapsed=time.perf_counter() - t0, cpu=_children_cpu() - cpu0)
+    # hey's wall time includes its own start-up; its CSV offsets give the real load window.
+    offsets: list[float] = []
+    for row in csv.DictReader(io.StringIO(out)):
+        if row.get("status-code") == "200":
+            sample.latencies.append(float(row["response-time"]))
+            offsets.append(float(row["offset"]) + float(row["response-time"]))
+        else:
+            sample.errors += 1
+    if offsets:
+        sample.elapsed = max(offsets)
+    return sample
+
+
+WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.body = {body}
+{headers}
+done = function(summary, latency, requests)
+  io.write(string.format('WRK_JSON {{"requests": %d, "errors": %d, "seconds": %f, ' ..
+    '"p50": %f, "p90": %f, "p99": %f, "max": %f}}\\n',
+    summary.requests, summary.errors.status + summary.errors.connect + summary.errors.read +
+    summary.errors.write + summary.errors.timeout, summary.duration / 1e6,
+    latency:percentile(50) / 1000, latency:percentile(90) / 1000,
+    latency:percentile(99) / 1000, latency.max / 1000))
+end
+"""
+
+
+def run_wrk(
+    url: str, body: bytes, headers: Mapping[str, str], *, concurrency: int, seconds: float
+) -> Sample:
+    """Run ``wrk`` (Debian package) with a Lua script; it reports percentiles, not samples."""
+    exe = shutil.which("wrk")
+    if exe is None:
+        raise RuntimeError("wrk not found: apt-get install -y wrk")
+    all_headers = {"Content-Type": "application/json", **headers}
+    lua_headers = "\n".join(
+        f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in all_headers.items()
+    )
+    script = WRK_SCRIPT.format(body=json.dumps(body.decode()), headers=lua_headers)
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
+        handle.write(script)
+        script_path = handle.name
+    argv = [exe, "-t", "1", "-c", str(concurrency), "-d", f"{seconds}s", "-s", script_path, url]
+    cpu0 = _children_cpu()
+    try:
+        out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    finally:
+        Path(script_path).unlink(missing_ok=True)
+    line = next(x for x in out.splitlines() if x.startswith("WRK_JSON "))
+    data = json.loads(line[len("WRK_JSON ") :])
+    sample = Sample(elapsed=data["seconds"], cpu=_children_cpu() - cpu0, errors=data["errors"])
+    sample.percentiles_ms = {k: data[k] for k in ("p50", "p90", "p99", "max")}
+    sample.counted = int(data["requests"] - data["errors"])
+    return sample
+
+
+def run_cell(
+    target: Target,
+    *,
+    concurrency: int,
+    seconds: float,
+    stream: bool,
+    engine: str = "aiohttp",
+    body: bytes | None = None,
+) -> Sample:
+    """Load one target at one concurrency with one engine; streaming needs aiohttp."""
+    url = target.base_url.rstrip("/") + CHAT_PATH
+    body = body if body is not None else chat_body(stream)
+    if engine == "aiohttp" or stream:
+        return asyncio.run(
+            run_aiohttp(
+                url, body, target.headers, concurrency=concurrency, seconds=seconds, stream=stream
+            )
+        )
+    if engine == "hey":
+        return run_hey(url, body, target.headers, concurrency=concurrency, seconds=seconds)
+    if engine == "wrk":
+        return run_wrk(url, body, target.headers, concurrency=concurrency, seconds=seconds)
+    raise ValueError(f"unknown engine {engine!r}; choose from {ENGINES}")
+
+
+Cell = tuple[str, int, bool]  # (target name, concurrency, stream)
+
+
+def rotated(items: Sequence[Any], shift: int) -> list[Any]:
+    """Return ``items`` rotated left by ``shift`` (the interleaving order of round ``shift``)."""
+    if not items:
+        return []
+    shift %= len(items)
+    return [*items[shift:], *items[:shift]]
+
+
+def run_interleaved(
+    targets: Mapping[str, str] | Sequence[Target],
+    *,
+    concurrencies: Iterable[int],
+    seconds: float,
+    rounds: int,
+    streams: Iterable[bool] = (False,),
+    engine: str = "aiohttp",
+    log: bool = True,
+) -> dict[Cell, Sample]:
+    """Load every target in every cell for ``rounds`` rounds, rotating the target order."""
+    if isinstance(targets, Mapping):
+        targets = [Target(name, url) for name, url in targets.items()]
+    targets = list(targets)
+    results: dict[Cell, Sample] = {}
+    for target in targets:  # warm connections, caches and lazy imports once
+        run_cell(target, concurrency=4, seconds=WARMUP_S, stream=False, engine="aiohttp")
+    for round_no in range(rounds):
+        for concurrency in concurrencies:
+            for stream in streams:
+                for target in rotated(targets, round_no):
+                    sample = run_cell(
+                        target,
+                        concurrency=concurrency,
+                        seconds=seconds,
+                        stream=stream,
+                        engine=engine,
+                    )
+                    results.setdefault((target.name, concurrency, stream), Sample()).merge(sample)
+                    if log:
+                        print(
+                            f"  round {round_no + 1}/{rounds} {target.name:<14} c={concurrency:<3} "
+                            f"stream={stream!s:<5} {sample.summary()['rps']:8.0f} req/s",
+                            file=sys.stderr,
+                        )
+    return results
+
+
+def result_rows(
+    results: Mapping[Cell, Sample], baseline: str | None = None
+) -> list[dict[str, Any]]:
+    """Return one table row per cell, with latency added over ``baseline``'s same cell."""
+    rows: list[dict[str, Any]] = []
+    for (name, concurrency, stream), sample in results.items():
+        summary = sample.summary()
+        row: dict[str, Any] = {"target": name, "c": concurrency, "stream": str(stream).lower()}
+        row.update(summary)
+        if baseline is not None and (baseline, concurrency, stream) in results:
+            base = results[(baseline, concurrency, stream)].summary()
+            row["added_p50_ms"] = summary["p50_ms"] - base["p50_ms"]
+            row["added_p99_ms"] = summary["p99_ms"] - base["p99_ms"]
+            row["added_ttfc_p50_ms"] = summary["ttfc_p50_ms"] - base["ttfc_p50_ms"]
+        rows.append(row)
+    rows.sort(key=lambda r: (r["stream"], r["c"], r["target"]))
+    return rows
+
+
+def compare_engines(seconds: float, concurrencies: Sequence[int]) -> list[dict[str, Any]]:
+    """Load the bare fake upstream with each engine; the less a tool distorts, the higher the rps
+    and the lower the latency it sees from the same server, at the lower client CPU per request.
+    """
+    from bench.lib.servers import fake_upstream
+
+    rows: list[dict[str, Any]] = []
+    with fake_upstream() as upstream:
+        target = Target("fake", upstream.base_url)
+        run_cell(target, concurrency=4, seconds=WARMUP_S, stream=False)
+        for round_no in range(2):
+            for concurrency in concurrencies:
+                for engine in rotated(list(ENGINES), round_no):
+                    if shutil.which(engine) is None and engine != "aiohttp":
+                        continue
+                    sample = run_cell(
+                        target,
+                        concurrency=concurrency,
+                        seconds=seconds,
+                        stream=False,
+                        engine=engine,
+                    )
+                    rows.append(
+                        {
+                            "engine": engine,
+                            "c": concurrency,
+                            "round": round_no + 1,
+                            **sample.summary(),
+                        }
+                    )
+    return rows
+
+
+def main() -> None:
+    """``--compare``: measure how much each load engine distorts, against the bare fake."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--compare", action="store_true", required=True)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50])
+    args = parser.parse_args()
+    rows = compare_engines(args.seconds, args.concurrency)
+    columns = [
+        "engine",
+        "c",
+        "round",
+        "requests",
+        "rps",
+        "p50_ms",
+        "p99_ms",
+        "client_cpu_ms_per_req",
+    ]
+    print(stats.format_table(rows, columns))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""Start and stop the servers a benchmark talks to: free ports, readiness, clean shutdown.
+
+Every server runs as a subprocess in its own process group so a benchmark that fails half way
+still ends everything it started (and nothing else).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+POLL_INTERVAL_S = 0.1
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def http_ok(url: str, timeout: float = 1.0) -> bool:
+    """Return True when ``url`` answers with a 2xx status."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return 200 <= response.status < 300
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+class ServerProcess:
+    """A subprocess serving HTTP on ``port``; a context manager that always stops it."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        port: int,
+        ready_path: str,
+        env: Mapping[str, str] | None = None,
+        cwd: Path = ROOT,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.port = port
+        self.ready_path = ready_path
+        self.env = dict(os.environ if env is None else env)
+        self.cwd = cwd
+        self.log_path = (log_dir or Path("/tmp")) / f"bench-{name}-{port}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        """Return ``http://127.0.0.1:PORT``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Return the process id while running."""
+        return self._proc.pid if self._proc else None
+
+    def start(self, timeout: float = READY_TIMEOUT_S) -> ServerProcess:
+        """Start the process and wait until ``ready_path`` answers 2xx."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("wb")
+        self._proc = subprocess.Popen(
+            self.argv,
+            cwd=self.cwd,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float) -> None:
+        """Poll the readiness URL; raise with the log tail if the process dies or times out."""
+        deadline = time.monotonic() + timeout
+        url = self.base_url + self.ready_path
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited early:\n{self.log_tail()}")
+            if http_ok(url):
+                return
+            time.sleep(POLL_INTERVAL_S)
+        self.stop()
+        raise RuntimeError(f"{self.name} not ready after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        """Return the last lines of the server's log."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Stop the process group: SIGTERM, then SIGKILL after a grace period."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> ServerProcess:
+        return self.start() if self._proc is None else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def python_env(**extra: str) -> dict[str, str]:
+    """Return the current environment with the repository importable and ``extra`` set."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+def fake_upstream(
+    port: int | None = None, *, delay_ms: float = 0.0, chunks: int = 8
+) -> ServerProcess:
+    """Return (not started) the bench's lean fake OpenAI upstream on ``port``."""
+    port = port or free_port()
+    argv = [
+        sys.executable,
+        str(ROOT / "bench" / "lib" / "fake_upstream.py"),
+        "--port",
+        str(port),
+        "--delay-ms",
+        str(delay_ms),
+        "--chunks",
+        str(chunks),
+    ]
+    return ServerProcess("fake-upstream", argv, port=port, ready_path="/healthz", env=python_env())
+
+
+def memproxy(
+    upstream_url: str,
+    data_dir: Path,
+    *,
+    port: int | None = None,
+    workers: int = 1,
+    extra_env: Mapping[str, str] | None = None,
+) -> ServerProcess:
+    """Return (not started) ``python -m proxy serve`` configured only through the contract env."""
+    port = port or free_port()
+    env = python_env(
+        MEMPROXY_HOST="127.0.0.1",
+        MEMPROXY_PORT=str(port),
+        MEMPROXY_WORKERS=str(workers),
+        MEMPROXY_UPSTREAM_URL=upstream_url,
+        MEMPROXY_DATA_DIR=str(data_dir),
+        **dict(extra_env or {}),
+    )
+    argv = [sys.executable, "-m", "proxy", "serve"]
+    return ServerProcess("memproxy", argv, port=port, ready_path="/healthz", env=env)

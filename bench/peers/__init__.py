@@ -1,0 +1,1 @@
+"""Peer proxies memproxy is compared with."""
