@@ -1,0 +1,390 @@
+"""``EdgeStore``: Qdrant's engine in-process (qdrant-edge-py), persistent under a data dir.
+
+The shard's API is synchronous and releases the GIL, so every call runs on a small dedicated
+thread pool instead of the event loop. The shard tolerates concurrent callers (measured: parallel
+queries and upserts from four threads); read-modify-write updates (retrieval counts, usefulness,
+delete_user's count) still take a lock so two of them never interleave.
+
+Durability: updates go through the shard's write-ahead log. ``add`` returns once ``update`` has
+returned, i.e. the batch is in the WAL; that survives the process being killed (SIGKILL) and is
+replayed on the next open. ``flush`` (every ``FLUSH_INTERVAL_S`` of writes and on close) persists
+segments so the WAL stays short. See adr/0011.
+
+Indexing: Edge has no background optimizer; HNSW graphs are built by ``optimize()``. The store
+runs it in its own thread after every ``OPTIMIZE_AFTER_POINTS`` new points; searches keep running
+meanwhile (on the unindexed segments, exact and slower).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import qdrant_edge as qe
+
+from proxy.context.records import Candidate, MemoryRecord
+from proxy.errors import ConfigError, StoreError
+from proxy.memory import lexical
+from proxy.memory.store import (
+    DENSE_VECTOR,
+    HYBRID_OVERSAMPLE,
+    INDEXED_KEYS,
+    RRF_K,
+    SHARED_USER,
+    SOURCE_KEY,
+    SPARSE_VECTOR,
+    TENANT_KEY,
+    USER_KEY,
+    Page,
+    SearchQuery,
+    check_query,
+    check_usefulness,
+    check_vectors,
+    clip_similarity,
+    dense_of,
+    owned,
+    owned_or_fail,
+    point_id,
+    require_tenant,
+    similarity,
+    to_payload,
+    with_tokens,
+)
+
+SHARD_DIR = "memories"
+CONFIG_FILE = "edge_config.json"
+DEFAULT_WORKERS = 2
+FLUSH_INTERVAL_S = 5.0
+OPTIMIZE_AFTER_POINTS = 20_000
+T = TypeVar("T")
+
+
+def match(key: str, value: str) -> qe.FieldCondition:
+    """Return the condition ``key == value``."""
+    return qe.FieldCondition(key, match=qe.MatchValue(value))
+
+
+def tenant_filter(tenant: str) -> qe.Filter:
+    """Return the filter of one tenant's memories."""
+    return qe.Filter(must=[match(TENANT_KEY, tenant)])
+
+
+def scope_filter(tenant: str, query: SearchQuery) -> qe.Filter:
+    """Return the filter of a search: tenant, the user plus shared memories, the sources."""
+    users = [SHARED_USER] if query.user == SHARED_USER else [query.user, SHARED_USER]
+    must: list[Any] = [
+        match(TENANT_KEY, tenant),
+        qe.FieldCondition(USER_KEY, match=qe.MatchAny(users)),
+    ]
+    if query.sources is not None:
+        must.append(qe.FieldCondition(SOURCE_KEY, match=qe.MatchAny(list(query.sources))))
+    return qe.Filter(must=must)
+
+
+def list_filter(tenant: str, user: str | None, source: str | None) -> qe.Filter:
+    """Return the filter of ``list``: the tenant, optionally one user and one source."""
+    must: list[Any] = [match(TENANT_KEY, tenant)]
+    if user is not None:
+        must.append(match(USER_KEY, user))
+    if source is not None:
+        must.append(match(SOURCE_KEY, source))
+    return qe.Filter(must=must)
+
+
+def shard_config(dimensions: int) -> qe.EdgeConfig:
+    """Return the shard layout: a cosine dense vector and an IDF-weighted sparse text vector."""
+    return qe.EdgeConfig(
+        vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=dimensions, distance=qe.Distance.Cosine)},
+        sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+    )
+
+
+def open_shard(path: Path, dimensions: int) -> qe.EdgeShard:
+    """Open the shard at ``path`` (creating it if new); a different vector size is a ConfigError."""
+    config = shard_config(dimensions)
+    if not (path / CONFIG_FILE).exists():
+        shard = qe.EdgeShard.create(str(path), config)
+        shard.update(
+            qe.UpdateOperation.create_field_index(TENANT_KEY, qe.KeywordIndexParams(is_tenant=True))
+        )
+        for key in INDEXED_KEYS[1:]:
+            shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
+        return shard
+    try:
+        return qe.EdgeShard.load(str(path), config)
+    except Exception as exc:
+        if "incompatible" in str(exc).lower():
+            raise ConfigError(
+                f"the memory store at {path} holds vectors of another size than the embedder's "
+                f"{dimensions} dimensions ({exc}); use the embedder it was built with or a new "
+                "data_dir",
+                param="store.data_dir",
+            ) from exc
+        raise StoreError(f"cannot open the memory store at {path}: {exc}") from exc
+
+
+class EdgeStore:
+    """A ``MemoryStore`` on an embedded Qdrant Edge shard; build it with ``EdgeStore.open``."""
+
+    def __init__(
+        self, shard: qe.EdgeShard, executor: ThreadPoolExecutor, *, dimensions: int, hybrid: bool
+    ) -> None:
+        self.dimensions = dimensions
+        self.hybrid = hybrid
+        self._shard = shard
+        self._executor = executor
+        self._optimizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-optimize")
+        self._optimizing = False
+        self._closed = False
+        self._rmw_lock = threading.Lock()
+        self._unindexed = 0
+        self._last_flush = time.monotonic()
+
+    @classmethod
+    async def open(
+        cls,
+        data_dir: str | Path,
+        *,
+        dimensions: int,
+        hybrid: bool = False,
+        workers: int = DEFAULT_WORKERS,
+    ) -> EdgeStore:
+        """Open (or create) the store under ``data_dir``; loading runs off the event loop."""
+        if dimensions <= 0:
+            raise ConfigError(f"embedding dimensions must be positive, got {dimensions}")
+        path = Path(data_dir) / SHARD_DIR
+        executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edge-store")
+        try:
+            shard = await asyncio.get_running_loop().run_in_executor(
+                executor, open_shard, path, dimensions
+            )
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(shard, executor, dimensions=dimensions, hybrid=hybrid)
+
+    async def _run(self, func: Callable[..., T], *args: Any) -> T:
+        """Run a blocking shard call on the store's threads."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, func, *args)
+
+    async def add(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
+        """Upsert records by (tenant, id); returns once the batch is in the write-ahead log."""
+        check_vectors(records, vectors, self.dimensions)
+        if records:
+            await self._run(self.add_sync, records, vectors)
+
+    def add_sync(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
+        """Blocking ``add`` (for bulk loaders that already run off the event loop)."""
+        rows = np.asarray(vectors, dtype=np.float32).tolist()
+        points = []
+        for record, row in zip(records, rows, strict=True):
+            full = with_tokens(record)
+            indices, values = lexical.encode_document(full.content)
+            vector = {DENSE_VECTOR: row, SPARSE_VECTOR: qe.SparseVector(indices, values)}
+            points.append(qe.Point(point_id(full.tenant, full.id), vector, to_payload(full)))
+        self._shard.update(qe.UpdateOperation.upsert_points(points))
+        self._unindexed += len(points)
+        self._after_write()
+
+    def _after_write(self) -> None:
+        """Flush segments now and then; start an index build once enough points came in."""
+        now = time.monotonic()
+        if now - self._last_flush >= FLUSH_INTERVAL_S:
+            self._shard.flush()
+            self._last_flush = now
+        if self._unindexed >= OPTIMIZE_AFTER_POINTS and not self._optimizing:
+            self._unindexed = 0
+            self._optimizing = True
+            self._optimizer.submit(self._optimize_sync)
+
+    def _optimize_sync(self) -> bool:
+        try:
+            return self._shard.optimize()
+        finally:
+            self._optimizing = False
+
+    async def optimize(self) -> bool:
+        """Build the HNSW index for everything written so far (blocks until done)."""
+        self._unindexed = 0
+        return await asyncio.get_running_loop().run_in_executor(
+            self._optimizer, self._shard.optimize
+        )
+
+    async def get(self, tenant: str, memory_id: str) -> MemoryRecord | None:
+        """Return the memory or ``None`` (also when it belongs to another tenant)."""
+        require_tenant(tenant)
+        return await self._run(self._get_sync, tenant, memory_id)
+
+    def _get_sync(self, tenant: str, memory_id: str) -> MemoryRecord | None:
+        found = self._shard.retrieve([point_id(tenant, memory_id)], True, False)
+        return owned(found[0].payload, tenant) if found else None
+
+    async def list(
+        self, tenant: str, *, user: str | None, source: str | None, limit: int, after: str | None
+    ) -> Page:
+        """Return a page of memories in point-id order, starting after the memory ``after``."""
+        require_tenant(tenant)
+        return await self._run(self._list_sync, tenant, user, source, limit, after)
+
+    def _list_sync(
+        self, tenant: str, user: str | None, source: str | None, limit: int, after: str | None
+    ) -> Page:
+        if limit <= 0:
+            return Page(records=[], has_more=False, last_id=None)
+        offset = point_id(tenant, after) if after is not None else None
+        # One extra for the cursor itself (scroll starts at it, inclusive) and one for has_more.
+        request = qe.ScrollRequest(
+            offset=offset,
+            limit=limit + 2,
+            filter=list_filter(tenant, user, source),
+            with_payload=True,
+            with_vector=False,
+        )
+        found, _ = self._shard.scroll(request)
+        records = [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
+        if after is not None and records and records[0].id == after:
+            records = records[1:]
+        page = records[:limit]
+        return Page(
+            records=page,
+            has_more=len(records) > limit,
+            last_id=page[-1].id if page else None,
+        )
+
+    async def delete(self, tenant: str, memory_id: str) -> bool:
+        """Delete one memory; ``False`` if the tenant has no memory with that id."""
+        require_tenant(tenant)
+        return await self._run(self._delete_sync, tenant, memory_id)
+
+    def _delete_sync(self, tenant: str, memory_id: str) -> bool:
+        pid = point_id(tenant, memory_id)
+        with self._rmw_lock:
+            found = self._shard.retrieve([pid], True, False)
+            if not found or owned(found[0].payload, tenant) is None:
+                return False
+            self._shard.update(qe.UpdateOperation.delete_points([pid]))
+        return True
+
+    async def delete_user(self, tenant: str, user: str) -> int:
+        """Delete every memory of ``user`` in the tenant; return how many there were."""
+        require_tenant(tenant)
+        return await self._run(self._delete_user_sync, tenant, user)
+
+    def _delete_user_sync(self, tenant: str, user: str) -> int:
+        scope = list_filter(tenant, user, None)
+        with self._rmw_lock:
+            count = self._shard.count(qe.CountRequest(exact=True, filter=scope))
+            if count:
+                self._shard.update(qe.UpdateOperation.delete_points_by_filter(scope))
+        return count
+
+    async def search(self, tenant: str, query: SearchQuery) -> builtins.list[Candidate]:
+        """Return the best ``top_k`` memories of the user and the tenant's shared memories."""
+        require_tenant(tenant)
+        vector = check_query(query, self.dimensions)
+        if query.top_k <= 0:
+            return []
+        return await self._run(self.search_sync, tenant, query, vector)
+
+    def search_sync(
+        self, tenant: str, query: SearchQuery, vector: np.ndarray
+    ) -> builtins.list[Candidate]:
+        """Blocking ``search`` (the benchmark uses it to measure the cost of offloading)."""
+        scope = scope_filter(tenant, query)
+        dense = qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR)
+        indices, values = lexical.encode_query(query.text) if self.hybrid else ([], [])
+        if not indices:
+            hits = self._shard.query(
+                qe.QueryRequest(limit=query.top_k, query=dense, filter=scope, with_payload=True)
+            )
+            return [
+                Candidate(owned_or_fail(h.payload, tenant), clip_similarity(h.score)) for h in hits
+            ]
+        branch = query.top_k * HYBRID_OVERSAMPLE
+        # IDF over the tenant's own memories: another tenant's vocabulary must not shape ranking.
+        idf = qe.SearchParams(idf=qe.IdfParams(corpus=tenant_filter(tenant)))
+        lexical_query = qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_VECTOR)
+        hits = self._shard.query(
+            qe.QueryRequest(
+                limit=query.top_k,
+                prefetches=[
+                    qe.Prefetch(limit=branch, query=dense, filter=scope),
+                    qe.Prefetch(limit=branch, query=lexical_query, filter=scope, params=idf),
+                ],
+                query=qe.Fusion.Rrf(k=RRF_K),  # type: ignore[arg-type]  # stub omits Rrf
+                filter=scope,
+                with_payload=True,
+                with_vector=[DENSE_VECTOR],
+            )
+        )
+        # Fused scores are rank sums; callers get the dense cosine as the similarity.
+        return [
+            Candidate(owned_or_fail(h.payload, tenant), similarity(vector, dense_of(h.vector)))
+            for h in hits
+        ]
+
+    async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:
+        """Add one to the retrieval count of each of the tenant's memories in ``ids``."""
+        require_tenant(tenant)
+        if ids:
+            await self._run(self._increment_sync, tenant, list(dict.fromkeys(ids)))
+
+    def _increment_sync(self, tenant: str, ids: builtins.list[str]) -> None:
+        with self._rmw_lock:
+            found = self._shard.retrieve([point_id(tenant, i) for i in ids], True, False)
+            for point in found:
+                record = owned(point.payload, tenant)
+                if record is not None:
+                    count = {"retrieval_count": record.retrieval_count + 1}
+                    self._shard.update(qe.UpdateOperation.set_payload([point.id], count))
+
+    async def set_usefulness(
+        self, tenant: str, memory_id: str, usefulness: float
+    ) -> MemoryRecord | None:
+        """Set a memory's usefulness; return the updated memory, or ``None`` if there is none."""
+        require_tenant(tenant)
+        value = check_usefulness(usefulness)
+        return await self._run(self._set_usefulness_sync, tenant, memory_id, value)
+
+    def _set_usefulness_sync(
+        self, tenant: str, memory_id: str, usefulness: float
+    ) -> MemoryRecord | None:
+        pid = point_id(tenant, memory_id)
+        with self._rmw_lock:
+            found = self._shard.retrieve([pid], True, False)
+            if not found or owned(found[0].payload, tenant) is None:
+                return None
+            self._shard.update(qe.UpdateOperation.set_payload([pid], {"usefulness": usefulness}))
+            after = self._shard.retrieve([pid], True, False)
+        return owned(after[0].payload, tenant)
+
+    async def count(self, tenant: str) -> int:
+        """Return how many memories the tenant has."""
+        require_tenant(tenant)
+        return await self._run(
+            lambda: self._shard.count(qe.CountRequest(exact=True, filter=tenant_filter(tenant)))
+        )
+
+    async def flush(self) -> None:
+        """Persist segments now (the WAL already holds every acknowledged write)."""
+        await self._run(self._shard.flush)
+
+    async def close(self) -> None:
+        """Wait for a running index build, flush, close the shard and stop the threads (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._optimizer.shutdown(wait=True)
+        await self._run(self._close_sync)
+        self._executor.shutdown(wait=True)
+
+    def _close_sync(self) -> None:
+        self._shard.flush()
+        self._shard.close()

@@ -1,0 +1,338 @@
+"""``QdrantStore``: memories in a Qdrant server or cluster through ``AsyncQdrantClient``.
+
+Same collection layout and behaviour as ``EdgeStore`` (one collection for every tenant, a
+``tenant`` keyword index with ``is_tenant=True``, uuid5 point ids, a cosine dense vector and an
+IDF sparse vector). Writes use ``wait=True``: ``add`` returns once the server has applied the
+batch. Read-modify-write updates are serialised per process by a lock; across processes the
+last writer of a retrieval count wins (counts are a ranking hint, not an invariant).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from qdrant_client import AsyncQdrantClient, models
+
+from proxy.context.records import Candidate, MemoryRecord
+from proxy.errors import ConfigError
+from proxy.memory import lexical
+from proxy.memory.store import (
+    DENSE_VECTOR,
+    HYBRID_OVERSAMPLE,
+    INDEXED_KEYS,
+    RRF_K,
+    SHARED_USER,
+    SOURCE_KEY,
+    SPARSE_VECTOR,
+    TENANT_KEY,
+    USER_KEY,
+    Page,
+    SearchQuery,
+    check_query,
+    check_usefulness,
+    check_vectors,
+    clip_similarity,
+    dense_of,
+    owned,
+    owned_or_fail,
+    point_id,
+    require_tenant,
+    similarity,
+    to_payload,
+    with_tokens,
+)
+
+DEFAULT_COLLECTION = "memories"
+
+
+def match(key: str, value: str) -> models.FieldCondition:
+    """Return the condition ``key == value``."""
+    return models.FieldCondition(key=key, match=models.MatchValue(value=value))
+
+
+def tenant_filter(tenant: str) -> models.Filter:
+    """Return the filter of one tenant's memories."""
+    return models.Filter(must=[match(TENANT_KEY, tenant)])
+
+
+def scope_filter(tenant: str, query: SearchQuery) -> models.Filter:
+    """Return the filter of a search: tenant, the user plus shared memories, the sources."""
+    users = [SHARED_USER] if query.user == SHARED_USER else [query.user, SHARED_USER]
+    must: list[Any] = [
+        match(TENANT_KEY, tenant),
+        models.FieldCondition(key=USER_KEY, match=models.MatchAny(any=users)),
+    ]
+    if query.sources is not None:
+        must.append(
+            models.FieldCondition(key=SOURCE_KEY, match=models.MatchAny(any=list(query.sources)))
+        )
+    return models.Filter(must=must)
+
+
+def list_filter(tenant: str, user: str | None, source: str | None) -> models.Filter:
+    """Return the filter of ``list``: the tenant, optionally one user and one source."""
+    must: list[Any] = [match(TENANT_KEY, tenant)]
+    if user is not None:
+        must.append(match(USER_KEY, user))
+    if source is not None:
+        must.append(match(SOURCE_KEY, source))
+    return models.Filter(must=must)
+
+
+def stored_size(info: models.CollectionInfo) -> int | None:
+    """Return the dense vector size of an existing collection, if it has our layout."""
+    vectors = info.config.params.vectors
+    if isinstance(vectors, dict) and DENSE_VECTOR in vectors:
+        return int(vectors[DENSE_VECTOR].size)
+    return None
+
+
+class QdrantStore:
+    """A ``MemoryStore`` on a Qdrant collection. Build it with ``await QdrantStore.open``."""
+
+    def __init__(
+        self, client: AsyncQdrantClient, collection: str, *, dimensions: int, hybrid: bool
+    ) -> None:
+        self.dimensions = dimensions
+        self.hybrid = hybrid
+        self._client = client
+        self._collection = collection
+        self._rmw_lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        *,
+        dimensions: int,
+        url: str | None = None,
+        api_key: str | None = None,
+        location: str | None = None,
+        path: str | None = None,
+        collection: str = DEFAULT_COLLECTION,
+        hybrid: bool = False,
+    ) -> QdrantStore:
+        """Connect (``url``; or qdrant-client local mode via ``location``/``path``), ensure the
+        collection and its payload indexes; a different vector size is a ``ConfigError``."""
+        if dimensions <= 0:
+            raise ConfigError(f"embedding dimensions must be positive, got {dimensions}")
+        client = AsyncQdrantClient(url=url, api_key=api_key, location=location, path=path)
+        store = cls(client, collection, dimensions=dimensions, hybrid=hybrid)
+        try:
+            await store._ensure_collection()
+        except BaseException:
+            await client.close()
+            raise
+        return store
+
+    async def _ensure_collection(self) -> None:
+        if await self._client.collection_exists(self._collection):
+            size = stored_size(await self._client.get_collection(self._collection))
+            if size != self.dimensions:
+                raise ConfigError(
+                    f"Qdrant collection {self._collection!r} holds vectors of size {size}, the "
+                    f"embedder makes {self.dimensions}; use the embedder it was built with or "
+                    "another collection",
+                    param="store.collection",
+                )
+            return
+        await self._client.create_collection(
+            self._collection,
+            vectors_config={
+                DENSE_VECTOR: models.VectorParams(
+                    size=self.dimensions, distance=models.Distance.COSINE
+                )
+            },
+            sparse_vectors_config={
+                SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)
+            },
+        )
+        await self._client.create_payload_index(
+            self._collection,
+            TENANT_KEY,
+            field_schema=models.KeywordIndexParams(
+                type=models.KeywordIndexType.KEYWORD, is_tenant=True
+            ),
+        )
+        for key in INDEXED_KEYS[1:]:
+            await self._client.create_payload_index(
+                self._collection, key, field_schema=models.PayloadSchemaType.KEYWORD
+            )
+
+    async def add(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
+        """Upsert records by (tenant, id); returns once the server applied the batch."""
+        check_vectors(records, vectors, self.dimensions)
+        if not records:
+            return
+        rows = np.asarray(vectors, dtype=np.float32).tolist()
+        points = []
+        for record, row in zip(records, rows, strict=True):
+            full = with_tokens(record)
+            indices, values = lexical.encode_document(full.content)
+            vector: dict[str, Any] = {
+                DENSE_VECTOR: row,
+                SPARSE_VECTOR: models.SparseVector(indices=indices, values=values),
+            }
+            points.append(
+                models.PointStruct(
+                    id=point_id(full.tenant, full.id), vector=vector, payload=to_payload(full)
+                )
+            )
+        await self._client.upsert(self._collection, points=points, wait=True)
+
+    async def _retrieve(self, tenant: str, ids: Sequence[str]) -> builtins.list[MemoryRecord]:
+        found = await self._client.retrieve(
+            self._collection, ids=[point_id(tenant, i) for i in ids], with_payload=True
+        )
+        return [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
+
+    async def get(self, tenant: str, memory_id: str) -> MemoryRecord | None:
+        """Return the memory or ``None`` (also when it belongs to another tenant)."""
+        require_tenant(tenant)
+        found = await self._retrieve(tenant, [memory_id])
+        return found[0] if found else None
+
+    async def list(
+        self, tenant: str, *, user: str | None, source: str | None, limit: int, after: str | None
+    ) -> Page:
+        """Return a page of memories in point-id order, starting after the memory ``after``."""
+        require_tenant(tenant)
+        if limit <= 0:
+            return Page(records=[], has_more=False, last_id=None)
+        found, _ = await self._client.scroll(
+            self._collection,
+            scroll_filter=list_filter(tenant, user, source),
+            limit=limit + 2,
+            offset=point_id(tenant, after) if after is not None else None,
+            with_payload=True,
+        )
+        records = [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
+        if after is not None and records and records[0].id == after:
+            records = records[1:]
+        page = records[:limit]
+        return Page(
+            records=page, has_more=len(records) > limit, last_id=page[-1].id if page else None
+        )
+
+    async def delete(self, tenant: str, memory_id: str) -> bool:
+        """Delete one memory; ``False`` if the tenant has no memory with that id."""
+        require_tenant(tenant)
+        async with self._rmw_lock:
+            if not await self._retrieve(tenant, [memory_id]):
+                return False
+            await self._client.delete(
+                self._collection,
+                points_selector=models.PointIdsList(points=[point_id(tenant, memory_id)]),
+                wait=True,
+            )
+        return True
+
+    async def delete_user(self, tenant: str, user: str) -> int:
+        """Delete every memory of ``user`` in the tenant; return how many there were."""
+        require_tenant(tenant)
+        scope = list_filter(tenant, user, None)
+        async with self._rmw_lock:
+            counted = await self._client.count(self._collection, count_filter=scope, exact=True)
+            if counted.count:
+                await self._client.delete(
+                    self._collection, points_selector=models.FilterSelector(filter=scope), wait=True
+                )
+        return counted.count
+
+    async def search(self, tenant: str, query: SearchQuery) -> builtins.list[Candidate]:
+        """Return the best ``top_k`` memories of the user and the tenant's shared memories."""
+        require_tenant(tenant)
+        vector = check_query(query, self.dimensions)
+        if query.top_k <= 0:
+            return []
+        scope = scope_filter(tenant, query)
+        indices, values = lexical.encode_query(query.text) if self.hybrid else ([], [])
+        if not indices:
+            dense = await self._client.query_points(
+                self._collection,
+                query=vector.tolist(),
+                using=DENSE_VECTOR,
+                query_filter=scope,
+                limit=query.top_k,
+                with_payload=True,
+            )
+            return [
+                Candidate(owned_or_fail(p.payload, tenant), clip_similarity(p.score))
+                for p in dense.points
+            ]
+        branch = query.top_k * HYBRID_OVERSAMPLE
+        idf = models.SearchParams(idf=models.IdfCorpusParams(corpus=tenant_filter(tenant)))
+        fused = await self._client.query_points(
+            self._collection,
+            prefetch=[
+                models.Prefetch(
+                    query=vector.tolist(), using=DENSE_VECTOR, filter=scope, limit=branch
+                ),
+                models.Prefetch(
+                    query=models.SparseVector(indices=indices, values=values),
+                    using=SPARSE_VECTOR,
+                    filter=scope,
+                    limit=branch,
+                    params=idf,
+                ),
+            ],
+            query=models.RrfQuery(rrf=models.Rrf(k=RRF_K)),
+            query_filter=scope,
+            limit=query.top_k,
+            with_payload=True,
+            with_vectors=[DENSE_VECTOR],
+        )
+        return [
+            Candidate(owned_or_fail(p.payload, tenant), similarity(vector, dense_of(p.vector)))
+            for p in fused.points
+        ]
+
+    async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:
+        """Add one to the retrieval count of each of the tenant's memories in ``ids``."""
+        require_tenant(tenant)
+        if not ids:
+            return
+        async with self._rmw_lock:
+            for record in await self._retrieve(tenant, list(dict.fromkeys(ids))):
+                await self._client.set_payload(
+                    self._collection,
+                    payload={"retrieval_count": record.retrieval_count + 1},
+                    points=[point_id(tenant, record.id)],
+                    wait=True,
+                )
+
+    async def set_usefulness(
+        self, tenant: str, memory_id: str, usefulness: float
+    ) -> MemoryRecord | None:
+        """Set a memory's usefulness; return the updated memory, or ``None`` if there is none."""
+        require_tenant(tenant)
+        value = check_usefulness(usefulness)
+        async with self._rmw_lock:
+            if not await self._retrieve(tenant, [memory_id]):
+                return None
+            await self._client.set_payload(
+                self._collection,
+                payload={"usefulness": value},
+                points=[point_id(tenant, memory_id)],
+                wait=True,
+            )
+            found = await self._retrieve(tenant, [memory_id])
+        return found[0] if found else None
+
+    async def count(self, tenant: str) -> int:
+        """Return how many memories the tenant has."""
+        require_tenant(tenant)
+        counted = await self._client.count(
+            self._collection, count_filter=tenant_filter(tenant), exact=True
+        )
+        return counted.count
+
+    async def close(self) -> None:
+        """Close the client (once)."""
+        if not self._closed:
+            self._closed = True
+            await self._client.close()

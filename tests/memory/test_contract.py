@@ -1,0 +1,377 @@
+"""The one contract every ``MemoryStore`` passes (run against EdgeStore and QdrantStore)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from proxy.context.records import MemoryRecord
+from proxy.context.tokens import count_all
+from proxy.errors import ConfigError, RequestError, StoreError
+from proxy.memory.store import MemoryStore, SearchQuery
+from tests.memory.support import DIM, StoreFactory, record, vector_for, vectors_for
+
+# qdrant-client's local mode ignores payload indexes and says so; the server path uses them.
+pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
+
+
+async def put(store: MemoryStore, *records: MemoryRecord) -> None:
+    await store.add(list(records), vectors_for(list(records)))
+
+
+def query_for(
+    text: str, *, user: str = "u1", sources: tuple[str, ...] | None = None, top_k: int = 10
+) -> SearchQuery:
+    return SearchQuery(vector=vector_for(text), text=text, user=user, sources=sources, top_k=top_k)
+
+
+async def list_all(store: MemoryStore, tenant: str, **kw: str | None) -> list[MemoryRecord]:
+    page = await store.list(
+        tenant, user=kw.get("user"), source=kw.get("source"), limit=1000, after=None
+    )
+    return page.records
+
+
+async def test_add_then_get_round_trips_every_field(store: MemoryStore) -> None:
+    original = record(
+        "m1",
+        confidence=0.9,
+        usefulness=0.7,
+        retrieval_count=3,
+        metadata={"dia_id": "D1:3", "tags": ["a", "b"], "n": 2},
+    )
+    await put(store, original)
+    got = await store.get("t1", "m1")
+    assert got is not None
+    assert replace(got, tokens={}) == replace(original, tokens={})
+    assert got.created_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    assert got.created_at.tzinfo is not None
+
+
+async def test_token_counts_are_filled_at_write_time(store: MemoryStore) -> None:
+    await put(store, record("m1", content="Caroline moved to Boston in May 2023."))
+    got = await store.get("t1", "m1")
+    assert got is not None
+    assert dict(got.tokens) == count_all("Caroline moved to Boston in May 2023.")
+    assert set(got.tokens) == {"o200k_base", "cl100k_base"}
+
+
+async def test_token_counts_given_by_the_caller_are_kept(store: MemoryStore) -> None:
+    await put(store, record("m1", tokens={"o200k_base": 99, "cl100k_base": 98}))
+    got = await store.get("t1", "m1")
+    assert got is not None
+    assert dict(got.tokens) == {"o200k_base": 99, "cl100k_base": 98}
+
+
+async def test_add_upserts_by_tenant_and_id(store: MemoryStore) -> None:
+    await put(store, record("m1", content="old"))
+    await put(store, record("m1", content="new"))
+    got = await store.get("t1", "m1")
+    assert got is not None
+    assert got.content == "new"
+    assert await store.count("t1") == 1
+
+
+async def test_get_unknown_is_none(store: MemoryStore) -> None:
+    assert await store.get("t1", "nope") is None
+
+
+async def test_add_rejects_vectors_of_the_wrong_shape(store: MemoryStore) -> None:
+    records = [record("m1"), record("m2")]
+    with pytest.raises(StoreError):
+        await store.add(records, np.zeros((1, DIM), dtype=np.float32))
+    with pytest.raises(StoreError):
+        await store.add(records, np.zeros((2, DIM + 1), dtype=np.float32))
+    assert await store.count("t1") == 0
+
+
+async def test_add_of_nothing_is_a_no_op(store: MemoryStore) -> None:
+    await store.add([], np.zeros((0, DIM), dtype=np.float32))
+    assert await store.count("t1") == 0
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.get("", "m1"),
+        lambda s: s.list("", user=None, source=None, limit=10, after=None),
+        lambda s: s.delete("", "m1"),
+        lambda s: s.delete_user("", "u1"),
+        lambda s: s.search("", query_for("x")),
+        lambda s: s.increment_retrievals("", ["m1"]),
+        lambda s: s.set_usefulness("", "m1", 0.5),
+        lambda s: s.count(""),
+        lambda s: s.add([record("m1", tenant="")], np.zeros((1, DIM), dtype=np.float32)),
+    ],
+)
+async def test_every_call_requires_a_tenant(store: MemoryStore, call) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(RequestError):
+        await call(store)
+
+
+async def test_search_returns_top_k_with_similarity_in_unit_range(store: MemoryStore) -> None:
+    records = [record(f"m{i}", content=f"fact number {i}") for i in range(30)]
+    await put(store, *records)
+    hits = await store.search("t1", query_for("fact number 7", top_k=5))
+    assert len(hits) == 5
+    assert hits[0].record.id == "m7"
+    assert hits[0].similarity == pytest.approx(1.0, abs=1e-4)
+    sims = [h.similarity for h in hits]
+    assert all(0.0 <= s <= 1.0 for s in sims)
+    assert sims == sorted(sims, reverse=True)
+
+
+async def test_search_with_zero_top_k_is_empty(store: MemoryStore) -> None:
+    await put(store, record("m1"))
+    assert await store.search("t1", query_for("x", top_k=0)) == []
+
+
+async def test_search_rejects_a_query_vector_of_the_wrong_size(store: MemoryStore) -> None:
+    bad = SearchQuery(vector=np.ones(DIM + 3), text="x", user="u1", sources=None, top_k=3)
+    with pytest.raises(StoreError):
+        await store.search("t1", bad)
+
+
+async def test_search_sees_the_user_and_shared_memories_only(store: MemoryStore) -> None:
+    await put(
+        store,
+        record("own", user="u1"),
+        record("shared", user=""),
+        record("other", user="u2"),
+    )
+    hits = await store.search("t1", query_for("x", user="u1"))
+    assert {h.record.id for h in hits} == {"own", "shared"}
+    hits = await store.search("t1", query_for("x", user=""))
+    assert {h.record.id for h in hits} == {"shared"}
+    hits = await store.search("t1", query_for("x", user="u2"))
+    assert {h.record.id for h in hits} == {"other", "shared"}
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        (None, {"l", "p", "c", "s"}),
+        (("learnings",), {"l"}),
+        (("playbook", "summaries"), {"p", "s"}),
+        ((), set()),
+    ],
+)
+async def test_search_filters_by_source(
+    store: MemoryStore, sources: tuple[str, ...] | None, expected: set[str]
+) -> None:
+    await put(
+        store,
+        record("l", source="learnings"),
+        record("p", source="playbook"),
+        record("c", source="conversation"),
+        record("s", source="summaries"),
+    )
+    hits = await store.search("t1", query_for("x", sources=sources))
+    assert {h.record.id for h in hits} == expected
+
+
+async def test_list_pages_through_everything_once_in_a_stable_order(store: MemoryStore) -> None:
+    await put(store, *[record(f"m{i:02d}") for i in range(25)])
+    seen: list[str] = []
+    after: str | None = None
+    sizes = []
+    while True:
+        page = await store.list("t1", user=None, source=None, limit=10, after=after)
+        sizes.append(len(page.records))
+        seen += [r.id for r in page.records]
+        if not page.has_more:
+            break
+        after = page.last_id
+    assert sizes == [10, 10, 5]
+    assert sorted(seen) == [f"m{i:02d}" for i in range(25)]
+    again = await list_all(store, "t1")
+    assert [r.id for r in again] == seen
+
+
+async def test_list_continues_after_a_deleted_cursor(store: MemoryStore) -> None:
+    await put(store, *[record(f"m{i}") for i in range(6)])
+    order = [r.id for r in await list_all(store, "t1")]
+    first = await store.list("t1", user=None, source=None, limit=3, after=None)
+    assert first.last_id == order[2]
+    assert await store.delete("t1", order[2])
+    rest = await store.list("t1", user=None, source=None, limit=10, after=first.last_id)
+    assert [r.id for r in rest.records] == order[3:]
+    assert rest.has_more is False
+
+
+async def test_list_of_an_empty_tenant(store: MemoryStore) -> None:
+    page = await store.list("t1", user=None, source=None, limit=10, after=None)
+    assert page.records == []
+    assert page.has_more is False
+    assert page.last_id is None
+
+
+async def test_list_filters_by_user_and_source(store: MemoryStore) -> None:
+    await put(
+        store,
+        record("a", user="u1", source="learnings"),
+        record("b", user="u1", source="playbook"),
+        record("c", user="u2", source="learnings"),
+        record("d", user="", source="learnings"),
+    )
+    assert {r.id for r in await list_all(store, "t1", user="u1")} == {"a", "b"}
+    assert {r.id for r in await list_all(store, "t1", user="")} == {"d"}
+    assert {r.id for r in await list_all(store, "t1", source="learnings")} == {"a", "c", "d"}
+    got = await list_all(store, "t1", user="u1", source="playbook")
+    assert {r.id for r in got} == {"b"}
+
+
+async def test_delete_removes_once(store: MemoryStore) -> None:
+    await put(store, record("m1"), record("m2"))
+    assert await store.delete("t1", "m1") is True
+    assert await store.delete("t1", "m1") is False
+    assert await store.get("t1", "m1") is None
+    assert await store.count("t1") == 1
+
+
+async def test_delete_user_forgets_only_that_user(store: MemoryStore) -> None:
+    await put(
+        store,
+        record("a", user="u1"),
+        record("b", user="u1"),
+        record("c", user="u2"),
+        record("d", user=""),
+    )
+    assert await store.delete_user("t1", "u1") == 2
+    assert await store.delete_user("t1", "u1") == 0
+    assert {r.id for r in await list_all(store, "t1")} == {"c", "d"}
+
+
+async def test_increment_retrievals(store: MemoryStore) -> None:
+    await put(store, record("m1"), record("m2"))
+    await store.increment_retrievals("t1", ["m1", "m2", "unknown"])
+    await store.increment_retrievals("t1", ["m1"])
+    m1, m2 = await store.get("t1", "m1"), await store.get("t1", "m2")
+    assert m1 is not None
+    assert m2 is not None
+    assert (m1.retrieval_count, m2.retrieval_count) == (2, 1)
+    assert m1.content == record("m1").content  # the rest of the payload is untouched
+
+
+async def test_set_usefulness(store: MemoryStore) -> None:
+    await put(store, record("m1"))
+    updated = await store.set_usefulness("t1", "m1", 0.95)
+    assert updated is not None
+    assert updated.usefulness == pytest.approx(0.95)
+    got = await store.get("t1", "m1")
+    assert got is not None
+    assert got.usefulness == pytest.approx(0.95)
+    assert await store.set_usefulness("t1", "unknown", 0.5) is None
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, float("nan")])
+async def test_set_usefulness_rejects_out_of_range(store: MemoryStore, value: float) -> None:
+    await put(store, record("m1"))
+    with pytest.raises(RequestError):
+        await store.set_usefulness("t1", "m1", value)
+
+
+async def test_count_is_per_tenant(store: MemoryStore) -> None:
+    await put(store, record("a"), record("b"), record("a", tenant="t2"))
+    assert await store.count("t1") == 2
+    assert await store.count("t2") == 1
+    assert await store.count("t3") == 0
+
+
+async def test_tenants_never_see_each_other(store: MemoryStore) -> None:
+    """Tenant B's memories are invisible to A through every method, also by guessing ids."""
+    await put(
+        store,
+        record("same", tenant="A", content="A's own memory"),
+        record("same", tenant="B", content="B's secret with the same id"),
+        record("b-only", tenant="B", content="B's secret recipe"),
+        record("b-shared", tenant="B", user="", content="B's shared note"),
+    )
+    same = await store.get("A", "same")
+    assert same is not None
+    assert same.content == "A's own memory"
+    assert await store.get("A", "b-only") is None
+    assert {r.id for r in await list_all(store, "A")} == {"same"}
+    page = await store.list("A", user=None, source=None, limit=10, after="b-only")
+    assert all(r.tenant == "A" for r in page.records)
+    # Even B's exact vector and text find only A's memories.
+    for text in ("B's secret recipe", "B's shared note"):
+        hits = await store.search("A", query_for(text, user="u1", top_k=50))
+        assert {h.record.id for h in hits} == {"same"}
+        assert all(h.record.tenant == "A" for h in hits)
+    assert await store.delete("A", "b-only") is False
+    assert await store.set_usefulness("A", "b-only", 0.0) is None
+    await store.increment_retrievals("A", ["b-only", "same"])
+    assert await store.delete_user("A", "") == 0
+    assert await store.count("A") == 1
+    # B is untouched by everything A did.
+    b_only = await store.get("B", "b-only")
+    assert b_only is not None
+    assert (b_only.retrieval_count, b_only.usefulness) == (0, 0.5)
+    b_same = await store.get("B", "same")
+    assert b_same is not None
+    assert (b_same.content, b_same.retrieval_count) == ("B's secret with the same id", 0)
+    assert await store.count("B") == 3
+    assert await store.delete_user("A", "u1") == 1
+    assert await store.count("B") == 3
+
+
+async def test_hybrid_search_finds_rare_words_the_vector_misses(open_store: StoreFactory) -> None:
+    store = await open_store(hybrid=True)
+    filler = [record(f"f{i}", content=f"we talked about the weather on day {i}") for i in range(40)]
+    target = record("t", content="Melanie adopted a greyhound named Oscar")
+    await put(store, *filler, target)
+    # The query vector is unrelated to the target's, so only the lexical branch can find it.
+    query = SearchQuery(
+        vector=vector_for("something else entirely"),
+        text="What is the name of Melanie's greyhound?",
+        user="u1",
+        sources=None,
+        top_k=5,
+    )
+    hits = await store.search("t1", query)
+    assert "t" in [h.record.id for h in hits]
+    assert all(0.0 <= h.similarity <= 1.0 for h in hits)
+    exact = await store.search("t1", query_for(target.content, top_k=3))
+    assert exact[0].record.id == "t"
+    assert exact[0].similarity == pytest.approx(1.0, abs=1e-4)
+
+
+async def test_hybrid_lexical_branch_stays_in_the_tenant(open_store: StoreFactory) -> None:
+    store = await open_store(hybrid=True)
+    await put(
+        store,
+        record("a", tenant="A", content="weather today"),
+        record("b", tenant="B", content="zanzibar password hunter2"),
+    )
+    hits = await store.search("A", query_for("zanzibar password hunter2", top_k=10))
+    assert [h.record.id for h in hits] == ["a"]
+
+
+async def test_data_survives_a_restart(open_store: StoreFactory) -> None:
+    store = await open_store()
+    await put(store, *[record(f"m{i}") for i in range(5)])
+    await store.set_usefulness("t1", "m1", 0.9)
+    await store.close()
+    reopened = await open_store()
+    assert await reopened.count("t1") == 5
+    got = await reopened.get("t1", "m1")
+    assert got is not None
+    assert got.usefulness == pytest.approx(0.9)
+    hits = await reopened.search("t1", query_for(record("m3").content, top_k=1))
+    assert hits[0].record.id == "m3"
+
+
+async def test_reopening_with_another_vector_size_is_a_config_error(
+    open_store: StoreFactory,
+) -> None:
+    store = await open_store(dimensions=DIM)
+    await put(store, record("m1"))
+    await store.close()
+    with pytest.raises(ConfigError, match=r"size|dimensions"):
+        await open_store(dimensions=DIM * 2)
+    reopened = await open_store(dimensions=DIM)
+    assert await reopened.count("t1") == 1
