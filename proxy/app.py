@@ -1,0 +1,134 @@
+"""The ASGI application: ``create_app(settings) -> Starlette``.
+
+The lifespan owns every client: it opens them, collects them in one ``Services`` object at
+``app.state.services``, and closes them on shutdown. Nothing is created at import time. Tests
+(and later backends) inject ready-made objects through ``create_app``'s keyword arguments;
+injected objects are not closed by the app (their creator owns them).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+
+from proxy.errors import MemproxyError, NotFound, RequestError
+from proxy.hooks import MemoryPipeline
+from proxy.logs import configure_logging
+from proxy.metrics import Metrics
+from proxy.middleware import RequestContextMiddleware
+from proxy.routes import build_routes
+from proxy.services import Services
+from proxy.settings import Settings, load_settings
+from proxy.tenancy import TenantResolver
+from proxy.upstream import UpstreamClient
+
+LOGGER = logging.getLogger("memproxy")
+BACKGROUND_DRAIN_S = 10.0
+
+
+def _json_error(status: int, body: dict[str, Any]) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+async def _on_memproxy_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, MemproxyError)
+    return _json_error(exc.status, exc.to_body())
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error: MemproxyError
+    if exc.status_code == 404:
+        error = NotFound(f"Unknown path {request.url.path}.")
+    else:
+        error = RequestError(str(exc.detail), code=f"http_{exc.status_code}")
+    body = error.to_body()
+    return _json_error(exc.status_code, body)
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    LOGGER.exception("unhandled error")
+    return _json_error(500, MemproxyError("Internal error in memproxy.").to_body())
+
+
+async def open_backends(services: Services, stack: AsyncExitStack) -> None:
+    """Fill the store, embedder, cache and pipeline slots that were not injected.
+
+    The memory issues extend this: open each backend from ``services.settings``, register its
+    ``close`` on ``stack``, and build the pipeline from them. Until then the proxy runs with the
+    no-op pipeline.
+    """
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    upstream: UpstreamClient | None = None,
+    pipeline: MemoryPipeline | None = None,
+    store: Any | None = None,
+    embedder: Any | None = None,
+    cache: Any | None = None,
+    metrics: Metrics | None = None,
+) -> Starlette:
+    """Build the app; clients are opened by its lifespan, not here."""
+    settings = settings or load_settings()
+    metrics = metrics or Metrics(settings.server.metrics_dir)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            client = upstream
+            if client is None:
+                client = UpstreamClient(settings.upstream)
+                await client.start()
+                stack.push_async_callback(client.close)
+            services = Services(
+                settings=settings,
+                upstream=client,
+                metrics=metrics,
+                tenants=TenantResolver(settings),
+                store=store,
+                embedder=embedder,
+                cache=cache,
+            )
+            if pipeline is not None:
+                services.pipeline = pipeline
+            await open_backends(services, stack)
+            stack.callback(metrics.close)
+            # Runs first on exit: completion hooks finish while the backends are still open.
+            stack.push_async_callback(services.drain, BACKGROUND_DRAIN_S)
+            app.state.services = services
+            LOGGER.info(
+                "memproxy ready: upstream %s, auth %s, config %s",
+                client.base_url,
+                settings.auth.mode,
+                settings.source,
+            )
+            yield
+
+    return Starlette(
+        routes=build_routes(),
+        middleware=[Middleware(RequestContextMiddleware, metrics=metrics)],
+        exception_handlers={
+            MemproxyError: _on_memproxy_error,
+            HTTPException: _on_http_error,
+            Exception: _on_unexpected,
+        },
+        lifespan=lifespan,
+    )
+
+
+def create_app_from_env() -> Starlette:
+    """Factory for uvicorn workers: settings from ``MEMPROXY_*`` / the config file."""
+    settings = load_settings()
+    configure_logging(settings.server)
+    return create_app(settings)

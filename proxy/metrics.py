@@ -1,0 +1,107 @@
+"""Prometheus metrics, owned by the app (no global registry).
+
+With one worker, each app has its own ``CollectorRegistry``. With several workers the CLI sets
+``PROMETHEUS_MULTIPROC_DIR`` before any import (prometheus_client reads it at import time) and
+``server.metrics_dir``; values then live in per-process files and ``/metrics`` on any worker
+aggregates all of them (gauges summed over live processes).
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+)
+
+
+class Metrics:
+    """The proxy's metrics: requests, latencies, in-flight requests and streams."""
+
+    def __init__(self, multiprocess_dir: str | None = None) -> None:
+        self.multiprocess_dir = multiprocess_dir
+        self.registry = CollectorRegistry()
+        # In multiprocess mode values go to files; registering would duplicate them.
+        reg = None if multiprocess_dir else self.registry
+        self.requests = Counter(
+            "memproxy_requests",
+            "HTTP requests by route, method and status.",
+            ["route", "method", "status"],
+            registry=reg,
+        )
+        self.latency = Histogram(
+            "memproxy_request_duration_seconds",
+            "Time from request start to the last byte sent, by route.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.upstream_latency = Histogram(
+            "memproxy_upstream_response_seconds",
+            "Time from sending upstream to its response headers, by route.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.first_chunk = Histogram(
+            "memproxy_time_to_first_chunk_seconds",
+            "Time from request start to the first streamed chunk sent to the client.",
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.upstream_errors = Counter(
+            "memproxy_upstream_errors",
+            "Upstream failures by kind (connect, timeout, midstream, disconnect).",
+            ["kind"],
+            registry=reg,
+        )
+        self.in_flight = Gauge(
+            "memproxy_requests_in_flight",
+            "Requests being served.",
+            registry=reg,
+            multiprocess_mode="livesum",
+        )
+        self.streams = Gauge(
+            "memproxy_streams_in_flight",
+            "Streaming responses being relayed.",
+            registry=reg,
+            multiprocess_mode="livesum",
+        )
+
+    def render(self) -> tuple[bytes, str]:
+        """Return the exposition text and its content type."""
+        if self.multiprocess_dir:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+            return generate_latest(registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def close(self) -> None:
+        """Drop this process's live gauges from the shared files (multiprocess mode)."""
+        if self.multiprocess_dir:
+            multiprocess.mark_process_dead(os.getpid(), self.multiprocess_dir)  # type: ignore[no-untyped-call]

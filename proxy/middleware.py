@@ -1,0 +1,91 @@
+"""Pure ASGI middleware: request id, access log and request metrics.
+
+Pure ASGI (not ``BaseHTTPMiddleware``) so streamed bodies pass through without buffering and
+without an extra task per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from proxy.logs import request_id_var
+from proxy.metrics import Metrics
+
+REQUEST_ID_HEADER = b"x-request-id"
+MAX_REQUEST_ID_CHARS = 128
+ACCESS_LOGGER = logging.getLogger("memproxy.access")
+
+
+def route_label(path: str) -> str:
+    """A bounded label for metrics: never the raw path (unbounded cardinality)."""
+    if path == "/v1/chat/completions":
+        return "chat"
+    if path.startswith("/v1/memories"):
+        return "memories"
+    if path.startswith("/v1/"):
+        return "passthrough"
+    if path in ("/healthz", "/readyz", "/metrics"):
+        return path[1:]
+    return "other"
+
+
+def accept_request_id(scope: Scope) -> str:
+    """The client's ``X-Request-Id`` if it is sane, else a fresh one."""
+    for name, value in scope["headers"]:
+        if name == REQUEST_ID_HEADER:
+            text: str = value.decode("latin-1")
+            if 0 < len(text) <= MAX_REQUEST_ID_CHARS and text.isprintable():
+                return text
+            break
+    return uuid.uuid4().hex
+
+
+class RequestContextMiddleware:
+    """Gives each request an id (echoed in the response), logs it and records metrics."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Wrap one HTTP request; other scope types pass straight through."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        request_id = accept_request_id(scope)
+        token = request_id_var.set(request_id)
+        scope.setdefault("state", {})["request_id"] = request_id
+        route = route_label(scope["path"])
+        status = 500
+        encoded_id = request_id.encode("latin-1")
+        metrics = self.metrics
+        metrics.in_flight.inc()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", ()), (REQUEST_ID_HEADER, encoded_id)]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - start
+            metrics.in_flight.dec()
+            metrics.requests.labels(route, scope["method"], str(status)).inc()
+            metrics.latency.labels(route).observe(elapsed)
+            ACCESS_LOGGER.info(
+                "%s %s %d %.1fms",
+                scope["method"],
+                scope["path"],
+                status,
+                elapsed * 1000,
+                extra={"status": status, "duration_ms": round(elapsed * 1000, 2), "route": route},
+            )
+            request_id_var.reset(token)

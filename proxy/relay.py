@@ -1,0 +1,224 @@
+"""Relay: an ASGI response that sends one request upstream and relays the answer as it arrives.
+
+- An SSE answer (``text/event-stream``) is relayed chunk by chunk as the bytes arrive: never
+  buffered, never re-framed, ``[DONE]`` and usage chunks untouched.
+- Any other answer (including upstream 4xx/5xx) is relayed whole with its status and headers
+  (``Retry-After`` included).
+- A client disconnect, noticed by a small watcher on ``receive``, cancels the relay and closes
+  the upstream response, whether streaming or not.
+- An upstream failure mid-stream sends one SSE ``error`` event in OpenAI's shape, then ends the
+  HTTP response *without* its terminating chunk (the server drops the connection): neither an
+  SDK nor a raw HTTP client can mistake it for a clean finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from proxy.errors import MemproxyError, UpstreamTimeout
+from proxy.hooks import Completion
+from proxy.sse import assistant_text
+from proxy.upstream import UpstreamResponse, response_headers
+
+if TYPE_CHECKING:
+    from yarl import URL
+
+    from proxy.services import Services
+
+LOGGER = logging.getLogger("memproxy.relay")
+STREAM_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+JSON_CONTENT_TYPE = (b"content-type", b"application/json")
+
+CompletionHook = Callable[[Completion], Awaitable[None]]
+
+
+def error_response(exc: MemproxyError, headers: Mapping[str, str] | None = None) -> Response:
+    """An error of ours as a response in OpenAI's shape."""
+    return Response(
+        orjson.dumps(exc.to_body()),
+        status_code=exc.status,
+        headers=dict(headers or {}),
+        media_type="application/json",
+    )
+
+
+class Relay(Response):
+    """Forwards one request and relays the upstream response to the client."""
+
+    def __init__(
+        self,
+        services: Services,
+        *,
+        method: str,
+        url: URL,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        route: str,
+        extra_headers: Mapping[str, str] | None = None,
+        on_complete: CompletionHook | None = None,
+        started: float | None = None,
+    ) -> None:
+        self.services = services
+        self.method = method
+        self.url = url
+        self.headers_out = headers
+        self.body_out = body
+        self.route = route
+        self.extra = [(k.lower().encode(), v.encode()) for k, v in (extra_headers or {}).items()]
+        self.on_complete = on_complete
+        self.started = started if started is not None else time.perf_counter()
+        self.status_code = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the exchange; see the module docstring for the failure behaviour."""
+        task = asyncio.current_task()
+        assert task is not None
+        disconnected = False
+
+        async def watch_disconnect() -> None:
+            nonlocal disconnected
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            disconnected = True
+            task.cancel()
+
+        watcher = asyncio.get_running_loop().create_task(watch_disconnect())
+        upstream: UpstreamResponse | None = None
+        chunks: list[bytes] | None = [] if self.on_complete else None
+        completion_ok = False
+        streamed = False
+        metrics = self.services.metrics
+        try:
+            try:
+                upstream = await self._open()
+            except MemproxyError as exc:
+                kind = "timeout" if isinstance(exc, UpstreamTimeout) else "connect"
+                metrics.upstream_errors.labels(kind).inc()
+                LOGGER.warning("upstream request failed: %s", exc.message)
+                self.status_code = exc.status
+                await send_error(exc, send, self.extra)
+                return
+            self.status_code = upstream.status
+            streamed = upstream.is_event_stream
+            if streamed:
+                completion_ok = await self._stream(upstream, send, chunks)
+            else:
+                completion_ok = await self._whole(upstream, send, chunks)
+        except asyncio.CancelledError:
+            if not (disconnected and task.uncancel() == 0):
+                raise
+            metrics.upstream_errors.labels("disconnect").inc()
+            LOGGER.info("client disconnected; upstream response closed")
+        finally:
+            watcher.cancel()
+            if upstream is not None:
+                upstream.close()
+        if self.on_complete is not None and chunks is not None:
+            self.services.spawn(self._complete(streamed, completion_ok, chunks))
+
+    async def _open(self) -> UpstreamResponse:
+        sent = time.perf_counter()
+        response = await self.services.upstream.send(
+            self.method, self.url, self.headers_out, self.body_out
+        )
+        self.services.metrics.upstream_latency.labels(self.route).observe(
+            time.perf_counter() - sent
+        )
+        return response
+
+    async def _stream(
+        self, upstream: UpstreamResponse, send: Send, chunks: list[bytes] | None
+    ) -> bool:
+        metrics = self.services.metrics
+        headers = response_headers(upstream.raw_headers)
+        headers = [h for h in headers if h[0].lower() not in (b"cache-control",)]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": upstream.status,
+                "headers": [*headers, *STREAM_HEADERS, *self.extra],
+            }
+        )
+        metrics.streams.inc()
+        first = True
+        try:
+            async for chunk in upstream.chunks():
+                if first:
+                    metrics.first_chunk.observe(time.perf_counter() - self.started)
+                    first = False
+                if chunks is not None:
+                    chunks.append(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except MemproxyError as exc:
+            kind = "timeout" if isinstance(exc, UpstreamTimeout) else "midstream"
+            metrics.upstream_errors.labels(kind).inc()
+            LOGGER.warning("upstream stream failed: %s", exc.message)
+            event = b"data: " + orjson.dumps(exc.to_body()) + b"\n\n"
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+            # Returning without the final message makes the server drop the connection.
+            return False
+        finally:
+            metrics.streams.dec()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
+
+    async def _whole(
+        self, upstream: UpstreamResponse, send: Send, chunks: list[bytes] | None
+    ) -> bool:
+        try:
+            body = await upstream.read()
+        except MemproxyError as exc:
+            self.status_code = exc.status
+            await send_error(exc, send, self.extra)
+            return False
+        headers = response_headers(upstream.raw_headers)
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": upstream.status,
+                "headers": headers + self.extra,
+            }
+        )
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+        if chunks is not None:
+            chunks.append(body)
+        return 200 <= upstream.status < 300
+
+    async def _complete(self, streamed: bool, ok: bool, chunks: list[bytes]) -> None:
+        assert self.on_complete is not None
+        raw = b"".join(chunks)
+        body = None
+        if not streamed and ok:
+            try:
+                parsed = orjson.loads(raw)
+                body = parsed if isinstance(parsed, dict) else None
+            except orjson.JSONDecodeError:
+                body = None
+        completion = Completion(
+            status=self.status_code,
+            streamed=streamed,
+            ok=ok,
+            text=assistant_text(raw, streamed=streamed, body=body),
+            body=body,
+        )
+        try:
+            await self.on_complete(completion)
+        except Exception:
+            LOGGER.exception("on_complete hook failed")
+
+
+async def send_error(exc: MemproxyError, send: Send, extra: list[tuple[bytes, bytes]]) -> None:
+    """Send an error of ours as a whole response (before anything else was sent)."""
+    body = orjson.dumps(exc.to_body())
+    headers = [JSON_CONTENT_TYPE, (b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -1,0 +1,12 @@
+"""The HTTP routes, in matching order. The ``/v1/{path}`` catch-all must stay last."""
+
+from __future__ import annotations
+
+from starlette.routing import BaseRoute
+
+from proxy.routes import chat, health, passthrough
+
+
+def build_routes() -> list[BaseRoute]:
+    """All routes; specific ``/v1/*`` routes (chat, memories) go before the passthrough."""
+    return [*health.routes, *chat.routes, *passthrough.routes]

@@ -1,0 +1,49 @@
+"""Helpers shared by the forwarding routes: bounded body reading and upstream headers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from proxy.errors import PayloadTooLarge, RequestError
+from proxy.tenancy import Tenant
+from proxy.upstream import request_headers
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """Read the request body, refusing (413) anything over ``limit`` bytes, declared or sent."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
+    parts = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """Parse a JSON object body or raise a 400 in OpenAI's shape."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(
+            f"We could not parse the JSON body of your request: {exc}", code="invalid_json"
+        ) from exc
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def upstream_headers(request: Request, tenant: Tenant) -> list[tuple[str, str]]:
+    """The client's headers as they go upstream, with the request id and the tenant's auth."""
+    headers = request_headers(request.scope["headers"], tenant.upstream_authorization)
+    request_id = request.scope.get("state", {}).get("request_id")
+    if request_id and not any(name == "x-request-id" for name, _ in headers):
+        headers.append(("x-request-id", request_id))
+    return headers
