@@ -235,7 +235,8 @@ def run_wrk(
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
         handle.write(script)
         script_path = handle.name
-    argv = [exe, "-t", "1", "-c", str(concurrency), "-d", f"{seconds}s", "-s", script_path, url]
+    argv = [exe, "-t", "1", "-c", str(concurrency), "-d", f"{max(1, round(seconds))}s"]
+    argv += ["-s", script_path, url]
     cpu0 = _children_cpu()
     try:
         out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout

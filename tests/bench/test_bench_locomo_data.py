@@ -1,0 +1,158 @@
+"""Tests of the LoCoMo data preparation and scoring helpers (pure functions)."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.lib import locomo_data as ld
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+SAMPLE = {
+    "sample_id": "conv-x",
+    "conversation": {
+        "speaker_a": "Ann",
+        "speaker_b": "Bob",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a cat."},
+            {"speaker": "Bob", "dia_id": "D1:2", "text": "Look!", "blip_caption": "a red bike"},
+        ],
+        "session_2_date_time": "10:04 am on 19 June, 2023",
+        "session_2": [{"speaker": "Ann", "dia_id": "D2:1", "text": "The cat is called Tom."}],
+        "session_3_date_time": "9:00 am on 1 July, 2023",
+        "session_3": [],
+    },
+    "observation": {
+        "session_1_observation": {"Ann": [["Ann adopted a cat.", "D1:1"]]},
+        "session_2_observation": {"Ann": [["Ann's cat is Tom.", ["D2:1", "D1:1"]]]},
+    },
+    "session_summary": {"session_1_summary": "Ann and Bob talked about a cat and a bike."},
+    "qa": [
+        {"question": "What pet?", "answer": "cat", "evidence": ["D1:1"], "category": 4},
+        {"question": "Name?", "answer": "Tom", "evidence": ["D2:1; D1:1"], "category": 1},
+        {"question": "Ally?", "answer": "yes", "evidence": [], "category": 3},
+        {"question": "Trick", "adversarial_answer": "x", "evidence": ["D1:2"], "category": 5},
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56, tzinfo=UTC)),
+        ("12:09 am on 13 September, 2023", datetime(2023, 9, 13, 0, 9, tzinfo=UTC)),
+        ("10:04 am on 19 June,2023", datetime(2023, 6, 19, 10, 4, tzinfo=UTC)),
+    ],
+)
+def test_parse_session_date(text: str, expected: datetime) -> None:
+    assert ld.parse_session_date(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("D1:3", ("D1:3",)),
+        ("D8:6; D9:17", ("D8:6", "D9:17")),
+        (["D15:3", "D15:5"], ("D15:3", "D15:5")),
+        ([["D1:1"], "D2:2"], ("D1:1", "D2:2")),
+        ("no id here", ()),
+        (None, ()),
+        ({"dia_id": "D1:1"}, ()),
+    ],
+)
+def test_dia_ids(value: object, expected: tuple[str, ...]) -> None:
+    assert ld.dia_ids(value) == expected
+
+
+DATES = st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2030, 1, 1))
+
+
+@given(st.lists(DATES.map(lambda d: d.replace(tzinfo=UTC)), min_size=1, max_size=20))
+def test_shift_to_makes_latest_now_and_keeps_gaps(times: list[datetime]) -> None:
+    shifted = ld.shift_to(times, NOW)
+    assert max(shifted) == NOW
+    for a, b, sa, sb in zip(times, times[1:], shifted, shifted[1:], strict=False):
+        assert sb - sa == b - a
+
+
+def test_shift_to_empty() -> None:
+    assert ld.shift_to([], NOW) == []
+
+
+def test_build_memories_sources_metadata_and_dates() -> None:
+    items = ld.build_memories(SAMPLE, "u1", NOW)
+    by_source: dict[str, list[dict[str, object]]] = {}
+    for item in items:
+        by_source.setdefault(str(item["source"]), []).append(item)
+    assert [m["metadata"] for m in by_source["learnings"]] == [
+        {"dia_id": "D1:1"},
+        {"dia_id": ["D2:1", "D1:1"]},
+    ]
+    assert [m["metadata"]["dia_id"] for m in by_source["conversation"]] == ["D1:1", "D1:2", "D2:1"]
+    assert by_source["conversation"][1]["content"] == "Bob: Look! [shares a photo: a red bike]"
+    assert len(by_source["summaries"]) == 1
+    assert {item["user"] for item in items} == {"u1"}
+    created = [datetime.fromisoformat(str(item["created_at"])) for item in items]
+    assert max(created) == NOW
+    # The session 2 turn keeps its real distance from the session 1 start.
+    first = created[items.index(by_source["conversation"][0])]
+    last = created[items.index(by_source["conversation"][2])]
+    assert last - first == datetime(2023, 6, 19, 10, 4) - datetime(2023, 5, 8, 13, 56)
+    assert all(c.tzinfo is not None for c in created)
+
+
+def test_questions_keep_categories_1_to_4_with_evidence() -> None:
+    found = ld.questions(SAMPLE)
+    assert [(q.category, q.evidence) for q in found] == [(4, ("D1:1",)), (1, ("D2:1", "D1:1"))]
+
+
+@pytest.mark.parametrize(
+    ("evidence", "memories", "expected"),
+    [
+        (["D1:1"], [{"metadata": {"dia_id": "D1:1"}}], 1.0),
+        (["D1:1", "D2:1"], [{"metadata": {"dia_id": "D1:1"}}], 0.5),
+        (["D1:1", "D2:1"], [{"metadata": {"dia_id": ["D2:1", "D1:1"]}}], 1.0),
+        (["D1:1"], [{"metadata": {"session": 1}}, {"metadata": None}, {}], 0.0),
+        (["D1:1", "D1:1"], [{"metadata": {"dia_id": "D1:1"}}], 1.0),
+    ],
+)
+def test_evidence_recall(
+    evidence: list[str], memories: list[dict[str, object]], expected: float
+) -> None:
+    assert ld.evidence_recall(evidence, memories) == expected
+
+
+def test_evidence_recall_rejects_no_evidence() -> None:
+    with pytest.raises(ValueError, match="no recall"):
+        ld.evidence_recall([], [])
+
+
+def test_fill_budget_keeps_order_and_skips_too_big() -> None:
+    hits = [{"content": "a" * n} for n in (4, 10, 3, 5)]
+    chosen = ld.fill_budget(hits, 12, len)
+    assert [len(str(h["content"])) for h in chosen] == [4, 3, 5]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=50), max_size=30), st.integers(0, 200))
+def test_fill_budget_never_exceeds_budget(sizes: list[int], budget: int) -> None:
+    hits = [{"content": "x" * n} for n in sizes]
+    chosen = ld.fill_budget(hits, budget, len)
+    assert sum(len(str(h["content"])) for h in chosen) <= budget
+
+
+def test_mean_by_category() -> None:
+    means = ld.mean_by_category([(1, 1.0), (1, 0.0), (4, 1.0)])
+    assert means == {"multi-hop": 0.5, "single-hop": 1.0, "overall": pytest.approx(2 / 3)}
+
+
+def test_turn_spacing_orders_turns() -> None:
+    assert timedelta(0) < ld.TURN_SPACING
