@@ -138,12 +138,16 @@ def make_variant(raw: Any, pca_dims: int, dtype: str, sif: float) -> Any:
         config=config,
         normalize=True,
         base_model_name="sentence-transformers/all-MiniLM-L6-v2",
+        # Static models have no positional limit; memproxy embeds whole memories.
+        max_length=None,
     )
 
 
 def write_notices(out: Path, pca_dims: int, dtype: str, sif: float) -> None:
     """Write the README and LICENSE that travel with the model files."""
     (out / "README.md").write_text(
+        "---\nlibrary_name: model2vec\nlicense: apache-2.0\n"
+        "base_model: sentence-transformers/all-MiniLM-L6-v2\nlanguage: en\n---\n\n"
         "# minilm-l6-static\n\n"
         "A model2vec static embedding model distilled from sentence-transformers/"
         "all-MiniLM-L6-v2 (Apache-2.0) by `scripts/distill_model.py` in the memproxy "

@@ -1,0 +1,288 @@
+"""Embedders: text in, L2-normalised float32 vectors out.
+
+Two implementations of one ``Embedder`` protocol:
+
+- ``StaticEmbedder`` (default): a model2vec static model shipped inside the package under
+  ``proxy/models/`` (distilled from all-MiniLM-L6-v2 by ``scripts/distill_model.py``; ADR 0020).
+  A sentence is the normalised mean of its token vectors: numpy only, offline, ~0.05 ms a query.
+- ``OpenAIEmbedder``: any OpenAI-compatible ``POST {url}/embeddings`` over an injected
+  ``httpx.AsyncClient`` (the app's lifespan owns it).
+
+Texts without a single known token (``""``, whitespace) embed to the zero vector: it has
+similarity 0 with everything, which is the honest answer, and it is never sent upstream (OpenAI
+rejects empty inputs). A vector size that differs from the configured or stored one is a
+``ConfigError`` at start: ``prepare_embedder`` probes and checks, ``check_dimensions`` checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import httpx
+import numpy as np
+
+from proxy.errors import ConfigError, EmbedderError
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+DEFAULT_STATIC_MODEL = "minilm-l6-static"
+DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
+DEFAULT_OPENAI_URL = "https://api.openai.com/v1"
+# Work below this many characters runs inline: measured (bench/embed.py, ADR 0021), a thread hop
+# costs more than the encoding itself, and the loop is blocked for well under a millisecond.
+INLINE_MAX_CHARS = 4_000
+# Bulk work goes to a thread in chunks, so memory stays bounded and the loop gets the GIL back.
+STATIC_CHUNK_TEXTS = 512
+OPENAI_BATCH_TEXTS = 256
+# Native sizes of well-known hosted models, used until the startup probe has answered.
+KNOWN_OPENAI_DIMENSIONS = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+ERROR_BODY_CHARS = 300
+PROBE_TEXT = "memproxy dimension probe"
+LOGGER = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into vectors; ``dimensions`` is the length of every vector it returns."""
+
+    name: str
+    dimensions: int
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Return ``(len(texts), dimensions)`` float32 rows, each L2-normalised (or zero)."""
+        ...
+
+
+def normalise_rows(vectors: np.ndarray) -> np.ndarray:
+    """L2-normalise each row in place as float32; zero rows stay zero."""
+    out = np.ascontiguousarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    np.divide(out, norms, out=out, where=norms > 0)
+    return out
+
+
+def resolve_model_dir(model: str | None) -> Path:
+    """Map a model setting to a directory: a name under ``proxy/models/`` or a path."""
+    name = model or DEFAULT_STATIC_MODEL
+    shipped = MODELS_DIR / name
+    path = shipped if shipped.is_dir() else Path(name).expanduser()
+    # model2vec falls back to downloading from a hub when a path is missing: never let it try.
+    if not (path / "model.safetensors").is_file() or not (path / "tokenizer.json").is_file():
+        shipped_names = sorted(p.name for p in MODELS_DIR.iterdir() if p.is_dir())
+        raise ConfigError(
+            f"embedder model {name!r} is neither a model shipped in proxy/models "
+            f"({', '.join(shipped_names)}) nor a model2vec directory with model.safetensors "
+            "and tokenizer.json",
+            param="embedder.model",
+        )
+    return path
+
+
+class StaticEmbedder:
+    """model2vec static embeddings from a local directory; CPU-bound, no I/O after loading."""
+
+    def __init__(self, model: str | None = None, *, dimensions: int | None = None) -> None:
+        """Load the model; ``dimensions`` below the native size keeps the leading PCA axes."""
+        from model2vec import StaticModel
+
+        path = resolve_model_dir(model)
+        loaded = StaticModel.from_pretrained(
+            path, force_download=False, normalize=True, quantize_to="float32", max_length=None
+        )
+        width = int(loaded.dim)
+        if dimensions is not None and not 0 < dimensions <= width:
+            raise ConfigError(
+                f"embedder.dimensions is {dimensions}, but the static model {path.name!r} has "
+                f"{width} dimensions; use at most {width}",
+                param="embedder.dimensions",
+            )
+        self._model: Any = loaded
+        self._width = dimensions or width
+        self.dimensions: int = self._width
+        self.name: str = f"static:{path.name}:{self._width}"
+
+    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode on the calling thread; see ``embed`` for the contract."""
+        if not texts:
+            return np.zeros((0, self.dimensions), dtype=np.float32)
+        raw = self._model.encode(list(texts), normalize=False, use_multiprocessing=False)
+        # PCA axes are ordered by variance, so truncating keeps the most informative ones.
+        return normalise_rows(raw[:, : self._width])
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode inline when small (a thread hop would cost more), else in a worker thread."""
+        if sum(len(text) for text in texts) <= INLINE_MAX_CHARS:
+            return self.embed_sync(texts)
+        chunks = [
+            await asyncio.to_thread(self.embed_sync, texts[i : i + STATIC_CHUNK_TEXTS])
+            for i in range(0, len(texts), STATIC_CHUNK_TEXTS)
+        ]
+        return np.concatenate(chunks)
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible ``/v1/embeddings`` endpoint, batched, over an injected client."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        model: str = DEFAULT_OPENAI_MODEL,
+        url: str = DEFAULT_OPENAI_URL,
+        api_key: str | None = None,
+        dimensions: int | None = None,
+        batch_size: int = OPENAI_BATCH_TEXTS,
+    ) -> None:
+        """``url`` is the API base ending in ``/v1``; ``dimensions`` is sent when set."""
+        if dimensions is not None and dimensions <= 0:
+            raise ConfigError("embedder.dimensions must be positive", param="embedder.dimensions")
+        self._client = client
+        self._model = model
+        self._endpoint = url.rstrip("/")
+        if not self._endpoint.endswith("/embeddings"):
+            self._endpoint += "/embeddings"
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._requested = dimensions
+        self._batch_size = batch_size
+        # 0 until known: the configured size, a well-known model's size, or the probe's answer.
+        self.dimensions: int = dimensions or KNOWN_OPENAI_DIMENSIONS.get(model, 0)
+        self.name: str = f"openai:{model}:{self.dimensions}"
+
+    async def probe(self) -> int:
+        """Embed one text at start; its size becomes ``dimensions``, or a ConfigError.
+
+        An unreachable endpoint raises ``EmbedderError`` (the caller decides whether to start
+        degraded); a size other than the configured one is a ``ConfigError``.
+        """
+        vectors = await self._request([PROBE_TEXT], check_width=False)
+        width = int(vectors.shape[1])
+        if self._requested is not None and width != self._requested:
+            raise ConfigError(
+                f"embedder.dimensions is {self._requested}, but {self._model} at "
+                f"{self._endpoint} returns {width}-dimensional vectors (does it accept "
+                "the 'dimensions' parameter?)",
+                param="embedder.dimensions",
+            )
+        self.dimensions = width
+        self.name = f"openai:{self._model}:{width}"
+        return width
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed in batches of ``batch_size``; empty texts are not sent and come back zero."""
+        if self.dimensions == 0:
+            # Only reached when the startup probe could not answer; never a ConfigError here.
+            try:
+                await self.probe()
+            except ConfigError as exc:
+                raise EmbedderError(exc.message) from exc
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        todo = [i for i, text in enumerate(texts) if text.strip()]
+        for start in range(0, len(todo), self._batch_size):
+            rows = todo[start : start + self._batch_size]
+            out[rows] = await self._request([texts[i] for i in rows])
+        return out
+
+    async def _request(self, batch: list[str], *, check_width: bool = True) -> np.ndarray:
+        """POST one batch and return its rows in input order, normalised."""
+        body: dict[str, Any] = {"model": self._model, "input": batch, "encoding_format": "float"}
+        if self._requested is not None:
+            body["dimensions"] = self._requested
+        try:
+            response = await self._client.post(self._endpoint, json=body, headers=self._headers)
+        except httpx.HTTPError as exc:
+            raise EmbedderError(
+                f"embeddings request to {self._endpoint} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        if response.status_code >= 400:
+            raise EmbedderError(
+                f"embeddings endpoint {self._endpoint} answered {response.status_code}: "
+                f"{response.text[:ERROR_BODY_CHARS]}"
+            )
+        return normalise_rows(self._parse(response, len(batch), check_width))
+
+    def _parse(self, response: httpx.Response, expected_rows: int, check_width: bool) -> np.ndarray:
+        """Read ``data[].embedding`` ordered by ``index``; anything else is an EmbedderError."""
+        try:
+            items = sorted(response.json()["data"], key=lambda item: int(item["index"]))
+            matrix = np.asarray([item["embedding"] for item in items], dtype=np.float32)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EmbedderError(
+                f"embeddings endpoint {self._endpoint} sent an unreadable body: {exc}"
+            ) from exc
+        if matrix.ndim != 2 or matrix.shape[0] != expected_rows:
+            raise EmbedderError(
+                f"embeddings endpoint {self._endpoint} returned {matrix.shape[0]} vectors "
+                f"for {expected_rows} inputs"
+            )
+        if check_width and matrix.shape[1] != self.dimensions:
+            raise EmbedderError(
+                f"embeddings endpoint {self._endpoint} returned {matrix.shape[1]}-dimensional "
+                f"vectors, expected {self.dimensions}"
+            )
+        return matrix
+
+
+def check_dimensions(embedder: Embedder, expected: int | None, *, what: str = "collection") -> None:
+    """Raise ``ConfigError`` when ``embedder`` does not make ``expected``-sized vectors."""
+    if expected is not None and embedder.dimensions != expected:
+        raise ConfigError(
+            f"the embedder {embedder.name!r} makes {embedder.dimensions}-dimensional vectors, "
+            f"but the {what} holds {expected}-dimensional ones; configure the embedder the "
+            "collection was built with, or use a new collection / data directory",
+            param="embedder.dimensions",
+        )
+
+
+async def prepare_embedder(embedder: Embedder, expected: int | None) -> None:
+    """Startup check: probe a remote embedder for its real size, then ``check_dimensions``.
+
+    An endpoint that cannot be reached at start is tolerated when the size is already known
+    (configured or a well-known model): chat requests degrade until it comes back. When the
+    size is unknown nothing can be checked or created, so that is a ``ConfigError``.
+    """
+    probe = getattr(embedder, "probe", None)
+    if probe is not None:
+        try:
+            await probe()
+        except EmbedderError as exc:
+            if not embedder.dimensions:
+                raise ConfigError(
+                    f"cannot learn the embedder's vector size: {exc.message}; set "
+                    "embedder.dimensions or make the endpoint reachable",
+                    param="embedder.url",
+                ) from exc
+            LOGGER.warning("embedder probe failed, starting degraded: %s", exc.message)
+    check_dimensions(embedder, expected)
+
+
+def create_embedder(
+    kind: str,
+    model: str | None = None,
+    url: str | None = None,
+    api_key: str | None = None,
+    dimensions: int | None = None,
+    http_client: httpx.AsyncClient | None = None,
+) -> Embedder:
+    """Build the configured embedder (``kind`` is ``static`` or ``openai``)."""
+    if kind == "static":
+        return StaticEmbedder(model, dimensions=dimensions)
+    if kind == "openai":
+        if http_client is None:
+            raise ConfigError("the openai embedder needs an HTTP client", param="embedder.kind")
+        return OpenAIEmbedder(
+            http_client,
+            model=model or DEFAULT_OPENAI_MODEL,
+            url=url or DEFAULT_OPENAI_URL,
+            api_key=api_key,
+            dimensions=dimensions,
+        )
+    raise ConfigError(
+        f"embedder.kind must be 'static' or 'openai', not {kind!r}", param="embedder.kind"
+    )
