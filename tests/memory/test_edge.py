@@ -1,0 +1,108 @@
+"""EdgeStore specifics beyond the contract: crash durability, offloading, index builds."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from proxy.memory.edge import EdgeStore
+from proxy.memory.store import SearchQuery
+from tests.memory.support import record, vector_for, vectors_for
+
+ROOT = Path(__file__).resolve().parents[2]
+DIM = 16
+BATCH = 200
+# The writer acknowledges each batch on stdout only after ``add`` returned.
+WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    import numpy as np
+    from proxy.memory.edge import EdgeStore
+    from tests.memory.support import record
+
+    async def main() -> None:
+        store = await EdgeStore.open(sys.argv[1], dimensions=16)
+        rng = np.random.default_rng(0)
+        batch = 0
+        while True:
+            records = [record(f"b{batch}-{i}") for i in range(200)]
+            await store.add(records, rng.standard_normal((200, 16)).astype(np.float32))
+            print(f"ack {batch}", flush=True)
+            batch += 1
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_every_acknowledged_add_survives_sigkill(tmp_path: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert child.stdout is not None
+    acked = -1
+    try:
+        for line in child.stdout:
+            acked = int(line.split()[1])
+            if acked >= 8:
+                break
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert acked >= 8
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        for batch in range(acked + 1):
+            for i in (0, BATCH // 2, BATCH - 1):
+                assert await store.get("t1", f"b{batch}-{i}") is not None, (batch, i)
+        assert await store.count("t1") >= (acked + 1) * BATCH
+    finally:
+        await store.close()
+
+
+async def test_search_runs_off_the_event_loop(tmp_path: Path) -> None:
+    """While a search runs on the store's threads, other coroutines keep running."""
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        records = [record(f"m{i}") for i in range(500)]
+        await store.add(records, vectors_for(records, DIM))
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        query = SearchQuery(vector_for("m1", DIM), "m1", "u1", None, 50)
+        results = await asyncio.gather(*(store.search("t1", query) for _ in range(20)))
+        task.cancel()
+        assert all(len(r) == 50 for r in results)
+        assert ticks > 0
+    finally:
+        await store.close()
+
+
+async def test_optimize_builds_the_index_and_search_still_agrees(tmp_path: Path) -> None:
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        records = [record(f"m{i}", content=f"note {i}") for i in range(2000)]
+        await store.add(records, vectors_for(records, DIM))
+        query = SearchQuery(vector_for("note 42", DIM), "note 42", "u1", None, 5)
+        before = await store.search("t1", query)
+        await store.optimize()
+        after = await store.search("t1", query)
+        assert before[0].record.id == after[0].record.id == "m42"
+        assert await store.count("t1") == 2000
+    finally:
+        await store.close()
