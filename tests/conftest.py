@@ -1,0 +1,47 @@
+"""Shared fixtures: the fake OpenAI upstream and memproxy in front of it, over real sockets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from proxy.app import create_app
+from proxy.settings import Settings, TimeoutSettings, UpstreamSettings, load_settings
+from tests.fakes.servers import ProxyServer
+from tests.fakes.upstream import FakeServer
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[FakeServer]:
+    """One fake upstream for the session (requests are cleared per test by ``fake``)."""
+    with FakeServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fake(fake_server: FakeServer) -> FakeServer:
+    """The fake upstream with an empty request log."""
+    fake_server.fake.requests.clear()
+    return fake_server
+
+
+def proxy_settings(upstream_url: str, **timeouts: float) -> Settings:
+    """Default settings pointed at ``upstream_url`` (nothing read from the environment)."""
+    base = load_settings(env={})
+    upstream = UpstreamSettings(url=upstream_url, timeouts=TimeoutSettings(**timeouts))
+    return replace(base, upstream=upstream)
+
+
+@pytest.fixture(scope="session")
+def proxy_server(fake_server: FakeServer) -> Iterator[ProxyServer]:
+    """memproxy (no-op memory pipeline) in front of the fake, on a real socket."""
+    with ProxyServer(create_app(proxy_settings(fake_server.url))) as server:
+        yield server
+
+
+@pytest.fixture
+def proxy(proxy_server: ProxyServer, fake: FakeServer) -> ProxyServer:
+    """memproxy with the fake's request log cleared."""
+    return proxy_server

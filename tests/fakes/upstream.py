@@ -1,0 +1,385 @@
+"""A fake OpenAI upstream for tests and benchmarks (test code; never in the request path).
+
+Built on aiohttp's server: it is fast, and it can drop a connection mid-stream for real.
+
+Behaviour is set per server (``FakeConfig``) and may be overridden per request with headers
+(which memproxy forwards untouched):
+
+| header | effect |
+|---|---|
+| ``X-Fake-Status: 429`` | answer with that status and an OpenAI-shaped error body |
+| ``X-Fake-Retry-After: 7`` | add ``Retry-After`` to an error answer |
+| ``X-Fake-Latency-Ms: 50`` | wait before the response headers |
+| ``X-Fake-Chunks: 5`` / ``X-Fake-Interval-Ms: 20`` | content chunks of a stream, gap between them |
+| ``X-Fake-Reset-After: 2`` | drop the connection after that many content chunks |
+
+A chat request with ``tools`` answers with a tool call; ``n`` gives that many choices;
+``stream_options.include_usage`` adds the usage chunk. Every request is recorded
+(``FakeUpstream.requests``, or ``GET /_fake/requests`` for a subprocess), including whether the
+client went away before a stream ended.
+
+Run standalone: ``python -m tests.fakes.upstream --port 9000 [--latency-ms 0] [--chunks 8]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+MODEL = "fake-model"
+RECORD_LIMIT = 10_000
+WORDS = ("Hello", "from", "the", "fake", "upstream", "model", "of", "memproxy")
+
+
+@dataclass(frozen=True)
+class FakeConfig:
+    """Server-wide behaviour; headers override it per request."""
+
+    latency_ms: float = 0.0
+    chunks: int = 5
+    interval_ms: float = 0.0
+    record: bool = True
+
+
+@dataclass
+class Recorded:
+    """One request the fake received."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+    finished: bool = False  # the whole response was written
+    disconnected: bool = False  # the client went away while it was being written
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return orjson.loads(self.body)
+
+
+@dataclass
+class FakeUpstream:
+    """The fake's state and its aiohttp application."""
+
+    config: FakeConfig = field(default_factory=FakeConfig)
+    requests: deque[Recorded] = field(default_factory=lambda: deque(maxlen=RECORD_LIMIT))
+
+    def app(self) -> web.Application:
+        """The aiohttp application."""
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_get("/_fake/requests", self._dump)
+        app.router.add_delete("/_fake/requests", self._clear)
+        app.router.add_route("*", "/{tail:.*}", self._echo)
+        return app
+
+    async def _record(self, request: web.Request) -> Recorded:
+        body = await request.read()
+        rec = Recorded(
+            request.method, request.path, request.query_string, dict(request.headers), body
+        )
+        if self.config.record:
+            self.requests.append(rec)
+        return rec
+
+    def _knob(self, request: web.Request, name: str, default: float) -> float:
+        value = request.headers.get(f"X-Fake-{name}")
+        return float(value) if value is not None else default
+
+    async def _preamble(self, request: web.Request) -> tuple[Recorded, web.Response | None]:
+        rec = await self._record(request)
+        latency = self._knob(request, "Latency-Ms", self.config.latency_ms)
+        if latency:
+            await asyncio.sleep(latency / 1000)
+        status = int(self._knob(request, "Status", 200))
+        if status >= 400:
+            headers = {}
+            if "X-Fake-Retry-After" in request.headers:
+                headers["Retry-After"] = request.headers["X-Fake-Retry-After"]
+            body = {
+                "error": {
+                    "message": f"fake upstream error {status}",
+                    "type": "invalid_request_error" if status < 500 else "server_error",
+                    "param": None,
+                    "code": f"fake_{status}",
+                }
+            }
+            rec.finished = True
+            return rec, web.json_response(body, status=status, headers=headers, dumps=_dumps)
+        return rec, None
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        rec, error = await self._preamble(request)
+        if error is not None:
+            return error
+        payload = rec.json()
+        model = str(payload.get("model") or MODEL)
+        n = int(payload.get("n") or 1)
+        tools = bool(payload.get("tools"))
+        chunks = int(self._knob(request, "Chunks", self.config.chunks))
+        if not payload.get("stream"):
+            rec.finished = True
+            return web.Response(
+                body=orjson.dumps(completion(model, n, chunks, tools)),
+                content_type="application/json",
+            )
+        return await self._stream(request, rec, payload, model, n, chunks, tools)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        rec: Recorded,
+        payload: dict[str, Any],
+        model: str,
+        n: int,
+        chunks: int,
+        tools: bool,
+    ) -> web.StreamResponse:
+        interval = self._knob(request, "Interval-Ms", self.config.interval_ms) / 1000
+        reset_after = int(self._knob(request, "Reset-After", -1))
+        usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            for i, event in enumerate(stream_events(model, n, chunks, tools, usage)):
+                if reset_after >= 0 and i - 1 == reset_after:
+                    # Simulates a crashed upstream: no terminating chunk, connection gone.
+                    assert request.transport is not None
+                    request.transport.close()
+                    return response
+                if interval and i > 0:
+                    await asyncio.sleep(interval)
+                await response.write(event)
+            await response.write_eof()
+            rec.finished = True
+        except (ConnectionError, asyncio.CancelledError):
+            rec.disconnected = True
+            raise
+        return response
+
+    async def _models(self, request: web.Request) -> web.StreamResponse:
+        rec, error = await self._preamble(request)
+        if error is not None:
+            return error
+        rec.finished = True
+        data = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "fake"}
+            for m in (MODEL, "gpt-4o")
+        ]
+        return web.json_response({"object": "list", "data": data}, dumps=_dumps)
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        rec, error = await self._preamble(request)
+        if error is not None:
+            return error
+        payload = rec.json()
+        inputs = payload.get("input")
+        texts = inputs if isinstance(inputs, list) else [inputs]
+        dims = int(payload.get("dimensions") or 8)
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": [((len(str(t)) + k) % 7) / 7 for k in range(dims)],
+            }
+            for i, t in enumerate(texts)
+        ]
+        rec.finished = True
+        body = {
+            "object": "list",
+            "data": data,
+            "model": payload.get("model"),
+            "usage": {"prompt_tokens": 1, "total_tokens": 1},
+        }
+        return web.json_response(body, dumps=_dumps)
+
+    async def _echo(self, request: web.Request) -> web.StreamResponse:
+        rec, error = await self._preamble(request)
+        if error is not None:
+            return error
+        rec.finished = True
+        body = {"method": request.method, "path": request.path, "query": request.query_string}
+        return web.json_response(body, status=200, dumps=_dumps)
+
+    async def _dump(self, request: web.Request) -> web.Response:
+        rows = [{**asdict(r), "body": r.body.decode("utf-8", "replace")} for r in self.requests]
+        return web.json_response(rows, dumps=_dumps)
+
+    async def _clear(self, request: web.Request) -> web.Response:
+        self.requests.clear()
+        return web.Response(status=204)
+
+
+def _dumps(obj: Any) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def answer_words(chunks: int) -> list[str]:
+    """The content pieces of an answer of ``chunks`` chunks."""
+    return [WORDS[i % len(WORDS)] + ("" if i == chunks - 1 else " ") for i in range(chunks)]
+
+
+def tool_call(i: int) -> dict[str, Any]:
+    """The tool call the fake makes when the request has tools."""
+    return {
+        "index": 0,
+        "id": f"call_fake_{i}",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
+
+
+def completion(model: str, n: int, chunks: int, tools: bool) -> dict[str, Any]:
+    """A non-streaming chat.completion."""
+    text = "".join(answer_words(chunks))
+    choices = []
+    for i in range(n):
+        message: dict[str, Any] = {"role": "assistant", "content": None if tools else text}
+        if tools:
+            call = tool_call(i)
+            call.pop("index")
+            message["tool_calls"] = [call]
+        finish = "tool_calls" if tools else "stop"
+        choices.append({"index": i, "message": message, "finish_reason": finish, "logprobs": None})
+    usage = {"prompt_tokens": 10, "completion_tokens": chunks * n, "total_tokens": 10 + chunks * n}
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": usage,
+    }
+
+
+def _event(model: str, choices: list[dict[str, Any]], usage: Any = None) -> bytes:
+    chunk: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": model,
+        "choices": choices,
+    }
+    if usage is not None:
+        chunk["usage"] = usage
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+def stream_events(model: str, n: int, chunks: int, tools: bool, usage: bool) -> list[bytes]:
+    """The SSE events of a streamed answer: role, content (or tool call), finish, usage, DONE."""
+    events = [
+        _event(
+            model,
+            [
+                {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                for i in range(n)
+            ],
+        )
+    ]
+    for word in answer_words(chunks):
+        if tools:
+            delta: dict[str, Any] = {"tool_calls": [tool_call(0)]}
+            events.append(
+                _event(
+                    model, [{"index": i, "delta": delta, "finish_reason": None} for i in range(n)]
+                )
+            )
+            break
+        events.append(
+            _event(
+                model,
+                [{"index": i, "delta": {"content": word}, "finish_reason": None} for i in range(n)],
+            )
+        )
+    finish = "tool_calls" if tools else "stop"
+    events.append(
+        _event(model, [{"index": i, "delta": {}, "finish_reason": finish} for i in range(n)])
+    )
+    if usage:
+        events.append(
+            _event(
+                model,
+                [],
+                {
+                    "prompt_tokens": 10,
+                    "completion_tokens": chunks * n,
+                    "total_tokens": 10 + chunks * n,
+                },
+            )
+        )
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+class FakeServer:
+    """Runs a ``FakeUpstream`` on a free port in a background thread (context manager)."""
+
+    def __init__(self, fake: FakeUpstream | None = None, host: str = "127.0.0.1") -> None:
+        self.fake = fake or FakeUpstream()
+        self.host = host
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        """Base URL ending in ``/v1``."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> FakeServer:
+        """Start serving; returns when the port is bound."""
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+        return self
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(self.fake.app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+
+    def stop(self) -> None:
+        """Stop serving and end the thread."""
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> FakeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main() -> None:
+    """Serve until killed."""
+    parser = argparse.ArgumentParser(description="Fake OpenAI upstream")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--chunks", type=int, default=5)
+    parser.add_argument("--interval-ms", type=float, default=0.0)
+    parser.add_argument("--no-record", action="store_true", help="do not keep received requests")
+    args = parser.parse_args()
+    config = FakeConfig(args.latency_ms, args.chunks, args.interval_ms, record=not args.no_record)
+    web.run_app(
+        FakeUpstream(config).app(), host=args.host, port=args.port, access_log=None, print=None
+    )
+
+
+if __name__ == "__main__":
+    main()
