@@ -40,9 +40,10 @@ WRITER = textwrap.dedent(
 )
 
 
-async def test_every_acknowledged_add_survives_sigkill(tmp_path: Path) -> None:
+def write_until_killed(path: Path, batches: int) -> int:
+    """Run the writer in a child process, SIGKILL it after ``batches`` acks; return the last ack."""
     child = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(tmp_path)],
+        [sys.executable, "-c", WRITER, str(path)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
@@ -53,11 +54,16 @@ async def test_every_acknowledged_add_survives_sigkill(tmp_path: Path) -> None:
     try:
         for line in child.stdout:
             acked = int(line.split()[1])
-            if acked >= 8:
+            if acked >= batches - 1:
                 break
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
+    return acked
+
+
+async def test_every_acknowledged_add_survives_sigkill(tmp_path: Path) -> None:
+    acked = await asyncio.to_thread(write_until_killed, tmp_path, 9)
     assert acked >= 8
     store = await EdgeStore.open(tmp_path, dimensions=DIM)
     try:
