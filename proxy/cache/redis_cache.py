@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ResponseError
 
 from proxy.cache.breaker import CircuitBreaker
 from proxy.cache.protocol import REASON_CIRCUIT_OPEN, REASON_ERROR, REASON_TIMEOUT, ErrorHook
@@ -78,6 +79,11 @@ class RedisCache:
         except asyncio.CancelledError:
             self.breaker.release_probe()
             raise
+        except ResponseError:
+            # Redis answered (e.g. INCR of a non-integer): it is up, the command was wrong.
+            self.breaker.record_success()
+            self._report(op, REASON_ERROR)
+            return fallback
         except Exception as exc:  # any client failure is a miss: memory never fails a request
             self.breaker.record_failure(f"{op}: {type(exc).__name__}: {exc}")
             self._report(op, REASON_ERROR)

@@ -1,0 +1,239 @@
+"""RequestCache: embeddings, token counts, search results, generations, tenant separation."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+
+import fakeredis
+import numpy as np
+import pytest
+
+from proxy.cache import CacheTTLs, LocalCache, RedisCache, RequestCache, keys
+from proxy.cache.redis_cache import connect
+from proxy.context.records import Candidate, MemoryRecord
+from tests.redis_server import RedisServer
+
+DIM = 8
+
+
+def hit(tenant: str, memory_id: str, similarity: float = 0.8) -> Candidate:
+    record = MemoryRecord(
+        id=memory_id,
+        tenant=tenant,
+        user="alice",
+        source="learnings",
+        content=f"memory {memory_id}",
+        created_at=datetime(2025, 3, 1, 12, 0, 0, 250_000, tzinfo=UTC),
+        tokens={"o200k_base": 3},
+        metadata={"tags": ["a"], "n": 1},
+    )
+    return Candidate(record=record, similarity=similarity)
+
+
+class CountingEmbedder:
+    """An embedder that records what it was asked to embed."""
+
+    name = "test-embedder"
+    dimensions = DIM
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        rng = np.random.default_rng(abs(hash(tuple(texts))) % 2**32)
+        return rng.standard_normal((len(texts), DIM)).astype(np.float32)
+
+
+@pytest.fixture(params=["local", "fakeredis"])
+async def rc(request: pytest.FixtureRequest) -> AsyncIterator[RequestCache]:
+    cache = (
+        LocalCache(1000)
+        if request.param == "local"
+        else RedisCache(fakeredis.FakeAsyncRedis(), timeout_ms=2000)
+    )
+    request_cache = RequestCache(cache)
+    yield request_cache
+    await request_cache.close()
+
+
+async def test_embedding_is_computed_once_per_text(rc: RequestCache) -> None:
+    embedder = CountingEmbedder()
+    first = await rc.embed("acme", embedder, "what is my cat's name?")
+    second = await rc.embed("acme", embedder, "what is my cat's name?")
+    assert embedder.calls == [["what is my cat's name?"]]
+    assert second.dtype == np.float32
+    assert second.tobytes() == first.tobytes()
+
+
+async def test_embeddings_are_per_tenant_and_per_model(rc: RequestCache) -> None:
+    vector = np.arange(DIM, dtype=np.float32)
+    await rc.set_embedding("acme", "m1", DIM, "q", vector)
+    assert await rc.get_embedding("globex", "m1", DIM, "q") is None
+    assert await rc.get_embedding("acme", "m2", DIM, "q") is None
+    assert await rc.get_embedding("acme", "m1", DIM * 2, "q") is None
+    found = await rc.get_embedding("acme", "m1", DIM, "q")
+    assert found is not None
+    assert found.tolist() == vector.tolist()
+
+
+async def test_long_conversation_only_counts_new_messages(rc: RequestCache) -> None:
+    counted: list[str] = []
+
+    def count(text: str, encoding: str) -> int:
+        counted.append(text)
+        return len(text.split())
+
+    turns = [f"message number {i} with some words" for i in range(20)]
+    assert await rc.count_tokens("acme", "o200k_base", turns, count) == [6] * 20
+    counted.clear()
+    longer = [*turns, "a new question", "a new question"]
+    assert await rc.count_tokens("acme", "o200k_base", longer, count) == [6] * 20 + [3, 3]
+    assert counted == ["a new question"]  # the history came from the cache, repeats once
+
+
+async def test_token_counts_are_per_encoding_and_tenant(rc: RequestCache) -> None:
+    await rc.set_token_counts("acme", "o200k_base", {"hello world": 2})
+    assert await rc.get_token_counts("acme", "o200k_base", ["hello world", "x"]) == [2, None]
+    assert await rc.get_token_counts("acme", "cl100k_base", ["hello world"]) == [None]
+    assert await rc.get_token_counts("globex", "o200k_base", ["hello world"]) == [None]
+
+
+async def test_default_counter_is_tiktoken(rc: RequestCache) -> None:
+    assert await rc.count_tokens("acme", "o200k_base", ["hello world", ""]) == [2, 0]
+
+
+async def test_search_result_is_served_until_a_write_bumps_the_generation(
+    rc: RequestCache,
+) -> None:
+    key = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    assert await rc.get_retrieval(key) is None
+    hits = [hit("acme", "m1", 0.91), hit("acme", "m2", 0.42)]
+    await rc.set_retrieval(key, hits)
+
+    again = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    assert again == key
+    assert await rc.get_retrieval(again) == hits
+
+    await rc.bump_generation("acme")
+    after_write = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    assert after_write != key
+    assert await rc.get_retrieval(after_write) is None
+
+
+async def test_a_write_to_one_tenant_keeps_the_other_tenants_results(rc: RequestCache) -> None:
+    acme = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    globex = await rc.retrieval_key("globex", "alice", "cats", top_k=5, sources=None)
+    assert acme is not None
+    assert globex is not None
+    assert acme.key != globex.key
+    await rc.set_retrieval(acme, [hit("acme", "m1")])
+    await rc.set_retrieval(globex, [hit("globex", "g1")])
+    await rc.bump_generation("acme")
+    assert await rc.get_retrieval(globex) == [hit("globex", "g1")]
+    stale = await rc.get_retrieval(
+        await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    )
+    assert stale is None
+
+
+async def test_users_and_options_do_not_share_results(rc: RequestCache) -> None:
+    base = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    await rc.set_retrieval(base, [hit("acme", "m1")])
+    for other in (
+        await rc.retrieval_key("acme", "bob", "cats", top_k=5, sources=None),
+        await rc.retrieval_key("acme", "alice", "cats", top_k=6, sources=None),
+        await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=["playbook"]),
+        await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None, variant="m2"),
+    ):
+        assert await rc.get_retrieval(other) is None
+
+
+async def test_result_under_another_tenants_key_is_never_served(rc: RequestCache) -> None:
+    key = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    assert key is not None
+    # A poisoned entry (say, a bug elsewhere) holding globex's record under acme's key.
+    await rc.set_retrieval(key, [hit("globex", "g1")])
+    assert await rc.get_retrieval(key) is None
+
+
+async def test_evicted_generation_restarts_past_every_earlier_number(rc: RequestCache) -> None:
+    for _ in range(3):
+        await rc.bump_generation("acme")
+    key = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    await rc.set_retrieval(key, [hit("acme", "old")])
+    before = await rc.generation("acme")
+    await rc.cache.delete(keys.generation_key("acme"))  # what LRU eviction does
+    after = await rc.generation("acme")
+    assert before is not None
+    assert after is not None
+    assert after > before
+    fresh = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    assert await rc.get_retrieval(fresh) is None
+
+
+async def test_bump_of_an_absent_counter_also_starts_from_the_clock() -> None:
+    rc = RequestCache(LocalCache(100), wall_clock=lambda: 1_700_000_000.0)
+    assert await rc.bump_generation("new-tenant") == 1 + 1_700_000_000_000_000
+    assert await rc.bump_generation("new-tenant") == 2 + 1_700_000_000_000_000
+
+
+async def test_empty_result_is_cached_too(rc: RequestCache) -> None:
+    key = await rc.retrieval_key("acme", "alice", "nothing", top_k=5, sources=None)
+    await rc.set_retrieval(key, [])
+    assert await rc.get_retrieval(key) == []
+
+
+async def test_corrupt_entries_are_misses(rc: RequestCache) -> None:
+    await rc.cache.set(keys.embedding_key("acme", "m", DIM, "q"), b"short", ttl_s=60)
+    assert await rc.get_embedding("acme", "m", DIM, "q") is None
+    await rc.cache.set(keys.token_count_key("acme", "enc", keys.digest("t")), b"x", ttl_s=60)
+    assert await rc.get_token_counts("acme", "enc", ["t"]) == [None]
+    await rc.cache.set(keys.generation_key("acme"), b"not a number", ttl_s=60)
+    assert await rc.retrieval_key("acme", "u", "q", top_k=1, sources=None) is None
+
+
+async def test_zero_ttls_disable_each_kind() -> None:
+    local = LocalCache(100)
+    rc = RequestCache(local, CacheTTLs(embedding_s=0, token_count_s=0, retrieval_s=0))
+    await rc.set_embedding("t", "m", DIM, "q", np.zeros(DIM, dtype=np.float32))
+    await rc.set_token_counts("t", "enc", {"x": 1})
+    assert await rc.get_embedding("t", "m", DIM, "q") is None
+    assert await rc.get_token_counts("t", "enc", ["x"]) == [None]
+    assert await rc.retrieval_key("t", "u", "q", top_k=1, sources=None) is None
+    assert await rc.get_retrieval(None) is None
+    await rc.set_retrieval(None, [hit("t", "m")])  # a no-op
+    assert len(local) == 0
+
+
+async def test_write_behind_returns_before_the_write_and_flush_waits() -> None:
+    rc = RequestCache(LocalCache(100), write_behind=True)
+    key = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    await rc.set_retrieval(key, [hit("acme", "m1")])
+    await rc.set_token_counts("acme", "enc", {"x": 1})
+    await rc.flush()
+    assert await rc.get_retrieval(key) == [hit("acme", "m1")]
+    assert await rc.get_token_counts("acme", "enc", ["x"]) == [1]
+
+
+async def test_generations_and_results_on_a_real_redis(shared_redis_server: RedisServer) -> None:
+    client = connect(shared_redis_server.url)
+    await client.flushall()
+    rc = RequestCache(RedisCache(client, timeout_ms=2000))
+    try:
+        key = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=("learnings",))
+        assert key is not None
+        await rc.set_retrieval(key, [hit("acme", "m1")])
+        assert await rc.get_retrieval(key) == [hit("acme", "m1")]
+        ttl_ms = await client.pttl(key.key)
+        assert 0 < ttl_ms <= 300_000
+        assert await client.pttl(keys.generation_key("acme")) == -1  # counters never expire
+        await rc.bump_generation("acme")
+        fresh = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=("learnings",))
+        assert await rc.get_retrieval(fresh) is None
+        stored = [k.decode() for k in await client.keys("*")]
+        assert stored
+        assert all(k.startswith("mp:v1:acme:") for k in stored)
+    finally:
+        await rc.close()
