@@ -1,0 +1,256 @@
+"""LoCoMo evidence recall at a token budget: memproxy's packed memories vs plain top-k.
+
+For each LoCoMo conversation (``../shared/bench/locomo/locomo_dev.json``, CC BY-NC 4.0: read
+from there, never copied), one memproxy user gets the observations as ``learnings`` (metadata:
+their dia_id), the session summaries as ``summaries`` and the dialog turns as ``conversation``
+(metadata: dia_id), dated from the sessions, shifted so the last session is today. Every question
+of categories 1-4 is then asked twice per budget (500, 1000, 2000 tokens):
+
+- memproxy: ``POST /v1/chat/completions`` with ``X-Memory-Mode: explain`` and
+  ``X-Memory-Max-Tokens: B``; the memories it would inject are scored;
+- baseline: ``POST /v1/memories/search`` (cosine top-k), hits taken in rank order while they fit
+  B tokens (o200k_base, ``proxy.context.tokens.count_tokens``).
+
+Evidence recall = the share of the question's evidence dia_ids carried by the chosen memories,
+averaged per category and overall. Everything goes through memproxy's HTTP API, started here as
+``python -m proxy serve`` on a temporary data dir (or pass ``--url`` for a running one).
+
+Run: ``.venv/bin/python bench/locomo.py`` (full) or ``--smoke`` (one conversation, few questions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.lib import locomo_data, report, servers, stats
+from proxy.context.tokens import O200K, count_tokens
+
+DEFAULT_DATA = servers.ROOT.parent / "shared" / "bench" / "locomo" / "locomo_dev.json"
+BUDGETS = (500, 1000, 2000)
+MODEL = "gpt-4o"  # o200k_base, the encoding the baseline counts with
+API_KEY = "sk-locomo-bench"  # passthrough mode: one key, one tenant for the whole run
+IMPORT_BATCH = 100
+SEARCH_TOP_K = 100
+CONCURRENCY = 8
+SMOKE_QUESTIONS = 8
+SMOKE_BUDGETS = (500, 1000)
+
+
+def user_for(sample_id: str) -> str:
+    """Return the memproxy user that holds one LoCoMo conversation."""
+    return f"locomo-{sample_id}"
+
+
+async def import_sample(client: httpx.AsyncClient, sample: dict[str, Any], now: datetime) -> int:
+    """Store one conversation's memories through ``POST /v1/memories``; return how many."""
+    items = locomo_data.build_memories(sample, user_for(sample["sample_id"]), now)
+    for start in range(0, len(items), IMPORT_BATCH):
+        batch = items[start : start + IMPORT_BATCH]
+        response = await client.post("/v1/memories", json={"memories": batch})
+        if response.status_code != 201:
+            raise RuntimeError(f"import failed {response.status_code}: {response.text[:500]}")
+        stored = len(response.json().get("data", []))
+        if stored != len(batch):
+            raise RuntimeError(f"import stored {stored} of {len(batch)} memories")
+    return len(items)
+
+
+async def explain(
+    client: httpx.AsyncClient, question: locomo_data.Question, budget: int, top_k: int | None
+) -> tuple[list[dict[str, Any]], float, str]:
+    """Return the memories memproxy would inject for ``question`` at ``budget``, latency, status."""
+    headers = {
+        "X-Memory-Mode": "explain",
+        "X-Memory-Max-Tokens": str(budget),
+        "X-Memory-User": user_for(question.sample_id),
+    }
+    if top_k is not None:
+        headers["X-Memory-Top-K"] = str(top_k)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": question.text}]}
+    started = time.perf_counter()
+    response = await client.post("/v1/chat/completions", json=body, headers=headers)
+    elapsed = time.perf_counter() - started
+    if response.status_code != 200:
+        raise RuntimeError(f"explain failed {response.status_code}: {response.text[:500]}")
+    payload = response.json()
+    if payload.get("object") != "memory.explain":
+        raise RuntimeError(f"not an explain answer: {str(payload)[:300]}")
+    return list(payload.get("memories", [])), elapsed, response.headers.get("X-Memory-Status", "")
+
+
+async def search(
+    client: httpx.AsyncClient, question: locomo_data.Question, top_k: int
+) -> list[dict[str, Any]]:
+    """Return ``/v1/memories/search`` hits for ``question``, best first."""
+    body = {"query": question.text, "user": user_for(question.sample_id), "top_k": top_k}
+    response = await client.post("/v1/memories/search", json=body)
+    if response.status_code != 200:
+        raise RuntimeError(f"search failed {response.status_code}: {response.text[:500]}")
+    return list(response.json().get("data", []))
+
+
+async def score_question(
+    client: httpx.AsyncClient,
+    question: locomo_data.Question,
+    budgets: Sequence[int],
+    args: argparse.Namespace,
+    gate: asyncio.Semaphore,
+) -> dict[str, Any]:
+    """Return the recall of both methods at every budget for one question."""
+    async with gate:
+        hits = await search(client, question, args.search_top_k)
+        row: dict[str, Any] = {"category": question.category, "evidence": list(question.evidence)}
+        for budget in budgets:
+            memories, elapsed, status = await explain(client, question, budget, args.top_k)
+            chosen = locomo_data.fill_budget(hits, budget, lambda text: count_tokens(text, O200K))
+            row[f"memproxy@{budget}"] = locomo_data.evidence_recall(question.evidence, memories)
+            row[f"topk@{budget}"] = locomo_data.evidence_recall(question.evidence, chosen)
+            row[f"latency@{budget}"] = elapsed
+            row[f"status@{budget}"] = status
+            row[f"tokens@{budget}"] = sum(int(m.get("tokens") or 0) for m in memories)
+            # All hits fitted: the baseline ran out of candidates, not of budget.
+            row[f"topk_short@{budget}"] = len(chosen) == len(hits)
+        return row
+
+
+def summarize(rows: list[dict[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
+    """Return recall per method, budget and category, plus explain latency and diagnostics."""
+    recall: dict[str, dict[str, dict[str, float]]] = {"memproxy": {}, "topk": {}}
+    diagnostics: dict[str, dict[str, float]] = {}
+    for budget in budgets:
+        for method in recall:
+            pairs = [(r["category"], r[f"{method}@{budget}"]) for r in rows]
+            recall[method][str(budget)] = locomo_data.mean_by_category(pairs)
+        latency = stats.summarize_ms([r[f"latency@{budget}"] for r in rows])
+        diagnostics[str(budget)] = {
+            "explain_p50_ms": latency["p50"],
+            "explain_p99_ms": latency["p99"],
+            "mean_injected_tokens": sum(r[f"tokens@{budget}"] for r in rows) / len(rows),
+            "degraded": float(sum(r[f"status@{budget}"] == "degraded" for r in rows)),
+            "topk_short": float(sum(r[f"topk_short@{budget}"] for r in rows)),
+        }
+    return {"recall": recall, "diagnostics": diagnostics}
+
+
+def recall_rows(summary: dict[str, Any], budgets: Sequence[int]) -> list[dict[str, Any]]:
+    """Return printable rows: one per (budget, method), categories as columns, in percent."""
+    names = [*locomo_data.CATEGORIES.values(), "overall"]
+    rows = []
+    for budget in budgets:
+        for method in ("memproxy", "topk"):
+            values = summary["recall"][method][str(budget)]
+            row: dict[str, Any] = {"budget": budget, "method": method}
+            row.update({name: 100.0 * values[name] for name in names if name in values})
+            rows.append(row)
+    return rows
+
+
+async def evaluate(base_url: str, samples: list[dict[str, Any]], args: argparse.Namespace) -> dict:
+    """Import every sample, ask every question, and return the results document."""
+    now = datetime.now(UTC)
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    limits = httpx.Limits(max_connections=CONCURRENCY * 2)
+    async with httpx.AsyncClient(
+        base_url=base_url, headers=headers, timeout=60, limits=limits
+    ) as client:
+        started = time.perf_counter()
+        imported = [await import_sample(client, sample, now) for sample in samples]
+        import_seconds = time.perf_counter() - started
+        print(f"imported {sum(imported)} memories in {import_seconds:.1f} s", file=sys.stderr)
+        questions = [q for sample in samples for q in locomo_data.questions(sample)]
+        if args.questions:
+            questions = questions[: args.questions]
+        gate = asyncio.Semaphore(CONCURRENCY)
+        started = time.perf_counter()
+        rows = await asyncio.gather(
+            *(score_question(client, q, args.budgets, args, gate) for q in questions)
+        )
+        ask_seconds = time.perf_counter() - started
+    summary = summarize(list(rows), args.budgets)
+    return {
+        "dataset": str(args.data.name),
+        "conversations": [s["sample_id"] for s in samples],
+        "memories": sum(imported),
+        "import_seconds": import_seconds,
+        "questions": len(rows),
+        "ask_seconds": ask_seconds,
+        "budgets": list(args.budgets),
+        "smoke": args.smoke,
+        **summary,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Start memproxy (unless ``--url``) and evaluate the selected samples."""
+    if not args.data.is_file():
+        raise SystemExit(f"LoCoMo data not found at {args.data} (pass --data)")
+    samples = json.loads(args.data.read_text())
+    if args.conversations:
+        samples = samples[: args.conversations]
+    if args.url:
+        return asyncio.run(evaluate(args.url, samples, args))
+    with (
+        tempfile.TemporaryDirectory(prefix="memproxy-locomo-") as data_dir,
+        servers.fake_upstream() as upstream,
+        servers.memproxy(upstream.base_url + "/v1", Path(data_dir)) as proxy,
+    ):
+        return asyncio.run(evaluate(proxy.base_url, samples, args))
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; ``--smoke`` shrinks the run to seconds."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--url", help="use a running memproxy instead of starting one")
+    parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
+    parser.add_argument("--conversations", type=int, default=0, help="first N (0 = all)")
+    parser.add_argument("--questions", type=int, default=0, help="first N questions (0 = all)")
+    parser.add_argument("--top-k", type=int, default=None, help="X-Memory-Top-K for memproxy")
+    parser.add_argument("--search-top-k", type=int, default=SEARCH_TOP_K)
+    parser.add_argument("--smoke", action="store_true", help="1 conversation, a few questions")
+    parser.add_argument("--out", default="locomo", help="results name under bench/results/")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.conversations = 1
+        args.questions = args.questions or SMOKE_QUESTIONS
+        args.budgets = list(SMOKE_BUDGETS)
+        args.out = "locomo-smoke" if args.out == "locomo" else args.out
+    return args
+
+
+def main() -> None:
+    """Run the benchmark, print the recall table and save the JSON results."""
+    args = parse_args()
+    results = run(args)
+    path = report.save_results(args.out, results)
+    print(
+        f"LoCoMo evidence recall (%), {results['questions']} questions, "
+        f"{len(results['conversations'])} conversations, {results['memories']} memories"
+    )
+    print(stats.format_table(recall_rows(results, args.budgets)))
+    diag = [{"budget": int(b), **d} for b, d in results["diagnostics"].items()]
+    print(stats.format_table(diag))
+    mid = "1000" if "1000" in results["recall"]["memproxy"] else str(args.budgets[0])
+    gain = 100 * (
+        results["recall"]["memproxy"][mid]["overall"] - results["recall"]["topk"][mid]["overall"]
+    )
+    print(f"memproxy - top-k at {mid} tokens, overall: {gain:+.1f} points (target: +10)")
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()
