@@ -203,7 +203,7 @@ def check_forwarding(base_url: str, model: str = PEER_MODEL) -> dict[str, object
 
 def main() -> None:
     """Install the peer if needed, verify it forwards, and measure it against the fake upstream."""
-    from bench.lib import loadgen, servers, stats
+    from bench.lib import loadgen, report, servers, stats
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--spec", default=DEFAULT_SPEC, help="pip requirement for the peer")
@@ -238,7 +238,21 @@ def main() -> None:
                 rounds=args.rounds,
                 streams=(False, True),
             )
-    print(stats.format_table(loadgen.result_rows(results, baseline="direct")))
+    rows = loadgen.result_rows(results, baseline="direct")
+    columns = ["target", "c", "stream", "requests", "errors", "rps", "p50_ms", "p99_ms"]
+    columns += ["ttfc_p50_ms", "added_p50_ms", "added_p99_ms", "added_ttfc_p50_ms"]
+    print(stats.format_table(rows, columns))
+    path = report.save_results(
+        "litellm-peer",
+        {
+            "install": record,
+            "workers": args.workers,
+            "seconds": args.seconds,
+            "rounds": args.rounds,
+            "rows": rows,
+        },
+    )
+    print(f"results: {path}")
 
 
 if __name__ == "__main__":
