@@ -134,10 +134,17 @@ class EdgeStore:
     """A ``MemoryStore`` on an embedded Qdrant Edge shard; build it with ``EdgeStore.open``."""
 
     def __init__(
-        self, shard: qe.EdgeShard, executor: ThreadPoolExecutor, *, dimensions: int, hybrid: bool
+        self,
+        shard: qe.EdgeShard,
+        executor: ThreadPoolExecutor,
+        *,
+        dimensions: int,
+        hybrid: bool,
+        optimize_after: int | None = OPTIMIZE_AFTER_POINTS,
     ) -> None:
         self.dimensions = dimensions
         self.hybrid = hybrid
+        self.optimize_after = optimize_after
         self._shard = shard
         self._executor = executor
         self._optimizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-optimize")
@@ -155,8 +162,14 @@ class EdgeStore:
         dimensions: int,
         hybrid: bool = False,
         workers: int = DEFAULT_WORKERS,
+        optimize_after: int | None = OPTIMIZE_AFTER_POINTS,
     ) -> EdgeStore:
-        """Open (or create) the store under ``data_dir``; loading runs off the event loop."""
+        """Open (or create) the store under ``data_dir``; loading runs off the event loop.
+
+        ``hybrid`` fuses BM25 with dense results at search time (sparse vectors are always
+        written, so it can be switched per process). ``optimize_after`` new points start a
+        background index build; ``None`` leaves it to explicit ``optimize()`` calls (bulk loads).
+        """
         if dimensions <= 0:
             raise ConfigError(f"embedding dimensions must be positive, got {dimensions}")
         path = Path(data_dir) / SHARD_DIR
@@ -168,7 +181,9 @@ class EdgeStore:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(shard, executor, dimensions=dimensions, hybrid=hybrid)
+        return cls(
+            shard, executor, dimensions=dimensions, hybrid=hybrid, optimize_after=optimize_after
+        )
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         """Run a blocking shard call on the store's threads."""
@@ -199,7 +214,8 @@ class EdgeStore:
         if now - self._last_flush >= FLUSH_INTERVAL_S:
             self._shard.flush()
             self._last_flush = now
-        if self._unindexed >= OPTIMIZE_AFTER_POINTS and not self._optimizing:
+        threshold = self.optimize_after
+        if threshold is not None and self._unindexed >= threshold and not self._optimizing:
             self._unindexed = 0
             self._optimizing = True
             self._optimizer.submit(self._optimize_sync)

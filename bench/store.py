@@ -1,0 +1,285 @@
+"""Memory store benchmark: filtered search latency, import throughput, hybrid evidence recall.
+
+Three questions about ``proxy.memory.edge.EdgeStore`` (ADRs 0010-0013):
+
+1. Search: filtered top-50 p50/p99 *including the query embedding* (the real ``StaticEmbedder``)
+   at 100k memories in one tenant and at 1M memories over 1,000 tenants. Stored vectors are
+   random unit vectors written directly: embedding 1M synthetic texts would only measure the
+   embedder, whose bulk speed ``bench/embed.py`` reports. Queries embed real sentences.
+2. Import throughput (memories/s through ``add`` in batches: token counting, BM25 encoding,
+   payloads, WAL), then the index build (``optimize``) time, reported separately.
+3. The cost of keeping the synchronous shard off the event loop: one search inline versus
+   through the store's thread pool.
+4. ``--recall``: LoCoMo dev evidence recall@k for dense-only versus hybrid (BM25 + RRF), reading
+   the data from ``/work/shared/bench/locomo`` (never copied).
+
+Run: ``.venv/bin/python bench/store.py`` (100k, a few minutes), ``--size 1000000 --tenants
+1000`` for the large case, ``--recall`` for the retrieval study, ``--smoke`` for CI (seconds).
+The machine is shared with other work: treat p99 as noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+from bench.lib.locomo_data import CATEGORIES, build_memories, evidence_recall, questions
+from bench.lib.report import save_results
+from bench.lib.stats import format_table, summarize_ms
+from proxy.context.records import SOURCES, MemoryRecord
+from proxy.memory.edge import EdgeStore
+from proxy.memory.embedders import StaticEmbedder
+from proxy.memory.store import SearchQuery
+
+LOCOMO = Path("/work/shared/bench/locomo/locomo_dev.json")
+SEED = 4
+BATCH = 1_000
+TOP_K = 50
+RECALL_KS = (5, 10, 20, 50)
+QUERIES = (
+    "When did Caroline go to the LGBTQ support group?",
+    "What does the user prefer for breakfast on weekends?",
+    "Which database did we pick for the analytics service and why?",
+    "What is the name of Melanie's dog?",
+    "How should I format the quarterly report for finance?",
+    "What did we decide about the deployment freeze in December?",
+    "Where did John travel last summer with his family?",
+    "What programming language does the team use for the backend?",
+)
+WORDS = [
+    "project",
+    "meeting",
+    "deadline",
+    "coffee",
+    "budget",
+    "travel",
+    "family",
+    "doctor",
+    "birthday",
+    "report",
+    "server",
+    "database",
+    "garden",
+    "painting",
+    "concert",
+    "hiking",
+    "recipe",
+    "invoice",
+    "contract",
+    "python",
+    "kubernetes",
+    "vacation",
+    "museum",
+    "library",
+    "guitar",
+    "marathon",
+    "allergy",
+    "apartment",
+    "passport",
+    "interview",
+]
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def synthetic_records(
+    start: int, count: int, tenants: int, rng: np.random.Generator
+) -> list[MemoryRecord]:
+    """Records ``start..start+count`` spread round-robin over tenants, users and sources."""
+    picks = rng.integers(0, len(WORDS), size=(count, 8))
+    return [
+        MemoryRecord(
+            id=f"m{start + i}",
+            tenant=f"t{(start + i) % tenants}",
+            user=f"u{(start + i) // tenants % 5}",
+            source=SOURCES[(start + i) % len(SOURCES)],
+            content="The user mentioned "
+            + " ".join(WORDS[j] for j in picks[i])
+            + f" #{start + i}.",
+            created_at=NOW - timedelta(minutes=start + i),
+        )
+        for i in range(count)
+    ]
+
+
+def unit_rows(count: int, dim: int, rng: np.random.Generator) -> np.ndarray:
+    rows = rng.standard_normal((count, dim)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows
+
+
+async def ingest(store: EdgeStore, size: int, tenants: int) -> dict[str, float]:
+    """Write ``size`` synthetic memories in batches; return import and index-build figures."""
+    rng = np.random.default_rng(SEED)
+    started = time.perf_counter()
+    for start in range(0, size, BATCH):
+        count = min(BATCH, size - start)
+        await store.add(
+            synthetic_records(start, count, tenants, rng), unit_rows(count, store.dimensions, rng)
+        )
+        if start and start % 100_000 == 0:
+            rate = start / (time.perf_counter() - started)
+            print(f"  imported {start:,} ({rate:,.0f}/s)", flush=True)
+    imported = time.perf_counter() - started
+    started = time.perf_counter()
+    await store.optimize()
+    return {
+        "memories": float(size),
+        "import_s": imported,
+        "import_per_s": size / imported,
+        "optimize_s": time.perf_counter() - started,
+    }
+
+
+async def search_latency(
+    store: EdgeStore, embedder: StaticEmbedder, tenants: int, rounds: int
+) -> dict[str, Any]:
+    """Filtered top-50 latency, embed + search, plus the inline-versus-offloaded comparison."""
+    rng = np.random.default_rng(SEED + 1)
+    end_to_end, embed_only, offloaded, inline = [], [], [], []
+    for i in range(rounds):
+        text = QUERIES[i % len(QUERIES)]
+        tenant = f"t{int(rng.integers(0, tenants))}"
+        t0 = time.perf_counter()
+        vector = (await embedder.embed([text]))[0]
+        t1 = time.perf_counter()
+        query = SearchQuery(vector=vector, text=text, user="u1", sources=None, top_k=TOP_K)
+        hits = await store.search(tenant, query)
+        t2 = time.perf_counter()
+        store.search_sync(tenant, query, vector)
+        t3 = time.perf_counter()
+        if not hits:
+            raise RuntimeError(f"search in {tenant} found nothing")
+        end_to_end.append(t2 - t0)
+        embed_only.append(t1 - t0)
+        offloaded.append(t2 - t1)
+        inline.append(t3 - t2)
+    return {
+        "embed+search": summarize_ms(end_to_end),
+        "embed": summarize_ms(embed_only),
+        "search (thread pool)": summarize_ms(offloaded),
+        "search (inline)": summarize_ms(inline),
+    }
+
+
+async def run_search(
+    size: int, tenants: int, rounds: int, hybrid: bool, data_dir: Path | None
+) -> dict[str, Any]:
+    embedder = StaticEmbedder()
+    with tempfile.TemporaryDirectory(dir=data_dir) as tmp:
+        store = await EdgeStore.open(
+            tmp, dimensions=embedder.dimensions, optimize_after=None, hybrid=hybrid
+        )
+        try:
+            print(f"importing {size:,} memories over {tenants:,} tenants ...", flush=True)
+            figures = await ingest(store, size, tenants)
+            latency = await search_latency(store, embedder, tenants, rounds)
+            started = time.perf_counter()
+            await store.close()
+            figures["close_s"] = time.perf_counter() - started
+            started = time.perf_counter()
+            reopened = await EdgeStore.open(tmp, dimensions=embedder.dimensions)
+            figures["reopen_s"] = time.perf_counter() - started
+            await reopened.close()
+        finally:
+            await store.close()
+    rows = [{"measure": name, **stats} for name, stats in latency.items()]
+    print(format_table(rows, ["measure", "count", "p50", "p90", "p99", "max"]))
+    print(format_table([figures]))
+    return {"size": size, "tenants": tenants, "hybrid": hybrid, "latency_ms": latency, **figures}
+
+
+def locomo_records(sample: dict[str, Any]) -> list[MemoryRecord]:
+    """One user per conversation: its observations, session summaries and dialog turns."""
+    sample_id = str(sample["sample_id"])
+    return [
+        MemoryRecord(
+            id=f"{sample_id}-{i}",
+            tenant="locomo",
+            user=sample_id,
+            source=item["source"],
+            content=item["content"],
+            created_at=datetime.fromisoformat(item["created_at"]),
+            metadata=item["metadata"],
+        )
+        for i, item in enumerate(build_memories(sample, sample_id, NOW))
+    ]
+
+
+async def run_recall(samples: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:
+    """Evidence recall@k on LoCoMo for dense-only and hybrid search over the same store."""
+    embedder = StaticEmbedder()
+    asked = [q for sample in samples for q in questions(sample, CATEGORIES)]
+    vectors = embedder.embed_sync([q.text for q in asked])
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = await EdgeStore.open(tmp, dimensions=embedder.dimensions, optimize_after=None)
+        try:
+            for sample in samples:
+                records = locomo_records(sample)
+                await store.add(records, embedder.embed_sync([r.content for r in records]))
+            for mode in ("dense", "hybrid"):
+                store.hybrid = mode == "hybrid"
+                for k in ks:
+                    by_category: dict[str, list[float]] = {}
+                    for question, vector in zip(asked, vectors, strict=True):
+                        query = SearchQuery(vector, question.text, question.sample_id, None, k)
+                        hits = await store.search("locomo", query)
+                        recall = evidence_recall(
+                            question.evidence, [{"metadata": h.record.metadata} for h in hits]
+                        )
+                        by_category.setdefault(CATEGORIES[question.category], []).append(recall)
+                        by_category.setdefault("overall", []).append(recall)
+                    results[f"{mode}@{k}"] = {c: float(np.mean(v)) for c, v in by_category.items()}
+        finally:
+            await store.close()
+    rows = [{"mode@k": name, **scores} for name, scores in results.items()]
+    print(f"{len(asked)} questions (categories 1-4) over {len(samples)} conversations")
+    print(format_table(rows, ["mode@k", "overall", *CATEGORIES.values()]))
+    return {"questions": len(asked), "conversations": len(samples), "recall": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI (seconds)")
+    parser.add_argument("--recall", action="store_true", help="LoCoMo dense vs hybrid recall")
+    parser.add_argument("--size", type=int, default=100_000, help="memories to import")
+    parser.add_argument("--tenants", type=int, default=1, help="tenants to spread them over")
+    parser.add_argument("--rounds", type=int, default=2_000, help="search queries to time")
+    parser.add_argument("--hybrid", action="store_true", help="time hybrid instead of dense search")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="where the temporary store lives"
+    )
+    args = parser.parse_args()
+    if args.recall:
+        samples = json.loads(LOCOMO.read_text())
+        out = asyncio.run(
+            run_recall(samples[:1] if args.smoke else samples, (10,) if args.smoke else RECALL_KS)
+        )
+        if not args.smoke:
+            print("saved", save_results("store_recall", out))
+        return
+    if args.smoke:
+        args.size, args.tenants, args.rounds = 3_000, 10, 50
+    out = asyncio.run(run_search(args.size, args.tenants, args.rounds, args.hybrid, args.data_dir))
+    if not args.smoke:
+        name = f"store_search_{args.size}_{args.tenants}{'_hybrid' if args.hybrid else ''}"
+        print("saved", save_results(name, out))
+
+
+if __name__ == "__main__":
+    main()
