@@ -1,4 +1,4 @@
-"""Fixtures of the cache tests. The shared real-Redis helper is ``tests/redis_server.py`` 
+"""Fixtures of the cache tests. The shared real-Redis helper is ``tests/redis_server.py``
 (run pytest as ``python -m pytest``, like every suite here).
 """
 

@@ -53,7 +53,7 @@ def test_open_refuses_until_cooldown_then_lets_exactly_one_probe() -> None:
     assert breaker.allow()  # the probe
     assert not breaker.allow()  # everyone else waits for it
     breaker.record_success()
-    assert breaker.state == "closed"
+    assert str(breaker.state) == "closed"
     assert breaker.allow()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,7 +19,7 @@ TENANT_KEYS = [
 
 
 @pytest.mark.parametrize("make_key", TENANT_KEYS)
-def test_every_key_is_versioned_and_starts_with_its_tenant(make_key) -> None:  # type: ignore[no-untyped-def]
+def test_every_key_is_versioned_and_starts_with_its_tenant(make_key: Callable[[str], str]) -> None:
     assert make_key("acme").startswith("mp:v1:acme:")
     assert make_key("acme") != make_key("globex")
 

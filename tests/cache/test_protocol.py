@@ -1,10 +1,11 @@
-"""One contract, three backends: LocalCache, RedisCache on fakeredis, RedisCache on a real server."""
+"""One contract, three backends: LocalCache, RedisCache on fakeredis and on a real server."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import fakeredis
 import pytest
@@ -43,6 +44,7 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
         yield Backend(LocalCache(1000, clock=clock), tick)
         return
 
+    client: Any
     if request.param == "fakeredis":
         client = fakeredis.FakeAsyncRedis()
     else:

@@ -232,7 +232,7 @@ async def test_generations_and_results_on_a_real_redis(shared_redis_server: Redi
         await rc.bump_generation("acme")
         fresh = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=("learnings",))
         assert await rc.get_retrieval(fresh) is None
-        stored = [k.decode() for k in await client.keys("*")]
+        stored = [k if isinstance(k, str) else k.decode() for k in await client.keys("*")]
         assert stored
         assert all(k.startswith("mp:v1:acme:") for k in stored)
     finally:
