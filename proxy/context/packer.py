@@ -1,0 +1,394 @@
+"""Knapsack packers: the seed's greedy (milestone 3.5.5) and an exact branch and bound.
+
+``GreedyKnapsackPacker`` is the seed exactly: walk memories in score order, take what fits,
+skip what does not, stop after 3 consecutive skips. ``OptimalKnapsackPacker`` maximises the
+total score: branch and bound over items in value/token order with the Dantzig (fractional)
+bound, seeded with the greedy answer. If it runs out of its node budget it also runs a dynamic
+programme on token counts rounded up to a coarse grid (always feasible), and returns the best of
+the three; ``proven_optimal`` tells whether the search finished. It never scores below greedy.
+
+Integration contract (stable): ``select_greedy`` and ``select_optimal`` work on plain
+``values``/``weights`` and return a ``KnapsackSolution`` (the assembler packs with its own values
+and per-line token costs); ``make_packer(kind)`` returns the packer for ``"optimal"|"greedy"``.
+Token counts come with each memory (``ScoredMemory.tokens`` or the record's stored count) and are
+counted only as a fallback.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from proxy.context.records import Candidate
+from proxy.context.scorer import ScoredMemory
+from proxy.context.tokens import count_tokens, encoding_name_for_model
+
+MAX_CONSECUTIVE_SKIPS = 3
+NODE_LIMIT = 4_000  # branch-and-bound nodes before the DP fallback (about 6 ms in CPython)
+DP_CELLS = 1_024  # capacity grid of the fallback DP
+RELATIVE_EPSILON = 1e-12
+PackerKind = Literal["optimal", "greedy"]
+PACKER_KINDS: tuple[PackerKind, ...] = ("optimal", "greedy")
+
+
+@dataclass(frozen=True, slots=True)
+class PackedMemories:
+    """The packed memories in score order and the seed's figures about them."""
+
+    memories: list[ScoredMemory]
+    total_tokens: int
+    total_score: float
+    skipped_count: int  # memories that were not packed
+    was_budget_reached: bool  # True if any memory was left out for lack of room
+    proven_optimal: bool = False
+    upper_bound: float | None = None  # no packing can score above this
+
+
+@dataclass(frozen=True, slots=True)
+class KnapsackSolution:
+    """Chosen indices (ascending), their value and weight, and how they were found."""
+
+    indices: tuple[int, ...]
+    value: float
+    weight: int
+    proven_optimal: bool
+    upper_bound: float
+    nodes: int = 0
+    method: str = "greedy"
+
+
+class TokenCounter(Protocol):
+    """Anything with the seed budget calculator's ``count_tokens``."""
+
+    def count_tokens(self, text: str, model: str) -> int:
+        """Tokens of ``text`` for ``model``."""
+        ...
+
+
+def total_value(values: Sequence[float], indices: Sequence[int]) -> float:
+    """Sum of values in index order, so equal sets always give equal totals."""
+    return math.fsum(values[i] for i in sorted(indices))
+
+
+def select_greedy(
+    values: Sequence[float],
+    weights: Sequence[int],
+    capacity: int,
+    max_skips: int = MAX_CONSECUTIVE_SKIPS,
+) -> KnapsackSolution:
+    """The seed's greedy in input order: skip what does not fit, stop after ``max_skips``."""
+    chosen: list[int] = []
+    used = 0
+    skips = 0
+    if capacity > 0:
+        for i, weight in enumerate(weights):
+            if used + weight <= capacity:
+                chosen.append(i)
+                used += weight
+                skips = 0
+                continue
+            skips += 1
+            if skips >= max_skips:
+                break
+    value = total_value(values, chosen)
+    bound = dantzig_root_bound(values, weights, capacity)
+    return KnapsackSolution(tuple(chosen), value, used, value >= bound, bound)
+
+
+def dantzig_root_bound(values: Sequence[float], weights: Sequence[int], capacity: int) -> float:
+    """The fractional-knapsack optimum: no 0/1 packing can score more."""
+    if capacity <= 0:  # no budget, no memories: not even zero-token ones
+        return 0.0
+    items = sorted(
+        ((v, w) for v, w in zip(values, weights, strict=True) if v > 0),
+        key=lambda vw: vw[0] / vw[1] if vw[1] > 0 else math.inf,
+        reverse=True,
+    )
+    room = float(capacity)
+    total = 0.0
+    for value, weight in items:
+        if weight <= room:
+            total += value
+            room -= weight
+        else:
+            total += value * room / weight
+            break
+    return total
+
+
+def select_optimal(
+    values: Sequence[float],
+    weights: Sequence[int],
+    capacity: int,
+    *,
+    node_limit: int = NODE_LIMIT,
+    dp_cells: int = DP_CELLS,
+) -> KnapsackSolution:
+    """Maximum total value within ``capacity``; exact unless the node budget runs out."""
+    greedy = select_greedy(values, weights, capacity)
+    if capacity <= 0:
+        return greedy
+    free = [i for i, w in enumerate(weights) if w <= 0 and values[i] > 0]
+    items = [i for i, w in enumerate(weights) if 0 < w <= capacity and values[i] > 0]
+    if sum(weights[i] for i in items) <= capacity:
+        chosen = tuple(sorted(free + items))
+        value = total_value(values, chosen)
+        weight = sum(weights[i] for i in chosen)
+        return best_of(
+            values, greedy, KnapsackSolution(chosen, value, weight, True, value, 0, "all")
+        )
+    items.sort(key=lambda i: values[i] / weights[i], reverse=True)
+    members = set(items)
+    start = [i for i in greedy.indices if i in members]
+    incumbent = KnapsackSolution(
+        tuple(start),
+        total_value(values, start),
+        sum(weights[i] for i in start),
+        False,
+        dantzig_root_bound(values, weights, capacity),
+    )
+    search = branch_and_bound(values, weights, capacity, items, incumbent, node_limit)
+    if search.proven_optimal:
+        return best_of(values, greedy, with_free(values, weights, search, free))
+    grid = dp_on_grid(values, weights, capacity, items, dp_cells)
+    return best_of(
+        values,
+        greedy,
+        with_free(values, weights, search, free),
+        with_free(values, weights, grid, free),
+    )
+
+
+def with_free(
+    values: Sequence[float], weights: Sequence[int], solution: KnapsackSolution, free: list[int]
+) -> KnapsackSolution:
+    """Add the zero-token items, which every optimal packing takes."""
+    if not free:
+        return solution
+    chosen = tuple(sorted(set(solution.indices) | set(free)))
+    return KnapsackSolution(
+        chosen,
+        total_value(values, chosen),
+        sum(weights[i] for i in chosen),
+        solution.proven_optimal,
+        solution.upper_bound + math.fsum(values[i] for i in free),
+        solution.nodes,
+        solution.method,
+    )
+
+
+def best_of(values: Sequence[float], *solutions: KnapsackSolution) -> KnapsackSolution:
+    """The highest-value solution (earlier wins ties); optimality and bound carried over."""
+    best = solutions[0]
+    for other in solutions[1:]:
+        if other.value > best.value:
+            best = other
+    proven = any(s.proven_optimal for s in solutions[1:]) or best.proven_optimal
+    bound = min(s.upper_bound for s in solutions)
+    return KnapsackSolution(
+        best.indices,
+        best.value,
+        best.weight,
+        proven or best.value >= bound,
+        max(bound, best.value),
+        sum(s.nodes for s in solutions),
+        best.method,
+    )
+
+
+def branch_and_bound(
+    values: Sequence[float],
+    weights: Sequence[int],
+    capacity: int,
+    items: list[int],
+    incumbent: KnapsackSolution,
+    node_limit: int,
+) -> KnapsackSolution:
+    """Depth-first search, taking first, pruned by the Dantzig bound of the remaining items."""
+    v = [values[i] for i in items]
+    w = [weights[i] for i in items]
+    n = len(items)
+    prefix_w = [0] * (n + 1)
+    prefix_v = [0.0] * (n + 1)
+    for k in range(n):
+        prefix_w[k + 1] = prefix_w[k] + w[k]
+        prefix_v[k + 1] = prefix_v[k] + v[k]
+    best_value = incumbent.value
+    best_chain: Any = None
+    found = False
+    root_bound = math.inf
+    nodes = 0
+    # Each entry: next item, room left, value so far, chosen items as linked (start, stop) runs.
+    stack: list[tuple[int, int, float, Any]] = [(0, capacity, 0.0, None)]
+    while stack:
+        nodes += 1
+        if nodes > node_limit:
+            break
+        k, room, value, chain = stack.pop()
+        target = prefix_w[k] + room
+        j = bisect.bisect_right(prefix_w, target, lo=k) - 1  # items k..j-1 fit whole
+        whole = value + prefix_v[j] - prefix_v[k]
+        bound = whole + ((target - prefix_w[j]) * v[j] / w[j] if j < n else 0.0)
+        if root_bound == math.inf:
+            root_bound = bound
+        if whole > best_value * (1 + RELATIVE_EPSILON) + RELATIVE_EPSILON:
+            best_value, best_chain, found = whole, (k, j, chain), True
+        if j >= n or bound <= best_value * (1 + RELATIVE_EPSILON) + RELATIVE_EPSILON:
+            continue
+        stack.append((k + 1, room, value, chain))  # without item k
+        if w[k] <= room:  # with item k, explored first
+            stack.append((k + 1, room - w[k], value + v[k], (k, k + 1, chain)))
+    exhausted = nodes > node_limit
+    if root_bound == math.inf:
+        root_bound = dantzig_root_bound(v, w, capacity)
+    if not found:
+        bound = incumbent.upper_bound if exhausted else incumbent.value
+        return KnapsackSolution(
+            incumbent.indices,
+            incumbent.value,
+            incumbent.weight,
+            not exhausted,
+            bound,
+            nodes,
+            "greedy",
+        )
+    chosen = decode(best_chain, items)
+    return KnapsackSolution(
+        chosen,
+        total_value(values, chosen),
+        sum(weights[i] for i in chosen),
+        not exhausted,
+        root_bound if exhausted else best_value,
+        nodes,
+        "branch_and_bound",
+    )
+
+
+def decode(chain: Any, items: list[int]) -> tuple[int, ...]:
+    """Turn the linked list of (first, stop, parent) runs into sorted input indices."""
+    chosen: list[int] = []
+    while chain is not None:
+        start, stop, chain = chain
+        chosen.extend(items[start:stop])
+    return tuple(sorted(chosen))
+
+
+def dp_on_grid(
+    values: Sequence[float],
+    weights: Sequence[int],
+    capacity: int,
+    items: list[int],
+    cells: int,
+) -> KnapsackSolution:
+    """0/1 DP with token counts rounded up to ``capacity / cells`` (feasible), then a fill."""
+    scale = max(1, math.ceil(capacity / cells))
+    grid = capacity // scale
+    coarse = [math.ceil(weights[i] / scale) for i in items]
+    table = np.zeros(grid + 1)
+    keep = np.zeros((len(items), grid + 1), dtype=bool)
+    for row, (i, cost) in enumerate(zip(items, coarse, strict=True)):
+        if cost > grid:
+            continue
+        candidate = table[: grid + 1 - cost] + values[i]
+        better = candidate > table[cost:]
+        keep[row, cost:] = better
+        table[cost:] = np.where(better, candidate, table[cost:])
+    cell = int(np.argmax(table))
+    chosen: set[int] = set()
+    for row in range(len(items) - 1, -1, -1):
+        if keep[row, cell]:
+            chosen.add(items[row])
+            cell -= coarse[row]
+    room = capacity - sum(weights[i] for i in chosen)
+    for i in items:  # ratio order: fill what the rounding left
+        if i not in chosen and weights[i] <= room:
+            chosen.add(i)
+            room -= weights[i]
+    indices = tuple(sorted(chosen))
+    value = total_value(values, indices)
+    return KnapsackSolution(
+        indices,
+        value,
+        capacity - room,
+        False,
+        dantzig_root_bound(values, weights, capacity),
+        0,
+        "dp",
+    )
+
+
+def memory_tokens(scored: ScoredMemory, model: str, counter: TokenCounter | None) -> int:
+    """The memory's stored token count; counted only when none came with it."""
+    if scored.tokens is not None:
+        return scored.tokens
+    memory = scored.memory
+    if isinstance(memory, Candidate):
+        return memory.record.token_count(encoding_name_for_model(model))
+    content = str(memory.get("content", "")) if isinstance(memory, Mapping) else str(memory)
+    if isinstance(memory, Mapping) and isinstance(memory.get("tokens"), int):
+        return int(memory["tokens"])
+    if counter is not None:
+        return counter.count_tokens(content, model)
+    return count_tokens(content, encoding_name_for_model(model))
+
+
+class GreedyKnapsackPacker:
+    """The seed's greedy 0/1 knapsack with skip-and-continue and the 3-skip stop."""
+
+    kind: PackerKind = "greedy"
+
+    def __init__(self, budget_calculator: TokenCounter | None = None) -> None:
+        self._budget_calc = budget_calculator
+
+    def select(
+        self, values: Sequence[float], weights: Sequence[int], budget: int
+    ) -> KnapsackSolution:
+        """Choose indices for plain values and weights."""
+        return select_greedy(values, weights, budget)
+
+    def pack(
+        self, scored_memories: Sequence[ScoredMemory], token_budget: int, model: str = "gpt-4o"
+    ) -> PackedMemories:
+        """Pack memories (sorted by score, highest first) into ``token_budget`` tokens."""
+        if token_budget <= 0 or not scored_memories:
+            return PackedMemories([], 0, 0.0, len(scored_memories), False)
+        weights = [memory_tokens(s, model, self._budget_calc) for s in scored_memories]
+        values = [s.composite_score for s in scored_memories]
+        solution = self.select(values, weights, token_budget)
+        packed = [scored_memories[i] for i in solution.indices]
+        skipped = len(scored_memories) - len(packed)
+        return PackedMemories(
+            memories=packed,
+            total_tokens=sum(weights[i] for i in solution.indices),
+            total_score=round(solution.value, 6),
+            skipped_count=skipped,
+            was_budget_reached=skipped > 0,
+            proven_optimal=solution.proven_optimal,
+            upper_bound=round(solution.upper_bound, 6),
+        )
+
+
+class OptimalKnapsackPacker(GreedyKnapsackPacker):
+    """Maximises the total score: branch and bound, DP fallback, never below greedy."""
+
+    kind: PackerKind = "optimal"
+
+    def select(
+        self, values: Sequence[float], weights: Sequence[int], budget: int
+    ) -> KnapsackSolution:
+        """Choose indices for plain values and weights."""
+        return select_optimal(values, weights, budget)
+
+
+def make_packer(
+    kind: PackerKind, budget_calculator: TokenCounter | None = None
+) -> GreedyKnapsackPacker:
+    """The packer for ``kind`` (``"optimal"`` is the default everywhere)."""
+    if kind == "greedy":
+        return GreedyKnapsackPacker(budget_calculator)
+    return OptimalKnapsackPacker(budget_calculator)
