@@ -1,7 +1,12 @@
 """A circuit breaker, so that a dead cache costs one comparison per call instead of a timeout.
 
-closed --(N consecutive failures)--> open --(cool-down elapsed)--> half_open
+closed --(N consecutive failures over >= min span)--> open --(cool-down elapsed)--> half_open
 half_open --(the one probe succeeds)--> closed; --(the probe fails)--> open again.
+
+The span matters because timeouts come in bursts that say nothing about the backend: one
+30 ms stall of the event loop times out every call in flight at once (ADR 0032 measures it),
+and opening on that would turn a busy moment into seconds without a cache. A dead backend, by
+contrast, keeps failing; requiring the failures to span ``min_failure_span_s`` tells them apart.
 
 While open, calls are refused without any I/O. In half-open exactly one call is let through as
 a probe; the others keep being refused until it settles. Each state change is logged once.
@@ -16,6 +21,7 @@ from typing import Literal
 
 DEFAULT_FAILURE_THRESHOLD = 5
 DEFAULT_COOLDOWN_S = 5.0
+DEFAULT_MIN_FAILURE_SPAN_S = 0.5
 
 State = Literal["closed", "open", "half_open"]
 
@@ -31,16 +37,21 @@ class CircuitBreaker:
         name: str = "redis",
         failure_threshold: int = DEFAULT_FAILURE_THRESHOLD,
         cooldown_s: float = DEFAULT_COOLDOWN_S,
+        min_failure_span_s: float = DEFAULT_MIN_FAILURE_SPAN_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if failure_threshold < 1 or cooldown_s < 0:
-            raise ValueError("failure_threshold must be >= 1 and cooldown_s >= 0")
+        if failure_threshold < 1 or cooldown_s < 0 or min_failure_span_s < 0:
+            raise ValueError(
+                "failure_threshold must be >= 1, cooldown_s and min_failure_span_s >= 0"
+            )
         self.name = name
         self.failure_threshold = failure_threshold
         self.cooldown_s = cooldown_s
+        self.min_failure_span_s = min_failure_span_s
         self._clock = clock
         self._state: State = "closed"
         self._failures = 0
+        self._first_failure_at = 0.0
         self._opened_at = 0.0
         self._probing = False
         self.opened_count = 0
@@ -71,12 +82,18 @@ class CircuitBreaker:
 
     def record_failure(self, detail: str = "") -> None:
         """Note a failed call: opens the breaker after the threshold, or at once when probing."""
+        if self._failures == 0:
+            self._first_failure_at = self._clock()
         self._failures += 1
         was_probe = self._probing
         self._probing = False
         if self._state == "half_open" and was_probe:
             self._open(f"probe failed: {detail}", level=logging.DEBUG)
-        elif self._state == "closed" and self._failures >= self.failure_threshold:
+        elif (
+            self._state == "closed"
+            and self._failures >= self.failure_threshold
+            and self._clock() - self._first_failure_at >= self.min_failure_span_s
+        ):
             self._open(f"{self._failures} consecutive failures, last: {detail}")
 
     def release_probe(self) -> None:

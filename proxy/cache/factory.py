@@ -5,7 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from proxy.cache.breaker import DEFAULT_COOLDOWN_S, DEFAULT_FAILURE_THRESHOLD, CircuitBreaker
+from proxy.cache.breaker import (
+    DEFAULT_COOLDOWN_S,
+    DEFAULT_FAILURE_THRESHOLD,
+    DEFAULT_MIN_FAILURE_SPAN_S,
+    CircuitBreaker,
+)
 from proxy.cache.local import DEFAULT_MAX_BYTES, LocalCache
 from proxy.cache.protocol import Cache, ErrorHook
 from proxy.cache.redis_cache import (
@@ -27,6 +32,7 @@ def create_cache(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     breaker_failures: int = DEFAULT_FAILURE_THRESHOLD,
     breaker_cooldown_s: float = DEFAULT_COOLDOWN_S,
+    breaker_min_failure_span_s: float = DEFAULT_MIN_FAILURE_SPAN_S,
     on_error: ErrorHook | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Cache:
@@ -41,6 +47,9 @@ def create_cache(
         redis_url, connect_timeout_ms=connect_timeout_ms, max_connections=max_connections
     )
     breaker = CircuitBreaker(
-        failure_threshold=breaker_failures, cooldown_s=breaker_cooldown_s, clock=clock
+        failure_threshold=breaker_failures,
+        cooldown_s=breaker_cooldown_s,
+        min_failure_span_s=breaker_min_failure_span_s,
+        clock=clock,
     )
     return RedisCache(client, timeout_ms=timeout_ms, breaker=breaker, on_error=on_error)

@@ -20,8 +20,9 @@ from redis.exceptions import ResponseError
 from proxy.cache.breaker import CircuitBreaker
 from proxy.cache.protocol import REASON_CIRCUIT_OPEN, REASON_ERROR, REASON_TIMEOUT, ErrorHook
 
-DEFAULT_TIMEOUT_MS = 10.0
-DEFAULT_CONNECT_TIMEOUT_MS = 50.0
+DEFAULT_TIMEOUT_MS = 20.0
+# Backstops only: the per-call deadline is what bounds a request (it covers connecting too).
+DEFAULT_CONNECT_TIMEOUT_MS = 1000.0
 DEFAULT_MAX_CONNECTIONS = 64
 
 T = TypeVar("T")
@@ -39,7 +40,6 @@ def connect(
     return aioredis.Redis.from_url(
         redis_url,
         socket_connect_timeout=connect_timeout_ms / 1000,
-        # Our per-call deadline bounds reads; the socket timeout is only a backstop.
         socket_timeout=1.0,
         max_connections=max_connections,
         # redis-py retries failed commands by default; a retry only stretches a stall here.

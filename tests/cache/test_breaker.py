@@ -17,8 +17,12 @@ class FakeClock:
         return self.now
 
 
-def make(clock: FakeClock, threshold: int = 3, cooldown: float = 5.0) -> CircuitBreaker:
-    return CircuitBreaker(failure_threshold=threshold, cooldown_s=cooldown, clock=clock)
+def make(
+    clock: FakeClock, threshold: int = 3, cooldown: float = 5.0, span: float = 0.0
+) -> CircuitBreaker:
+    return CircuitBreaker(
+        failure_threshold=threshold, cooldown_s=cooldown, min_failure_span_s=span, clock=clock
+    )
 
 
 @pytest.mark.parametrize(("failures", "state"), [(0, "closed"), (2, "closed"), (3, "open")])
@@ -103,7 +107,50 @@ def test_logs_once_per_state_change(caplog: pytest.LogCaptureFixture) -> None:
     assert "-> closed" in messages[1][1]
 
 
-@pytest.mark.parametrize(("threshold", "cooldown"), [(0, 1.0), (1, -1.0)])
-def test_rejects_invalid_settings(threshold: int, cooldown: float) -> None:
+def test_a_burst_of_simultaneous_failures_does_not_open_it() -> None:
+    # One event-loop stall times out every call in flight at the same instant.
+    clock = FakeClock()
+    breaker = make(clock, threshold=5, span=0.5)
+    for _ in range(50):
+        breaker.record_failure("timed out")
+    assert breaker.state == "closed"
+    breaker.record_success()
+    clock.now = 10.0
+    for _ in range(50):
+        breaker.record_failure("timed out")
+    assert breaker.state == "closed"
+
+
+def test_failures_that_last_the_span_open_it() -> None:
+    clock = FakeClock()
+    breaker = make(clock, threshold=5, span=0.5)
+    for step in range(5):
+        clock.now = step * 0.1  # 0.0 .. 0.4: five failures, but not yet half a second
+        breaker.record_failure()
+    assert breaker.state == "closed"
+    clock.now = 0.5
+    breaker.record_failure()
+    assert breaker.state == "open"
+
+
+def test_a_success_restarts_the_span() -> None:
+    clock = FakeClock()
+    breaker = make(clock, threshold=2, span=0.5)
+    breaker.record_failure()  # t=0: would open at 0.5 without the success below
+    clock.now = 0.25
+    breaker.record_success()
+    for now in (0.5, 0.625, 0.75, 0.875):  # binary-exact times: four failures in 0.375 s
+        clock.now = now
+        breaker.record_failure()
+    assert breaker.state == "closed"
+    clock.now = 1.0
+    breaker.record_failure()
+    assert breaker.state == "open"
+
+
+@pytest.mark.parametrize(
+    ("threshold", "cooldown", "span"), [(0, 1.0, 0.0), (1, -1.0, 0.0), (1, 1.0, -1.0)]
+)
+def test_rejects_invalid_settings(threshold: int, cooldown: float, span: float) -> None:
     with pytest.raises(ValueError, match="failure_threshold"):
-        CircuitBreaker(failure_threshold=threshold, cooldown_s=cooldown)
+        CircuitBreaker(failure_threshold=threshold, cooldown_s=cooldown, min_failure_span_s=span)

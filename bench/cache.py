@@ -1,0 +1,276 @@
+"""Cache benchmark: what the cache costs per call, and what a dead or frozen Redis costs.
+
+Measures, against a ``redis-server`` this script starts on a free port (no persistence):
+
+1. per-call latency (p50/p99) of ``LocalCache`` and ``RedisCache`` get / set / get_many(50),
+   and the raw ``redis.asyncio`` call without our deadline + breaker wrapper (its overhead);
+2. the pipeline's calls through ``RequestCache``: a search-result hit (generation read + get +
+   decode of 8 candidates), an embedding hit, and token counts of a 50-message conversation
+   whose history is cached;
+3. latency under 50 concurrent callers, and how many calls a given per-call deadline would turn
+   into misses (chooses the default deadline, ADR 0032);
+4. failure costs: a call while Redis is frozen (SIGSTOP: one deadline), then per call with the
+   breaker open, and a call to a killed Redis before the breaker opens (connection refused).
+
+Run: ``.venv/bin/python bench/cache.py`` (about a minute), ``--smoke`` for CI (seconds).
+The machine is shared with other work: treat p99 as noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+from bench.lib.report import save_results
+from bench.lib.servers import free_port
+from bench.lib.stats import format_table, summarize_ms
+from proxy.cache import CircuitBreaker, LocalCache, RedisCache, RequestCache
+from proxy.cache.redis_cache import connect
+from proxy.context.records import Candidate, MemoryRecord
+
+TENANT = "bench-tenant"
+CONCURRENCY = 50
+DEADLINES_MS = (2.0, 5.0, 10.0, 20.0)
+CANDIDATES = 8
+MESSAGES = 50
+
+
+def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``redis-server`` on a free port and return the process and its URL."""
+    if shutil.which("redis-server") is None:
+        raise SystemExit("redis-server is not installed: apt-get install -y redis-server")
+    port = free_port()
+    args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)]
+    args += ["--save", "", "--appendonly", "no"]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 10
+    while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout != (
+        b"PONG\n"
+    ):
+        if time.monotonic() > deadline:
+            raise SystemExit("redis-server did not start")
+        time.sleep(0.02)
+    return process, url
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], n: int) -> dict[str, float]:
+    """Call ``fn`` ``n`` times in sequence and summarise the latencies in ms."""
+    for _ in range(min(n, 50)):
+        await fn()
+    samples = []
+    for _ in range(n):
+        started = time.perf_counter()
+        await fn()
+        samples.append(time.perf_counter() - started)
+    return summarize_ms(samples)
+
+
+def candidates() -> list[Candidate]:
+    """Eight realistic search hits (contents of a few hundred characters)."""
+    now = datetime.now(UTC)
+    return [
+        Candidate(
+            MemoryRecord(
+                id=f"mem-{i}",
+                tenant=TENANT,
+                user="alice",
+                source="learnings",
+                content=f"The user prefers concise answers with examples, item {i}. " * 4,
+                created_at=now,
+                tokens={"o200k_base": 48, "cl100k_base": 50},
+                metadata={"session": "s1", "tags": ["style"]},
+            ),
+            similarity=0.9 - i * 0.05,
+        )
+        for i in range(CANDIDATES)
+    ]
+
+
+async def per_call(url: str, n: int) -> list[dict[str, Any]]:
+    """Section 1: primitive calls on both backends."""
+    rows: list[dict[str, Any]] = []
+    value = b"x" * 1024
+    keys50 = [f"mp:v1:{TENANT}:k{i}" for i in range(50)]
+    raw = connect(url)
+    backends: list[tuple[str, Any]] = [
+        ("local", LocalCache(100_000)),
+        ("redis", RedisCache(connect(url), timeout_ms=1000)),
+    ]
+    for name, cache in backends:
+        await cache.set_many(dict.fromkeys(keys50, value), 600)
+        rows.append(
+            {
+                "backend": name,
+                "call": "get 1KiB",
+                **await timed(lambda c=cache: c.get(keys50[0]), n),
+            }
+        )
+        rows.append(
+            {
+                "backend": name,
+                "call": "set 1KiB",
+                **await timed(lambda c=cache: c.set(keys50[1], value, 600), n),
+            }
+        )
+        rows.append(
+            {
+                "backend": name,
+                "call": "get_many 50",
+                **await timed(lambda c=cache: c.get_many(keys50), n),
+            }
+        )
+        rows.append(
+            {"backend": name, "call": "incr", **await timed(lambda c=cache: c.incr("mp:v1:n"), n)}
+        )
+    rows.append(
+        {"backend": "redis raw", "call": "get 1KiB", **await timed(lambda: raw.get(keys50[0]), n)}
+    )
+    for _, cache in backends:
+        await cache.close()
+    await raw.aclose()
+    return rows
+
+
+async def request_paths(url: str, n: int) -> list[dict[str, Any]]:
+    """Section 2: the pipeline's one-line calls, hits only."""
+    rows: list[dict[str, Any]] = []
+    texts = [f"message {i}: " + "some conversation text " * 20 for i in range(MESSAGES)]
+    vector = np.random.default_rng(0).standard_normal(256).astype(np.float32)
+    hits = candidates()
+    for name, cache in (
+        ("local", LocalCache(100_000)),
+        ("redis", RedisCache(connect(url), timeout_ms=1000)),
+    ):
+        rc = RequestCache(cache)
+        key = await rc.retrieval_key(TENANT, "alice", "what do I like?", top_k=8, sources=None)
+        await rc.set_retrieval(key, hits)
+        await rc.set_embedding(TENANT, "static", 256, "what do I like?", vector)
+        await rc.count_tokens(TENANT, "o200k_base", texts)
+
+        async def retrieval_hit(rc: RequestCache = rc) -> None:
+            k = await rc.retrieval_key(TENANT, "alice", "what do I like?", top_k=8, sources=None)
+            assert await rc.get_retrieval(k) == hits
+
+        async def embedding_hit(rc: RequestCache = rc) -> None:
+            assert await rc.get_embedding(TENANT, "static", 256, "what do I like?") is not None
+
+        async def counts_hit(rc: RequestCache = rc) -> None:
+            await rc.count_tokens(TENANT, "o200k_base", texts)
+
+        rows.append(
+            {"backend": name, "call": "retrieval hit (8 hits)", **await timed(retrieval_hit, n)}
+        )
+        rows.append(
+            {"backend": name, "call": "embedding hit (256 d)", **await timed(embedding_hit, n)}
+        )
+        rows.append(
+            {"backend": name, "call": f"token counts {MESSAGES} msgs", **await timed(counts_hit, n)}
+        )
+        await rc.close()
+    return rows
+
+
+async def concurrent(url: str, n: int) -> dict[str, Any]:
+    """Section 3: 50 callers at once; share of calls over each candidate deadline."""
+    cache = RedisCache(connect(url), timeout_ms=1000)
+    await cache.set("mp:v1:c", b"x" * 1024, 600)
+    samples: list[float] = []
+
+    async def worker(calls: int, record: bool) -> None:
+        for _ in range(calls):
+            started = time.perf_counter()
+            await cache.get("mp:v1:c")
+            if record:
+                samples.append(time.perf_counter() - started)
+
+    # Warm-up: open the pool's connections first, so connects are not counted as call latency.
+    await asyncio.gather(*(worker(5, False) for _ in range(CONCURRENCY)))
+    await asyncio.gather(*(worker(n // CONCURRENCY, True) for _ in range(CONCURRENCY)))
+    await cache.close()
+    over = {
+        f"over {d:g} ms": sum(s * 1000 > d for s in samples) / len(samples) for d in DEADLINES_MS
+    }
+    return {"concurrency": CONCURRENCY, **summarize_ms(samples), **over}
+
+
+async def failures(url: str, process: subprocess.Popen[bytes], n: int) -> list[dict[str, Any]]:
+    """Section 4: frozen Redis, breaker open, killed Redis."""
+    rows: list[dict[str, Any]] = []
+    timeout_ms = 10.0
+    breaker = CircuitBreaker(failure_threshold=5, cooldown_s=3600)
+    cache = RedisCache(connect(url), timeout_ms=timeout_ms, breaker=breaker)
+    await cache.set("k", b"v", 600)
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        frozen = []
+        for _ in range(breaker.failure_threshold):
+            started = time.perf_counter()
+            await cache.get("k")
+            frozen.append(time.perf_counter() - started)
+        rows.append({"case": f"frozen, deadline {timeout_ms:g} ms", **summarize_ms(frozen)})
+        rows.append({"case": "breaker open", **await timed(lambda: cache.get("k"), n)})
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    await cache.close()
+
+    killed = RedisCache(
+        connect(url), timeout_ms=timeout_ms, breaker=CircuitBreaker(failure_threshold=10**9)
+    )
+    await killed.set("k", b"v", 600)
+    process.kill()
+    process.wait()
+    rows.append(
+        {"case": "killed, breaker closed", **await timed(lambda: killed.get("k"), min(n, 2000))}
+    )
+    await killed.close()
+    return rows
+
+
+async def main(smoke: bool) -> None:
+    """Run every section and print tables; save the figures under bench/results/."""
+    n = 200 if smoke else 5000
+    with tempfile.TemporaryDirectory() as directory:
+        process, url = start_redis(Path(directory))
+        try:
+            calls = await per_call(url, n)
+            paths = await request_paths(url, n)
+            load = await concurrent(url, 2000 if smoke else 50_000)
+            broken = await failures(url, process, n)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    columns = ["backend", "call", "p50", "p90", "p99", "max"]
+    print("per call (ms)\n" + format_table(calls, columns))
+    print("\nrequest-path helpers, hits (ms)\n" + format_table(paths, columns))
+    print(f"\n{CONCURRENCY} concurrent callers, redis get (ms)\n" + format_table([load]))
+    print("\nfailures (ms per call)\n" + format_table(broken, ["case", "p50", "p99", "max"]))
+    if not smoke:
+        path = save_results(
+            "cache",
+            {"per_call": calls, "request_paths": paths, "concurrent": load, "failures": broken},
+        )
+        print(f"\nsaved {path}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--smoke", action="store_true", help="a few hundred calls, for CI")
+    asyncio.run(main(parser.parse_args().smoke))
