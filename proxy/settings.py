@@ -33,6 +33,7 @@ ENV_KEYS: Mapping[str, str] = {
     "MEMPROXY_WORKERS": "server.workers",
     "MEMPROXY_LOG_FORMAT": "server.log_format",
     "MEMPROXY_LOG_LEVEL": "server.log_level",
+    "MEMPROXY_METRICS_DIR": "server.metrics_dir",
     "MEMPROXY_UPSTREAM_URL": "upstream.url",
     "MEMPROXY_UPSTREAM_API_KEY": "upstream.api_key",
     "MEMPROXY_AUTH_MODE": "auth.mode",

@@ -1,0 +1,96 @@
+"""The ``memproxy`` command (also ``python -m proxy``).
+
+Subcommands are argparse sub-parsers. To add one (``memories``, ``explain``), write
+``register(subparsers)`` in its module, setting ``func`` with ``set_defaults``, and list it in
+``COMMANDS``; ``func(args) -> int`` is the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+
+from proxy.errors import ConfigError
+from proxy.logs import configure_logging
+from proxy.settings import load_settings
+
+APP_FACTORY = "proxy.app:create_app_from_env"
+EXIT_CONFIG = 2
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the proxy on uvicorn (uvloop + httptools) with ``--workers`` processes."""
+    import uvicorn
+
+    if args.config:
+        # Worker processes load their settings from the environment, so pass the path on.
+        os.environ["MEMPROXY_CONFIG"] = args.config
+    overrides = {"server.host": args.host, "server.port": args.port, "server.workers": args.workers}
+    settings = load_settings(args.config, overrides=overrides)
+    configure_logging(settings.server)
+    server = settings.server
+    metrics_dir = None
+    if server.workers > 1:
+        # prometheus_client reads this at import time, so it must be set before workers start.
+        metrics_dir = tempfile.mkdtemp(prefix="memproxy-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+        os.environ["MEMPROXY_METRICS_DIR"] = metrics_dir
+    try:
+        uvicorn.run(
+            APP_FACTORY,
+            factory=True,
+            host=server.host,
+            port=server.port,
+            workers=server.workers,
+            loop="uvloop",
+            http="httptools",
+            lifespan="on",
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,
+            timeout_graceful_shutdown=int(server.graceful_timeout_s),
+        )
+    finally:
+        if metrics_dir:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+    return 0
+
+
+def register_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``memproxy serve``."""
+    parser = subparsers.add_parser("serve", help="run the proxy")
+    parser.add_argument("--config", help="YAML config file (default: $MEMPROXY_CONFIG)")
+    parser.add_argument("--host", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="listen port (default 8080)")
+    parser.add_argument("--workers", type=int, help="server processes (default 1)")
+    parser.set_defaults(func=serve)
+
+
+Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+COMMANDS: list[Registrar] = [register_serve]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="memproxy", description="OpenAI-compatible proxy with long-term memory"
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in COMMANDS:
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``memproxy`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(f"memproxy: configuration error: {exc.message}", file=sys.stderr)
+        return EXIT_CONFIG
+    return code
