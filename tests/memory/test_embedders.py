@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +140,31 @@ async def test_static_fewer_dimensions_keeps_leading_axes(static: StaticEmbedder
     full = await static.embed(texts)
     cosine = np.sum(full[:, :64] / norms(full[:, :64])[:, None] * vectors, axis=1)
     np.testing.assert_allclose(cosine, 1.0, atol=1e-5)
+
+
+async def test_static_short_queries_stay_on_the_loop_and_bulk_goes_to_a_thread(
+    static: StaticEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hops: list[int] = []
+
+    async def counting_to_thread(func: Callable[..., Any], /, *args: Any) -> Any:
+        hops.append(len(args[0]))
+        return func(*args)
+
+    monkeypatch.setattr("proxy.memory.embedders.asyncio.to_thread", counting_to_thread)
+    await static.embed(["a short query about my dog"])
+    assert hops == []
+    await static.embed(["x" * (INLINE_MAX_CHARS + 1)])
+    assert hops == [1]
+
+
+def test_static_model_loads_without_touching_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"network access attempted: {args!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    assert StaticEmbedder().embed_sync(["offline"]).shape == (1, SHIPPED_DIMENSIONS)
 
 
 @pytest.mark.parametrize("dimensions", [0, -1, SHIPPED_DIMENSIONS + 1])
