@@ -160,7 +160,7 @@ class EdgeStore:
         data_dir: str | Path,
         *,
         dimensions: int,
-        hybrid: bool = False,
+        hybrid: bool = True,
         workers: int = DEFAULT_WORKERS,
         optimize_after: int | None = OPTIMIZE_AFTER_POINTS,
     ) -> EdgeStore:

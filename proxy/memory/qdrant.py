@@ -114,7 +114,7 @@ class QdrantStore:
         location: str | None = None,
         path: str | None = None,
         collection: str = DEFAULT_COLLECTION,
-        hybrid: bool = False,
+        hybrid: bool = True,
     ) -> QdrantStore:
         """Connect (``url``; or qdrant-client local mode via ``location``/``path``), ensure the
         collection and its payload indexes; a different vector size is a ``ConfigError``."""

@@ -15,13 +15,16 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.tokens import STORED_ENCODINGS, count_all
-from proxy.errors import RequestError, StoreError
+from proxy.errors import ConfigError, RequestError, StoreError
+
+if TYPE_CHECKING:
+    from proxy.settings import StoreSettings
 
 # Fixed forever: changing it would orphan every stored point.
 POINT_NAMESPACE = uuid.UUID("5f0c3a52-7c1e-4d38-9a8e-2f6d1b4c9e77")
@@ -110,6 +113,33 @@ class MemoryStore(Protocol):
     async def close(self) -> None:
         """Flush and release the backend."""
         ...
+
+
+async def open_store(settings: StoreSettings, *, dimensions: int) -> MemoryStore:
+    """Open the configured store (the app lifespan owns and closes it).
+
+    ``dimensions`` is the embedder's vector size; a store built with another size raises
+    ``ConfigError`` here, at start, instead of failing on the first search.
+    """
+    if settings.kind == "qdrant":
+        from proxy.memory.qdrant import QdrantStore
+
+        if not settings.qdrant_url:
+            raise ConfigError(
+                "store.kind is qdrant but store.qdrant_url (MEMPROXY_QDRANT_URL) is not set",
+                param="store.qdrant_url",
+            )
+        api_key = settings.qdrant_api_key.value if settings.qdrant_api_key else None
+        return await QdrantStore.open(
+            url=settings.qdrant_url,
+            api_key=api_key,
+            collection=settings.collection,
+            dimensions=dimensions,
+            hybrid=settings.hybrid,
+        )
+    from proxy.memory.edge import EdgeStore
+
+    return await EdgeStore.open(settings.data_dir, dimensions=dimensions, hybrid=settings.hybrid)
 
 
 def point_id(tenant: str, memory_id: str) -> str:

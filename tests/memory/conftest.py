@@ -38,7 +38,7 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
         await store.close()  # idempotent: tests may have closed it already
 
 
-@pytest.fixture
-async def store(open_store: StoreFactory) -> MemoryStore:
-    """An open, empty store of each kind."""
-    return await open_store()
+@pytest.fixture(params=[False, True], ids=["dense", "hybrid"])
+async def store(request: pytest.FixtureRequest, open_store: StoreFactory) -> MemoryStore:
+    """An open, empty store of each kind, searching dense-only and hybrid."""
+    return await open_store(hybrid=request.param)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,10 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.context.records import SOURCES, MemoryRecord
-from proxy.errors import RequestError, StoreError
+from proxy.errors import ConfigError, RequestError, StoreError
+from proxy.memory.edge import EdgeStore
 from proxy.memory.store import (
     clip_similarity,
     from_payload,
+    open_store,
     owned,
     point_id,
     require_tenant,
@@ -23,6 +26,7 @@ from proxy.memory.store import (
     to_payload,
     with_tokens,
 )
+from proxy.settings import StoreSettings
 from tests.memory.support import record
 
 names = st.text(min_size=1, max_size=40)
@@ -143,3 +147,20 @@ def test_similarity_is_a_clipped_cosine(a: list[float], b: list[float], expected
 @given(st.floats(-10, 10))
 def test_clip_similarity_stays_in_unit_range(score: float) -> None:
     assert 0.0 <= clip_similarity(score) <= 1.0
+
+
+async def test_open_store_opens_the_configured_edge_store(tmp_path: Path) -> None:
+    settings = StoreSettings(kind="edge", data_dir=str(tmp_path), hybrid=False)
+    store = await open_store(settings, dimensions=8)
+    try:
+        assert isinstance(store, EdgeStore)
+        assert store.hybrid is False
+        assert store.dimensions == 8
+    finally:
+        await store.close()
+    assert (tmp_path / "memories").is_dir()
+
+
+async def test_open_store_needs_a_url_for_qdrant() -> None:
+    with pytest.raises(ConfigError, match="qdrant_url"):
+        await open_store(StoreSettings(kind="qdrant", qdrant_url=None), dimensions=8)
