@@ -143,25 +143,96 @@ def select_optimal(
             values, greedy, KnapsackSolution(chosen, value, weight, True, value, 0, "all")
         )
     items.sort(key=lambda i: values[i] / weights[i], reverse=True)
+    bound = dantzig_root_bound(values, weights, capacity)
     members = set(items)
-    start = [i for i in greedy.indices if i in members]
-    incumbent = KnapsackSolution(
-        tuple(start),
-        total_value(values, start),
-        sum(weights[i] for i in start),
-        False,
-        dantzig_root_bound(values, weights, capacity),
+    from_greedy = [i for i in greedy.indices if i in members]
+    incumbent = max(
+        (from_greedy, ratio_fill(weights, capacity, items)), key=lambda c: total_value(values, c)
     )
-    search = branch_and_bound(values, weights, capacity, items, incumbent, node_limit)
-    if search.proven_optimal:
+    lower = total_value(values, incumbent)
+    fixed, core = reduce_items(values, weights, capacity, items, lower)
+    room = capacity - sum(weights[i] for i in fixed)
+    fixed_value = math.fsum(values[i] for i in fixed)
+    found, nodes, exhausted = branch_and_bound(
+        values, weights, room, core, lower - fixed_value, node_limit
+    )
+    chosen = tuple(sorted(incumbent if found is None else fixed + found))
+    value = total_value(values, chosen)
+    search = KnapsackSolution(
+        chosen,
+        value,
+        sum(weights[i] for i in chosen),
+        not exhausted,
+        bound if exhausted else value,
+        nodes,
+        "branch_and_bound",
+    )
+    if not exhausted:
         return best_of(values, greedy, with_free(values, weights, search, free))
-    grid = dp_on_grid(values, weights, capacity, items, dp_cells)
+    grid = dp_on_grid(values, weights, room, core, dp_cells)
+    merged = tuple(sorted(fixed + list(grid.indices)))
+    grid = KnapsackSolution(
+        merged, total_value(values, merged), sum(weights[i] for i in merged), False, bound, 0, "dp"
+    )
     return best_of(
         values,
         greedy,
         with_free(values, weights, search, free),
         with_free(values, weights, grid, free),
     )
+
+
+def ratio_fill(weights: Sequence[int], capacity: int, items: Sequence[int]) -> list[int]:
+    """Take items in the given (value/token) order, skipping what does not fit."""
+    chosen: list[int] = []
+    room = capacity
+    for i in items:
+        if weights[i] <= room:
+            chosen.append(i)
+            room -= weights[i]
+    return chosen
+
+
+def reduce_items(
+    values: Sequence[float],
+    weights: Sequence[int],
+    capacity: int,
+    items: Sequence[int],
+    lower: float,
+) -> tuple[list[int], list[int]]:
+    """Fix items whose forced exclusion (or inclusion) bounds below ``lower``: (fixed in, core).
+
+    Items are in value/token order; every packing better than ``lower`` takes the fixed items
+    and none of the excluded ones, so the search runs on the core alone.
+    """
+    v = [values[i] for i in items]
+    w = [weights[i] for i in items]
+    n = len(items)
+    prefix_w = [0] * (n + 1)
+    prefix_v = [0.0] * (n + 1)
+    for k in range(n):
+        prefix_w[k + 1] = prefix_w[k] + w[k]
+        prefix_v[k + 1] = prefix_v[k] + v[k]
+    critical = bisect.bisect_right(prefix_w, capacity) - 1
+    threshold = lower - abs(lower) * RELATIVE_EPSILON - RELATIVE_EPSILON
+    fixed: list[int] = []
+    core: list[int] = []
+    for k in range(n):
+        if k < critical:  # in the fractional optimum: bound the packings without it
+            target = capacity + w[k]
+            j = bisect.bisect_right(prefix_w, target) - 1
+            bound = prefix_v[j] - v[k] + ((target - prefix_w[j]) * v[j] / w[j] if j < n else 0.0)
+            if bound < threshold:
+                fixed.append(items[k])
+                continue
+        else:  # outside it: bound the packings with it
+            target = capacity - w[k]
+            j = bisect.bisect_right(prefix_w, target) - 1
+            bound = v[k] + prefix_v[j] + ((target - prefix_w[j]) * v[j] / w[j] if j < n else 0.0)
+            if bound < threshold:
+                continue
+        core.append(items[k])
+    return fixed, core
 
 
 def with_free(
@@ -206,10 +277,15 @@ def branch_and_bound(
     weights: Sequence[int],
     capacity: int,
     items: list[int],
-    incumbent: KnapsackSolution,
+    lower: float,
     node_limit: int,
-) -> KnapsackSolution:
-    """Depth-first search, taking first, pruned by the Dantzig bound of the remaining items."""
+) -> tuple[list[int] | None, int, bool]:
+    """Depth-first search (taking first) for a packing worth more than ``lower``.
+
+    Items are in value/token order; each node is pruned by the Dantzig bound of what remains.
+    Returns the best packing found (or ``None``), the nodes visited and whether the node budget
+    ran out before the search space was exhausted.
+    """
     v = [values[i] for i in items]
     w = [weights[i] for i in items]
     n = len(items)
@@ -218,10 +294,9 @@ def branch_and_bound(
     for k in range(n):
         prefix_w[k + 1] = prefix_w[k] + w[k]
         prefix_v[k + 1] = prefix_v[k] + v[k]
-    best_value = incumbent.value
+    best_value = lower
     best_chain: Any = None
     found = False
-    root_bound = math.inf
     nodes = 0
     # Each entry: next item, room left, value so far, chosen items as linked (start, stop) runs.
     stack: list[tuple[int, int, float, Any]] = [(0, capacity, 0.0, None)]
@@ -234,39 +309,17 @@ def branch_and_bound(
         j = bisect.bisect_right(prefix_w, target, lo=k) - 1  # items k..j-1 fit whole
         whole = value + prefix_v[j] - prefix_v[k]
         bound = whole + ((target - prefix_w[j]) * v[j] / w[j] if j < n else 0.0)
-        if root_bound == math.inf:
-            root_bound = bound
-        if whole > best_value * (1 + RELATIVE_EPSILON) + RELATIVE_EPSILON:
+        margin = best_value + abs(best_value) * RELATIVE_EPSILON + RELATIVE_EPSILON
+        if whole > margin:
             best_value, best_chain, found = whole, (k, j, chain), True
-        if j >= n or bound <= best_value * (1 + RELATIVE_EPSILON) + RELATIVE_EPSILON:
+            margin = best_value + abs(best_value) * RELATIVE_EPSILON + RELATIVE_EPSILON
+        if j >= n or bound <= margin:
             continue
         stack.append((k + 1, room, value, chain))  # without item k
         if w[k] <= room:  # with item k, explored first
             stack.append((k + 1, room - w[k], value + v[k], (k, k + 1, chain)))
     exhausted = nodes > node_limit
-    if root_bound == math.inf:
-        root_bound = dantzig_root_bound(v, w, capacity)
-    if not found:
-        bound = incumbent.upper_bound if exhausted else incumbent.value
-        return KnapsackSolution(
-            incumbent.indices,
-            incumbent.value,
-            incumbent.weight,
-            not exhausted,
-            bound,
-            nodes,
-            "greedy",
-        )
-    chosen = decode(best_chain, items)
-    return KnapsackSolution(
-        chosen,
-        total_value(values, chosen),
-        sum(weights[i] for i in chosen),
-        not exhausted,
-        root_bound if exhausted else best_value,
-        nodes,
-        "branch_and_bound",
-    )
+    return (list(decode(best_chain, items)) if found else None), nodes, exhausted
 
 
 def decode(chain: Any, items: list[int]) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,8 +35,8 @@ OVERLAP_WEIGHT = 0.5
 DUPLICATE_JACCARD = 0.8
 DEFAULT_MAX_TOKENS = 4_500
 WORD = re.compile(r"[^\W_]+")
-SUFFIXES = ("ing", "ed", "es", "s")
-MIN_STEM_LENGTH = 4
+# A stem of 3+ letters, then one suffix, at the end of a space-separated word.
+STEM = re.compile(r"\b([^\W_]{3,}?)(?:ing|ed|es|(?<!s)s)\b")
 # Function words carry no topic; dropping them keeps "how do I ..." from matching everything.
 STOPWORDS = frozenset(
     [
@@ -137,21 +137,21 @@ class MemoryFragment:
 
 
 def stem(word: str) -> str:
-    """Strip one common English suffix from words long enough to keep a stem."""
-    for suffix in SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= MIN_STEM_LENGTH - 1:
-            if suffix == "s" and word.endswith("ss"):
-                return word
-            return word[: -len(suffix)]
-    return word
+    """Strip one common English suffix (-ing, -ed, -es, -s but not -ss), keeping 3+ letters."""
+    return STEM.sub(r"\1", word)
 
 
 def normalise_words(
     text: str, *, stopwords: frozenset[str] = NO_WORDS, stemmed: bool = False
 ) -> frozenset[str]:
     """Case-folded words without punctuation, optionally without stopwords and stemmed."""
-    words = (w for w in WORD.findall(text.casefold()) if w not in stopwords)
-    return frozenset(stem(w) for w in words) if stemmed else frozenset(words)
+    words = frozenset(WORD.findall(text.casefold()))
+    if stopwords:
+        words = words - stopwords
+    if stemmed:
+        # One regex pass over the unique words is several times faster than a Python loop.
+        return frozenset(STEM.sub(r"\1", " ".join(words)).split())
+    return words
 
 
 def keyword_overlap(query_words: frozenset[str], content_words: frozenset[str]) -> float:
@@ -159,6 +159,26 @@ def keyword_overlap(query_words: frozenset[str], content_words: frozenset[str]) 
     if not query_words:
         return 0.0
     return len(query_words & content_words) / len(query_words)
+
+
+def overlap_matcher(query_words: frozenset[str], *, stemmed: bool) -> Callable[[str], float]:
+    """A fast ``keyword_overlap(query_words, normalise_words(text, ...))`` for many texts.
+
+    One compiled regex scan per text instead of building its word set. With ``stemmed`` a query
+    stem also matches the stem plus one of the suffixes ``stem`` strips, which equals comparing
+    stemmed word sets except for rare words whose shortest stem differs.
+    """
+    if not query_words:
+        return lambda text: 0.0
+    alternatives = "|".join(sorted(map(re.escape, query_words), key=len, reverse=True))
+    suffix = "(?:ing|ed|es|s)?" if stemmed else ""
+    pattern = re.compile(rf"(?<![^\W_])({alternatives}){suffix}(?![^\W_])")
+    size = len(query_words)
+
+    def overlap(text: str) -> float:
+        return len(set(pattern.findall(text.casefold()))) / size
+
+    return overlap
 
 
 def fragment_score(base_relevance: float, overlap: float) -> float:
