@@ -26,12 +26,12 @@ def serve(args: argparse.Namespace) -> int:
     """Run the proxy on uvicorn (uvloop + httptools) with ``--workers`` processes."""
     import uvicorn
 
-    if args.config:
-        # Worker processes load their settings from the environment, so pass the path on.
-        os.environ["MEMPROXY_CONFIG"] = args.config
     overrides = {"server.host": args.host, "server.port": args.port, "server.workers": args.workers}
     settings = load_settings(args.config, overrides=overrides)
     configure_logging(settings.server)
+    if args.config:
+        # Worker processes load their settings from the environment, so pass the path on.
+        os.environ["MEMPROXY_CONFIG"] = args.config
     server = settings.server
     metrics_dir = None
     if server.workers > 1:
