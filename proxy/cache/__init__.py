@@ -14,7 +14,13 @@ from proxy.cache.factory import create_cache
 from proxy.cache.local import LocalCache
 from proxy.cache.protocol import KEY_PREFIX, Cache, ErrorHook
 from proxy.cache.redis_cache import RedisCache
-from proxy.cache.request_cache import CacheTTLs, NamedEmbedder, RequestCache, RetrievalKey
+from proxy.cache.request_cache import (
+    CacheTTLs,
+    LookupHook,
+    NamedEmbedder,
+    RequestCache,
+    RetrievalKey,
+)
 
 __all__ = [
     "KEY_PREFIX",
@@ -24,6 +30,7 @@ __all__ = [
     "CircuitBreaker",
     "ErrorHook",
     "LocalCache",
+    "LookupHook",
     "NamedEmbedder",
     "RedisCache",
     "RequestCache",

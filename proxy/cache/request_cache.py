@@ -42,6 +42,10 @@ DEFAULT_RETRIEVAL_TTL_S = 300.0
 
 log = logging.getLogger("memproxy.cache")
 
+LookupHook = Callable[[str, int, int], None]
+"""Called as ``hook(kind, hits, misses)`` after each lookup; kind ``embedding``, ``tokens`` or
+``retrieval``. For hit-ratio metrics; must be cheap and must not raise."""
+
 
 @dataclass(frozen=True, slots=True)
 class CacheTTLs:
@@ -86,11 +90,13 @@ class RequestCache:
         ttls: CacheTTLs | None = None,
         *,
         write_behind: bool = False,
+        on_lookup: LookupHook | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.cache = cache
         self.ttls = ttls or CacheTTLs()
         self.write_behind = write_behind
+        self._on_lookup = on_lookup
         self._wall_clock = wall_clock
         self._pending: set[asyncio.Task[None]] = set()
 
@@ -103,12 +109,14 @@ class RequestCache:
         if self.ttls.embedding_s <= 0:
             return None
         data = await self.cache.get(keys.embedding_key(tenant, embedder, dimensions, text))
-        if data is None:
-            return None
-        try:
-            return codec.decode_vector(data, dimensions)
-        except codec.CacheDecodeError:
-            return None
+        vector = None
+        if data is not None:
+            try:
+                vector = codec.decode_vector(data, dimensions)
+            except codec.CacheDecodeError:
+                log.debug("ignoring a corrupt cached embedding")
+        self._count("embedding", vector is not None)
+        return vector
 
     async def set_embedding(
         self, tenant: str, embedder: str, dimensions: int, text: str, vector: np.ndarray
@@ -140,7 +148,10 @@ class RequestCache:
         if self.ttls.token_count_s <= 0 or not texts:
             return [None] * len(texts)
         names = [keys.token_count_key(tenant, encoding, keys.digest(t)) for t in texts]
-        return [_count_or_none(data) for data in await self.cache.get_many(names)]
+        counts = [_count_or_none(data) for data in await self.cache.get_many(names)]
+        misses = counts.count(None)
+        self._report("tokens", len(counts) - misses, misses)
+        return counts
 
     async def set_token_counts(self, tenant: str, encoding: str, counts: Mapping[str, int]) -> None:
         """Cache ``{text: count}`` in ``encoding`` (one round trip)."""
@@ -202,13 +213,14 @@ class RequestCache:
         if key is None:
             return None
         data = await self.cache.get(key.key)
-        if data is None:
-            return None
-        try:
-            return codec.decode_candidates(data, key.tenant)
-        except codec.CacheDecodeError as exc:
-            log.debug("ignoring a corrupt cached search result: %s", exc)
-            return None
+        hits = None
+        if data is not None:
+            try:
+                hits = codec.decode_candidates(data, key.tenant)
+            except codec.CacheDecodeError as exc:
+                log.debug("ignoring a corrupt cached search result: %s", exc)
+        self._count("retrieval", hits is not None)
+        return hits
 
     async def set_retrieval(
         self, key: RetrievalKey | None, candidates: Sequence[Candidate]
@@ -245,6 +257,23 @@ class RequestCache:
 
     def _seed(self) -> int:
         return int(self._wall_clock() * 1_000_000)
+
+    # -- metrics and health ----------------------------------------------------------------
+
+    def _count(self, kind: str, hit: bool) -> None:
+        self._report(kind, int(hit), int(not hit))
+
+    def _report(self, kind: str, hits: int, misses: int) -> None:
+        if self._on_lookup is None:
+            return
+        try:
+            self._on_lookup(kind, hits, misses)
+        except Exception:  # a broken metrics hook must not break the request
+            log.exception("cache lookup hook failed")
+
+    async def ping(self) -> bool:
+        """Return whether the underlying cache answers now (``/readyz``)."""
+        return await self.cache.ping()
 
     # -- background writes -----------------------------------------------------------------
 

@@ -219,6 +219,33 @@ async def test_frozen_redis_costs_one_timeout_per_call_until_the_breaker_opens(
     await cache.close()
 
 
+@pytest.mark.redis
+async def test_a_timed_out_reply_is_never_read_as_the_next_calls_answer(
+    redis_server: RedisServer,
+) -> None:
+    # The classic bug of cancelled Redis calls: the late reply to GET a stays in the socket and
+    # the next command on that connection reads it. Every key here has a distinct value.
+    cache = RedisCache(connect(redis_server.url, max_connections=1), timeout_ms=50)
+    values = {f"key{i}": f"value{i}".encode() for i in range(20)}
+    await cache.set_many(values, 60)
+    redis_server.pause()
+    try:
+        assert await cache.get("key0") is None
+        assert await cache.get_many(["key1", "key2"]) == [None, None]
+    finally:
+        redis_server.resume()
+    names = list(values)
+    deadline = time.monotonic() + 10
+    while await cache.get("key3") is None:
+        assert time.monotonic() < deadline, "the cache never recovered"
+        await asyncio.sleep(0.05)
+    for _ in range(3):
+        assert await cache.get_many(names) == list(values.values())
+        for name in names:
+            assert await cache.get(name) == values[name]
+    await cache.close()
+
+
 class StubEmbedder:
     name = "stub"
     dimensions = 4

@@ -237,3 +237,33 @@ async def test_generations_and_results_on_a_real_redis(shared_redis_server: Redi
         assert all(k.startswith("mp:v1:acme:") for k in stored)
     finally:
         await rc.close()
+
+
+async def test_lookup_hook_sees_hits_and_misses_and_cannot_break_lookups() -> None:
+    seen: list[tuple[str, int, int]] = []
+    rc = RequestCache(LocalCache(100), on_lookup=lambda *event: seen.append(event))
+    await rc.get_embedding("t", "m", DIM, "q")
+    await rc.set_embedding("t", "m", DIM, "q", np.zeros(DIM, dtype=np.float32))
+    await rc.get_embedding("t", "m", DIM, "q")
+    await rc.count_tokens("t", "o200k_base", ["a", "b"])
+    await rc.count_tokens("t", "o200k_base", ["a", "b", "c"])
+    key = await rc.retrieval_key("t", "u", "q", top_k=1, sources=None)
+    await rc.get_retrieval(key)
+    assert seen == [
+        ("embedding", 0, 1),
+        ("embedding", 1, 0),
+        ("tokens", 0, 2),
+        ("tokens", 2, 1),
+        ("retrieval", 0, 1),
+    ]
+
+    def broken(kind: str, hits: int, misses: int) -> None:
+        raise RuntimeError("metrics down")
+
+    rc = RequestCache(LocalCache(100), on_lookup=broken)
+    await rc.set_token_counts("t", "enc", {"x": 3})
+    assert await rc.get_token_counts("t", "enc", ["x"]) == [3]
+
+
+async def test_ping_reports_the_backend(rc: RequestCache) -> None:
+    assert await rc.ping() is True
