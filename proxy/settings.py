@@ -38,6 +38,7 @@ ENV_KEYS: Mapping[str, str] = {
     "MEMPROXY_UPSTREAM_API_KEY": "upstream.api_key",
     "MEMPROXY_AUTH_MODE": "auth.mode",
     "MEMPROXY_MAX_BODY_BYTES": "limits.max_body_bytes",
+    "MEMPROXY_MEMORY_ENABLED": "memory.enabled",
     "MEMPROXY_DATA_DIR": "store.data_dir",
     "MEMPROXY_QDRANT_URL": "store.qdrant_url",
     "MEMPROXY_QDRANT_API_KEY": "store.qdrant_api_key",
