@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -30,7 +31,9 @@ from bench.lib.servers import ROOT, ServerProcess, free_port
 
 VENV_DIR = ROOT / "bench" / ".venvs" / "litellm"
 INSTALL_RECORD = "install.json"
-DEFAULT_SPEC = "litellm[proxy]"
+# opentelemetry-sdk: without it LiteLLM 1.106 retries a failing import on every request (~10 ms
+# each, 30 -> 55 req/s at concurrency 1; ADR 0061). Installing it is the fair, lean setup.
+DEFAULT_SPECS = ("litellm[proxy]", "opentelemetry-sdk")
 PEER_MODEL = "fake-model"
 READY_PATH = "/health/liveliness"
 # LiteLLM refuses to start without a master key; a real deployment sets one, so the peer pays for
@@ -61,14 +64,16 @@ def install_record(venv: Path = VENV_DIR) -> dict[str, object] | None:
     return data
 
 
-def ensure_installed(spec: str = DEFAULT_SPEC, venv: Path = VENV_DIR) -> dict[str, object]:
-    """Create the peer's environment with ``spec`` unless it exists; return the install record.
+def ensure_installed(
+    specs: Sequence[str] = DEFAULT_SPECS, venv: Path = VENV_DIR, *, fresh: bool = False
+) -> dict[str, object]:
+    """Create the peer's environment with ``specs`` unless it has them; return the install record.
 
     Uses ``uv`` when it is on PATH (it is much faster), else ``venv`` + ``pip``; both reach only
-    the package registry.
+    the package registry. ``fresh`` rebuilds without the installer's cache, to time a cold install.
     """
     record = install_record(venv)
-    if record is not None:
+    if record is not None and record.get("specs") == list(specs) and not fresh:
         return record
     if venv.exists():
         shutil.rmtree(venv)
@@ -77,10 +82,14 @@ def ensure_installed(spec: str = DEFAULT_SPEC, venv: Path = VENV_DIR) -> dict[st
     started = time.perf_counter()
     if uv:
         subprocess.run([uv, "venv", "-q", "-p", sys.executable, str(venv)], check=True)
-        install = [uv, "pip", "install", "-q", "-p", str(venv_python(venv)), spec]
+        install = [uv, "pip", "install", "-q", "-p", str(venv_python(venv)), *specs]
+        if fresh:
+            install.append("--no-cache")
     else:
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        install = [str(venv_python(venv)), "-m", "pip", "install", "-q", spec]
+        install = [str(venv_python(venv)), "-m", "pip", "install", "-q", *specs]
+        if fresh:
+            install.append("--no-cache-dir")
     subprocess.run(install, check=True)
     seconds = time.perf_counter() - started
     version = subprocess.run(
@@ -94,7 +103,8 @@ def ensure_installed(spec: str = DEFAULT_SPEC, venv: Path = VENV_DIR) -> dict[st
         text=True,
     ).stdout.strip()
     record = {
-        "spec": spec,
+        "specs": list(specs),
+        "cold_cache": fresh,
         "version": version,
         "installer": "uv" if uv else "pip",
         "install_seconds": round(seconds, 1),
@@ -206,7 +216,8 @@ def main() -> None:
     from bench.lib import loadgen, report, servers, stats
 
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--spec", default=DEFAULT_SPEC, help="pip requirement for the peer")
+    parser.add_argument("--spec", nargs="+", default=list(DEFAULT_SPECS), help="requirements")
+    parser.add_argument("--fresh", action="store_true", help="reinstall without cache, timed")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=5.0, help="per target and round")
     parser.add_argument("--rounds", type=int, default=2)
@@ -214,7 +225,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="install + forwarding check only")
     args = parser.parse_args()
 
-    record = ensure_installed(args.spec)
+    record = ensure_installed(args.spec, fresh=args.fresh)
     print(
         f"litellm {record['version']} installed by {record['installer']} "
         f"in {record['install_seconds']} s ({VENV_DIR})"
