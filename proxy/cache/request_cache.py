@@ -32,6 +32,7 @@ from typing import Protocol
 import numpy as np
 
 from proxy.cache import codec, keys
+from proxy.cache.near import DEFAULT_NEAR_ENTRIES, NearCache
 from proxy.cache.protocol import Cache
 from proxy.context.records import Candidate
 from proxy.context.tokens import count_tokens as tiktoken_count
@@ -82,6 +83,8 @@ class RequestCache:
     Never raises because of the cache: unreachable or corrupt entries are misses. With
     ``write_behind`` the ``set_*`` calls return at once and write in the background (call
     ``flush`` or ``close`` to wait for them), which takes a round trip off the request path.
+    Decoded search results are also kept in a per-process ``NearCache`` of ``near_entries``
+    (0 disables it): a repeated search then costs only the generation read.
     """
 
     def __init__(
@@ -91,13 +94,17 @@ class RequestCache:
         *,
         write_behind: bool = False,
         on_lookup: LookupHook | None = None,
+        near_entries: int = DEFAULT_NEAR_ENTRIES,
         wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cache = cache
         self.ttls = ttls or CacheTTLs()
         self.write_behind = write_behind
         self._on_lookup = on_lookup
         self._wall_clock = wall_clock
+        # Decoded search results by key (keys carry the generation, so values never change).
+        self._near: NearCache[tuple[Candidate, ...]] = NearCache(near_entries, clock)
         self._pending: set[asyncio.Task[None]] = set()
 
     # -- query embeddings ------------------------------------------------------------------
@@ -212,6 +219,10 @@ class RequestCache:
         """Return the cached search result at ``key``, or ``None``."""
         if key is None:
             return None
+        near = self._near.get(key.key)
+        if near is not None:
+            self._count("retrieval", True)
+            return list(near)
         data = await self.cache.get(key.key)
         hits = None
         if data is not None:
@@ -219,6 +230,8 @@ class RequestCache:
                 hits = codec.decode_candidates(data, key.tenant)
             except codec.CacheDecodeError as exc:
                 log.debug("ignoring a corrupt cached search result: %s", exc)
+            else:
+                self._near.put(key.key, tuple(hits), self.ttls.retrieval_s)
         self._count("retrieval", hits is not None)
         return hits
 
@@ -228,11 +241,15 @@ class RequestCache:
         """Cache a search result under ``key`` (from ``retrieval_key``, taken before searching)."""
         if key is None:
             return
+        if any(c.record.tenant != key.tenant for c in candidates):
+            log.error("refusing to cache another tenant's records under %s", key.tenant)
+            return
         try:
             data = codec.encode_candidates(candidates)
         except codec.CacheDecodeError as exc:
             log.debug("not caching a search result: %s", exc)
             return
+        self._near.put(key.key, tuple(candidates), self.ttls.retrieval_s)
         await self._write(self.cache.set(key.key, data, self.ttls.retrieval_s))
 
     # -- generations -----------------------------------------------------------------------
@@ -293,6 +310,7 @@ class RequestCache:
     async def close(self) -> None:
         """Finish background writes and close the underlying cache."""
         await self.flush()
+        self._near.clear()
         await self.cache.close()
 
 

@@ -9,7 +9,7 @@ import fakeredis
 import numpy as np
 import pytest
 
-from proxy.cache import CacheTTLs, LocalCache, RedisCache, RequestCache, keys
+from proxy.cache import CacheTTLs, LocalCache, RedisCache, RequestCache, codec, keys
 from proxy.cache.redis_cache import connect
 from proxy.context.records import Candidate, MemoryRecord
 from tests.redis_server import RedisServer
@@ -153,8 +153,48 @@ async def test_users_and_options_do_not_share_results(rc: RequestCache) -> None:
 async def test_result_under_another_tenants_key_is_never_served(rc: RequestCache) -> None:
     key = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
     assert key is not None
-    # A poisoned entry (say, a bug elsewhere) holding globex's record under acme's key.
-    await rc.set_retrieval(key, [hit("globex", "g1")])
+    # A bug elsewhere handing globex's record to acme's search: not cached at all.
+    await rc.set_retrieval(key, [hit("acme", "m1"), hit("globex", "g1")])
+    assert await rc.get_retrieval(key) is None
+    # The same poison written straight into the shared cache: rejected when read.
+    await rc.cache.set(key.key, codec.encode_candidates([hit("globex", "g1")]), ttl_s=60)
+    assert await rc.get_retrieval(key) is None
+
+
+async def test_repeated_search_is_served_from_the_near_cache_without_a_round_trip() -> None:
+    local = LocalCache(100)
+    rc = RequestCache(local)
+    key = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    assert key is not None
+    await rc.set_retrieval(key, [hit("acme", "m1")])
+    await local.delete(key.key)  # the shared copy is gone; the decoded one is still here
+    served = await rc.get_retrieval(key)
+    assert served == [hit("acme", "m1")]
+    assert served is not None
+    served.clear()  # callers get their own list
+    assert await rc.get_retrieval(key) == [hit("acme", "m1")]
+
+
+async def test_a_write_through_another_worker_invalidates_the_near_cache() -> None:
+    # Two workers (two RequestCaches) over one shared cache: worker 2's write bumps the shared
+    # generation, so worker 1's next search misses even though it holds the old result.
+    shared = RedisCache(fakeredis.FakeAsyncRedis(), timeout_ms=2000)
+    worker1, worker2 = RequestCache(shared), RequestCache(shared)
+    key = await worker1.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    await worker1.set_retrieval(key, [hit("acme", "m1")])
+    assert await worker1.get_retrieval(key) == [hit("acme", "m1")]
+    await worker2.bump_generation("acme")
+    fresh = await worker1.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    assert await worker1.get_retrieval(fresh) is None
+
+
+async def test_near_cache_entries_expire_with_the_retrieval_ttl() -> None:
+    now = [0.0]
+    local = LocalCache(100, clock=lambda: now[0])
+    rc = RequestCache(local, CacheTTLs(retrieval_s=30), clock=lambda: now[0])
+    key = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    await rc.set_retrieval(key, [hit("acme", "m1")])
+    now[0] = 30.0
     assert await rc.get_retrieval(key) is None
 
 
