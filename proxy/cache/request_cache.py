@@ -32,6 +32,7 @@ from typing import Protocol
 import numpy as np
 
 from proxy.cache import codec, keys
+from proxy.cache.generations import Generations
 from proxy.cache.near import DEFAULT_NEAR_ENTRIES, NearCache
 from proxy.cache.protocol import Cache
 from proxy.context.records import Candidate
@@ -102,7 +103,7 @@ class RequestCache:
         self.ttls = ttls or CacheTTLs()
         self.write_behind = write_behind
         self._on_lookup = on_lookup
-        self._wall_clock = wall_clock
+        self._generations = Generations(cache, wall_clock)
         # Decoded search results by key (keys carry the generation, so values never change).
         self._near: NearCache[tuple[Candidate, ...]] = NearCache(near_entries, clock)
         self._pending: set[asyncio.Task[None]] = set()
@@ -256,24 +257,11 @@ class RequestCache:
 
     async def generation(self, tenant: str) -> int | None:
         """Return the tenant's generation, creating it if absent; ``None`` if unavailable."""
-        key = keys.generation_key(tenant)
-        data = await self.cache.get(key)
-        if data is not None:
-            return _count_or_none(data)
-        # Absent: new tenant, or the counter was evicted. Start from the clock, not from 0, so a
-        # re-created counter never meets numbers (and cached results) of an evicted one.
-        return await self.cache.incr(key, self._seed())
+        return await self._generations.current(tenant)
 
     async def bump_generation(self, tenant: str) -> int | None:
         """Make every cached search result of ``tenant`` unreachable. Call after each write."""
-        key = keys.generation_key(tenant)
-        value = await self.cache.incr(key)
-        if value == 1:  # the counter was absent: move it past anything an evicted one reached
-            value = await self.cache.incr(key, self._seed())
-        return value
-
-    def _seed(self) -> int:
-        return int(self._wall_clock() * 1_000_000)
+        return await self._generations.bump(tenant)
 
     # -- metrics and health ----------------------------------------------------------------
 
