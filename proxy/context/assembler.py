@@ -40,6 +40,7 @@ from proxy.context.synthesizer import (
     DUPLICATE_JACCARD,
     STOPWORDS,
     dedup_order,
+    dedup_words,
     flatten,
     fragment_score,
     normalise_words,
@@ -223,7 +224,7 @@ def assemble(
 
     word_sets = [frozenset[str]()] * len(rows)
     for i in survivors:
-        word_sets[i] = normalise_words(records[i].content)
+        word_sets[i] = dedup_words(records[i].content)
     kept, duplicates = dedup_order(word_sets, survivors, cfg.dedup_threshold)
     for i in duplicates:
         status[i] = DUPLICATE

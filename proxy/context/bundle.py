@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any
@@ -125,17 +125,10 @@ def calculate_recency_score(created_at: datetime | None, now: datetime, half_lif
 
 def calculate_priority_score(item: ContextItem, config: BundleConfig, now: datetime) -> float:
     """``recency_weight * recency + salience_weight * salience``."""
+    if config.recency_weight == 0.0:  # the assembler's setting: skip the date arithmetic
+        return config.salience_weight * item.salience
     recency = calculate_recency_score(item.created_at, now, config.recency_half_life_days)
     return config.recency_weight * recency + config.salience_weight * item.salience
-
-
-@dataclass(order=True, slots=True)
-class HeapEntry:
-    """Heap order: lowest priority first; among equals the later arrival goes first."""
-
-    priority: float
-    rank: int
-    item: ContextItem = field(compare=False)
 
 
 class BundleAccumulator:
@@ -144,7 +137,9 @@ class BundleAccumulator:
     def __init__(self, config: BundleConfig | None = None, *, now: datetime) -> None:
         self._config = config if config is not None else BundleConfig()
         self._now = now
-        self._heap: list[HeapEntry] = []
+        # Entries are (priority, -arrival, item): tuples compare in C. The root is the lowest
+        # priority and, among equals, the latest arrival, so ties keep earlier items.
+        self._heap: list[tuple[float, int, ContextItem]] = []
         self._dropped: list[tuple[ContextItem, AddResult]] = []
         self._seen = 0
         self._added = 0
@@ -186,7 +181,7 @@ class BundleAccumulator:
             self._below += 1
             self._dropped.append((item, AddResult.REJECTED_BELOW_THRESHOLD))
             return AddResult.REJECTED_BELOW_THRESHOLD
-        entry = HeapEntry(self.priority(item), -self._seen, item)
+        entry = (self.priority(item), -self._seen, item)
         if len(self._heap) < self._config.max_items:
             heapq.heappush(self._heap, entry)
             self._added += 1
@@ -198,12 +193,12 @@ class BundleAccumulator:
         evicted = heapq.heapreplace(self._heap, entry)
         self._added += 1
         self._evicted += 1
-        self._dropped.append((evicted.item, AddResult.ADDED_WITH_EVICTION))
+        self._dropped.append((evicted[2], AddResult.ADDED_WITH_EVICTION))
         return AddResult.ADDED_WITH_EVICTION
 
     def to_bundle(self) -> list[ContextItem]:
         """The kept items, highest priority first (earlier arrivals first among equals)."""
-        return [entry.item for entry in sorted(self._heap, reverse=True)]
+        return [entry[2] for entry in sorted(self._heap, reverse=True)]
 
     def dropped(self) -> list[tuple[ContextItem, AddResult]]:
         """Items that left or never entered, with the reason (evictions carry the new item's)."""
@@ -211,7 +206,7 @@ class BundleAccumulator:
 
     def stats(self) -> BundleStats:
         """Counters and the priority range of the current bundle."""
-        priorities = [entry.priority for entry in self._heap]
+        priorities = [entry[0] for entry in self._heap]
         return BundleStats(
             capacity=self._config.max_items,
             size=len(self._heap),

@@ -13,8 +13,10 @@ candidates; ``MemorySynthesizer`` keeps the seed's ``add_fragments``/``synthesiz
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
+import string
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -123,6 +125,12 @@ STOPWORDS = frozenset(
     ]
 )
 NO_WORDS: frozenset[str] = frozenset()
+PUNCTUATION_TO_SPACE = str.maketrans(
+    dict.fromkeys(
+        string.punctuation + "\u2018\u2019\u201c\u201d\u2026\u2013\u2014\u00ab\u00bb\u00bf\u00a1",
+        " ",
+    )
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +160,15 @@ def normalise_words(
         # One regex pass over the unique words is several times faster than a Python loop.
         return frozenset(STEM.sub(r"\1", " ".join(words)).split())
     return words
+
+
+def dedup_words(text: str) -> frozenset[str]:
+    """Case-folded words split at whitespace and punctuation: the sets dedup compares.
+
+    ``str.translate`` plus ``split`` run in C, several times faster than the word regex; they
+    split at ASCII and common typographic punctuation only.
+    """
+    return frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
 
 
 def keyword_overlap(query_words: frozenset[str], content_words: frozenset[str]) -> float:
@@ -199,13 +216,16 @@ def dedup_order(
 ) -> tuple[list[int], list[int]]:
     """Walk ``order`` (best first) and keep each set unless Jaccard > ``threshold`` with a kept one.
 
-    Returns (kept, dropped) indices. Exact: prefix filtering (sets ordered rarest word first;
-    a pair with Jaccard >= t must share a word within both prefixes of length
-    ``n - ceil(t * n) + 1``) finds every candidate pair, then the true Jaccard decides.
+    Returns (kept, dropped) indices. Exact: prefix filtering. Each set is ordered by one global
+    order (rarest word first, then alphabetical, so prefixes are selective); a pair with
+    Jaccard >= t must share a word within both prefixes of length ``n - ceil(t * n) + 1``, so
+    only those pairs are compared, and the true Jaccard decides.
     """
     if not 0.0 <= threshold < 1.0:
         raise ConfigError("dedup threshold must be in [0, 1)", param="dedup_threshold")
-    frequency = Counter(word for words in word_sets for word in words)
+    order = list(order)
+    frequency = Counter(itertools.chain.from_iterable(word_sets[i] for i in order))
+    rarity = frequency.__getitem__
     index: dict[str, list[int]] = {}
     kept: list[int] = []
     dropped: list[int] = []
@@ -217,10 +237,10 @@ def dedup_order(
             empty_kept = True
             continue
         size = len(words)
+        # Two C-level sorts give the total order (rarest first, then alphabetical).
+        ranked = sorted(sorted(words), key=rarity)
         # The small epsilon only lengthens the prefix, which can never lose a pair.
-        prefix = sorted(words, key=lambda w: (frequency[w], w))[
-            : size - math.ceil(threshold * size - 1e-9) + 1
-        ]
+        prefix = ranked[: size - math.ceil(threshold * size - 1e-9) + 1]
         if is_duplicate(words, prefix, index, word_sets, threshold):
             dropped.append(i)
             continue
@@ -313,7 +333,7 @@ class MemorySynthesizer:
         order = sorted(range(len(scored)), key=lambda i: -scored[i].relevance)
         # Dedup compares contents with the stopwords kept: they are part of what makes two
         # sentences the same sentence.
-        dedup_sets = [normalise_words(f.content) for f in scored]
+        dedup_sets = [dedup_words(f.content) for f in scored]
         kept, _ = dedup_order(dedup_sets, order, self.dedup_threshold)
         return [scored[i] for i in kept]
 
