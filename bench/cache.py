@@ -4,9 +4,9 @@ Measures, against a ``redis-server`` this script starts on a free port (no persi
 
 1. per-call latency (p50/p99) of ``LocalCache`` and ``RedisCache`` get / set / get_many(50),
    and the raw ``redis.asyncio`` call without our deadline + breaker wrapper (its overhead);
-2. the pipeline's calls through ``RequestCache``: a search-result hit (generation read + get +
-   decode of 8 candidates), an embedding hit, and token counts of a 50-message conversation
-   whose history is cached;
+2. the pipeline's calls through ``RequestCache``: a search-result hit of 50 candidates (the
+   generation read, then the near cache, or a get + decode without it), storing one, an
+   embedding hit, and token counts of a 50-message conversation whose history is cached;
 3. latency under 50 concurrent callers, and how many calls a given per-call deadline would turn
    into misses (chooses the default deadline, ADR 0032);
 4. failure costs with the default settings: a frozen Redis (SIGSTOP) and a killed one, the calls
@@ -41,14 +41,14 @@ import numpy as np
 from bench.lib.report import save_results
 from bench.lib.servers import free_port
 from bench.lib.stats import format_table, summarize_ms
-from proxy.cache import LocalCache, RedisCache, RequestCache
+from proxy.cache import Cache, LocalCache, RedisCache, RequestCache, RetrievalKey
 from proxy.cache.redis_cache import connect
 from proxy.context.records import Candidate, MemoryRecord
 
 TENANT = "bench-tenant"
 CONCURRENCY = 50
 DEADLINES_MS = (2.0, 5.0, 10.0, 20.0)
-CANDIDATES = 8
+CANDIDATES = 50  # the default top_k
 MESSAGES = 50
 
 
@@ -84,7 +84,7 @@ async def timed(fn: Callable[[], Awaitable[Any]], n: int) -> dict[str, float]:
 
 
 def candidates() -> list[Candidate]:
-    """Eight realistic search hits (contents of a few hundred characters)."""
+    """Realistic search hits (contents of a few hundred characters)."""
     now = datetime.now(UTC)
     return [
         Candidate(
@@ -150,40 +150,51 @@ async def per_call(url: str, n: int) -> list[dict[str, Any]]:
 
 
 async def request_paths(url: str, n: int) -> list[dict[str, Any]]:
-    """Section 2: the pipeline's one-line calls, hits only."""
+    """Section 2: the pipeline's one-line calls, hits only, with and without the near cache."""
     rows: list[dict[str, Any]] = []
     texts = [f"message {i}: " + "some conversation text " * 20 for i in range(MESSAGES)]
     vector = np.random.default_rng(0).standard_normal(256).astype(np.float32)
     hits = candidates()
-    for name, cache in (
-        ("local", LocalCache(100_000)),
-        ("redis", RedisCache(connect(url), timeout_ms=1000)),
-    ):
-        rc = RequestCache(cache)
-        key = await rc.retrieval_key(TENANT, "alice", "what do I like?", top_k=8, sources=None)
+    query = "what do I like?"
+    variants: list[tuple[str, Cache, int]] = [
+        ("local", LocalCache(100_000), 256),
+        ("local, no near", LocalCache(100_000), 0),
+        ("redis", RedisCache(connect(url), timeout_ms=1000), 256),
+        ("redis, no near", RedisCache(connect(url), timeout_ms=1000), 0),
+    ]
+    for name, cache, near in variants:
+        rc = RequestCache(cache, near_entries=near)
+        key = await rc.retrieval_key(TENANT, "alice", query, top_k=CANDIDATES, sources=None)
         await rc.set_retrieval(key, hits)
-        await rc.set_embedding(TENANT, "static", 256, "what do I like?", vector)
+        await rc.set_embedding(TENANT, "static", 256, query, vector)
         await rc.count_tokens(TENANT, "o200k_base", texts)
 
         async def retrieval_hit(rc: RequestCache = rc) -> None:
-            k = await rc.retrieval_key(TENANT, "alice", "what do I like?", top_k=8, sources=None)
-            assert await rc.get_retrieval(k) == hits
+            k = await rc.retrieval_key(TENANT, "alice", query, top_k=CANDIDATES, sources=None)
+            found = await rc.get_retrieval(k)
+            assert found is not None
+            assert len(found) == CANDIDATES
 
         async def embedding_hit(rc: RequestCache = rc) -> None:
-            assert await rc.get_embedding(TENANT, "static", 256, "what do I like?") is not None
+            assert await rc.get_embedding(TENANT, "static", 256, query) is not None
 
         async def counts_hit(rc: RequestCache = rc) -> None:
             await rc.count_tokens(TENANT, "o200k_base", texts)
 
-        rows.append(
-            {"backend": name, "call": "retrieval hit (8 hits)", **await timed(retrieval_hit, n)}
-        )
-        rows.append(
-            {"backend": name, "call": "embedding hit (256 d)", **await timed(embedding_hit, n)}
-        )
-        rows.append(
-            {"backend": name, "call": f"token counts {MESSAGES} msgs", **await timed(counts_hit, n)}
-        )
+        async def store_result(rc: RequestCache = rc, key: RetrievalKey | None = key) -> None:
+            await rc.set_retrieval(key, hits)
+
+        calls = [
+            (f"retrieval hit ({CANDIDATES} hits)", retrieval_hit),
+            (f"set_retrieval ({CANDIDATES} hits)", store_result),
+        ]
+        if not near:
+            calls += [
+                ("embedding hit (256 d)", embedding_hit),
+                (f"token counts {MESSAGES} msgs", counts_hit),
+            ]
+        for call, fn in calls:
+            rows.append({"backend": name, "call": call, **await timed(fn, n)})
         await rc.close()
     return rows
 
