@@ -68,6 +68,8 @@ def plot_latency(results: Mapping[str, Any], out: Path) -> Path:
             )
         ax.set_xscale("log")
         ax.set_yscale("log")
+        levels = sorted({p[0] for pts in latency_series(rows, stream).values() for p in pts})
+        ax.set_xticks(levels, [str(c) for c in levels])
         ax.set_xlabel("concurrent connections")
         ax.set_ylabel("latency (ms, log)")
         ax.set_title("streaming (full response)" if stream else "non-streaming")
