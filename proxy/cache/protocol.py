@@ -32,6 +32,15 @@ ErrorHook = Callable[[str, str], None]
 class Cache(Protocol):
     """A byte cache with TTLs, batch calls and atomic counters; it never raises on failure."""
 
+    @property
+    def available(self) -> bool:
+        """Whether the last call was served (``False`` while failing or skipped by a breaker).
+
+        Lets the pipeline mark a request ``degraded`` when the cache was skipped, without
+        counting anything per call.
+        """
+        ...
+
     async def get(self, key: str) -> bytes | None:
         """Return the value of ``key``, or ``None`` if absent, expired or unreachable."""
         ...

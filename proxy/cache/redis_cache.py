@@ -64,15 +64,23 @@ class RedisCache:
         self.timeout_s = timeout_ms / 1000
         self.breaker = breaker or CircuitBreaker()
         self._on_error = on_error
+        self._last_served = True
+
+    @property
+    def available(self) -> bool:
+        """Whether the last call was served; ``False`` after a failure or a breaker skip."""
+        return self._last_served
 
     async def _call(self, op: str, fn: Callable[[], Awaitable[T]], fallback: T) -> T:
         if not self.breaker.allow():
+            self._last_served = False
             self._report(op, REASON_CIRCUIT_OPEN)
             return fallback
         try:
             async with asyncio.timeout(self.timeout_s):
                 result = await fn()
         except TimeoutError:
+            self._last_served = False
             self.breaker.record_failure(f"{op} timed out after {self.timeout_s * 1000:g} ms")
             self._report(op, REASON_TIMEOUT)
             return fallback
@@ -81,13 +89,16 @@ class RedisCache:
             raise
         except ResponseError:
             # Redis answered (e.g. INCR of a non-integer): it is up, the command was wrong.
+            self._last_served = True
             self.breaker.record_success()
             self._report(op, REASON_ERROR)
             return fallback
         except Exception as exc:  # any client failure is a miss: memory never fails a request
+            self._last_served = False
             self.breaker.record_failure(f"{op}: {type(exc).__name__}: {exc}")
             self._report(op, REASON_ERROR)
             return fallback
+        self._last_served = True
         self.breaker.record_success()
         return result
 
@@ -151,7 +162,9 @@ class RedisCache:
         except asyncio.CancelledError:
             raise
         except Exception:
+            self._last_served = False
             return False
+        self._last_served = True
         self.breaker.record_success()
         return True
 

@@ -116,3 +116,4 @@ async def test_delete(backend: Backend) -> None:
 
 async def test_ping(backend: Backend) -> None:
     assert await backend.cache.ping() is True
+    assert backend.cache.available is True

@@ -98,6 +98,7 @@ async def test_breaker_opens_and_then_costs_no_io() -> None:
         assert await cache.get("k") is None
     assert client.calls == 3
     assert cache.breaker.state == "open"
+    assert cache.available is False
     assert events.reasons() == ["error"] * 3 + ["circuit_open"] * 97
 
 
@@ -183,6 +184,7 @@ async def test_redis_killed_mid_run_then_back(redis_server: RedisServer) -> None
         await asyncio.sleep(0.05)
     assert await cache.get("k") == b"back"
     assert str(breaker.state) == "closed"
+    assert cache.available is True
     await cache.close()
 
 
@@ -257,9 +259,12 @@ class StubEmbedder:
 @pytest.mark.redis
 async def test_request_path_goes_on_without_redis(redis_server: RedisServer) -> None:
     rc = RequestCache(RedisCache(connect(redis_server.url), timeout_ms=200))
+    assert await rc.count_tokens("acme", "o200k_base", ["warm"]) == [1]
+    assert rc.degraded is False
     redis_server.kill()
     assert await rc.retrieval_key("acme", "alice", "q", top_k=5, sources=None) is None
     assert (await rc.embed("acme", StubEmbedder(), "q")).tolist() == [1.0] * 4
     assert await rc.count_tokens("acme", "o200k_base", ["hello world"]) == [2]
     assert await rc.bump_generation("acme") is None
+    assert rc.degraded is True
     await rc.close()
