@@ -9,6 +9,7 @@ aggregates all of them (gauges summed over live processes).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -74,6 +75,7 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=reg,
         )
+        self._upstream_children: dict[str, Any] = {}
         self.upstream_errors = Counter(
             "memproxy_upstream_errors",
             "Upstream failures by kind (connect, timeout, midstream, disconnect).",
@@ -92,6 +94,13 @@ class Metrics:
             registry=reg,
             multiprocess_mode="livesum",
         )
+
+    def upstream_latency_for(self, route: str) -> Any:
+        """The upstream latency histogram of ``route`` (children cached: ``labels`` is slow)."""
+        child = self._upstream_children.get(route)
+        if child is None:
+            child = self._upstream_children[route] = self.upstream_latency.labels(route)
+        return child
 
     def render(self) -> tuple[bytes, str]:
         """Return the exposition text and its content type."""

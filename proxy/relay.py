@@ -129,9 +129,7 @@ class Relay(Response):
         response = await self.services.upstream.send(
             self.method, self.url, self.headers_out, self.body_out
         )
-        self.services.metrics.upstream_latency.labels(self.route).observe(
-            time.perf_counter() - sent
-        )
+        self.services.metrics.upstream_latency_for(self.route).observe(time.perf_counter() - sent)
         return response
 
     async def _stream(

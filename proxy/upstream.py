@@ -92,8 +92,20 @@ class UpstreamResponse:
             yield chunk
 
     async def read(self) -> bytes:
-        """Read the whole body with the same timeouts as ``chunks``."""
-        return b"".join([chunk async for chunk in self.chunks()])
+        """Read a whole (non-streamed) body; ``idle`` bounds the whole read, as does ``total``.
+
+        A non-streamed body is complete when the upstream starts sending it, so one timeout
+        around the read is enough (and cheaper than one per chunk).
+        """
+        loop = asyncio.get_running_loop()
+        wait = min(self._client.settings.timeouts.idle, self._deadline - loop.time())
+        try:
+            async with asyncio.timeout(wait):
+                return await self._response.read()
+        except TimeoutError as exc:
+            raise UpstreamTimeout("The upstream stopped sending data in time.") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamError(f"The upstream connection broke: {type(exc).__name__}.") from exc
 
     def close(self) -> None:
         """Release the connection; an unfinished body drops it instead of reusing it."""

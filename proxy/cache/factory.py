@@ -20,6 +20,7 @@ from proxy.cache.redis_cache import (
     RedisCache,
     connect,
 )
+from proxy.errors import ConfigError
 
 
 def create_cache(
@@ -40,12 +41,19 @@ def create_cache(
 
     No I/O happens here: Redis is contacted on first use, so the app starts (and serves, without
     a shared cache) even when Redis is down. The caller (the app lifespan) must ``close()`` it.
+    A malformed URL raises ``ConfigError`` at start.
     """
     if not redis_url:
         return LocalCache(local_max_entries, max_bytes=local_max_bytes, clock=clock)
-    client = connect(
-        redis_url, connect_timeout_ms=connect_timeout_ms, max_connections=max_connections
-    )
+    try:
+        client = connect(
+            redis_url, connect_timeout_ms=connect_timeout_ms, max_connections=max_connections
+        )
+    except ValueError as exc:
+        # Never echo the URL: it may carry a password.
+        raise ConfigError(
+            f"cache.redis_url (MEMPROXY_REDIS_URL) is not a Redis URL: {exc}"
+        ) from exc
     breaker = CircuitBreaker(
         failure_threshold=breaker_failures,
         cooldown_s=breaker_cooldown_s,

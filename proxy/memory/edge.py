@@ -324,15 +324,13 @@ class EdgeStore:
                 Candidate(owned_or_fail(h.payload, tenant), clip_similarity(h.score)) for h in hits
             ]
         branch = query.top_k * HYBRID_OVERSAMPLE
-        # IDF over the tenant's own memories: another tenant's vocabulary must not shape ranking.
-        idf = qe.SearchParams(idf=qe.IdfParams(corpus=tenant_filter(tenant)))
         lexical_query = qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_VECTOR)
         hits = self._shard.query(
             qe.QueryRequest(
                 limit=query.top_k,
                 prefetches=[
                     qe.Prefetch(limit=branch, query=dense, filter=scope),
-                    qe.Prefetch(limit=branch, query=lexical_query, filter=scope, params=idf),
+                    qe.Prefetch(limit=branch, query=lexical_query, filter=scope),
                 ],
                 query=qe.Fusion.Rrf(k=RRF_K),  # type: ignore[arg-type]  # stub omits Rrf
                 filter=scope,

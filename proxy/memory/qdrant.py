@@ -265,7 +265,6 @@ class QdrantStore:
                 for p in dense.points
             ]
         branch = query.top_k * HYBRID_OVERSAMPLE
-        idf = models.SearchParams(idf=models.IdfCorpusParams(corpus=tenant_filter(tenant)))
         fused = await self._client.query_points(
             self._collection,
             prefetch=[
@@ -277,7 +276,6 @@ class QdrantStore:
                     using=SPARSE_VECTOR,
                     filter=scope,
                     limit=branch,
-                    params=idf,
                 ),
             ],
             query=models.RrfQuery(rrf=models.Rrf(k=RRF_K)),

@@ -9,4 +9,4 @@ from proxy.routes import chat, health, passthrough
 
 def build_routes() -> list[BaseRoute]:
     """All routes; specific ``/v1/*`` routes (chat, memories) go before the passthrough."""
-    return [*health.routes, *chat.routes, *passthrough.routes]
+    return [*chat.routes, *health.routes, *passthrough.routes]
