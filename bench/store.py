@@ -120,7 +120,7 @@ def unit_rows(count: int, dim: int, rng: np.random.Generator) -> np.ndarray:
     return rows
 
 
-async def ingest(store: EdgeStore, size: int, tenants: int) -> dict[str, float]:
+async def ingest(store: EdgeStore, size: int, tenants: int, optimize: bool) -> dict[str, float]:
     """Write ``size`` synthetic memories in batches; return import and index-build figures."""
     rng = np.random.default_rng(SEED)
     started = time.perf_counter()
@@ -134,12 +134,13 @@ async def ingest(store: EdgeStore, size: int, tenants: int) -> dict[str, float]:
             print(f"  imported {start:,} ({rate:,.0f}/s)", flush=True)
     imported = time.perf_counter() - started
     started = time.perf_counter()
-    await store.optimize()
+    if optimize:
+        await store.optimize()
     return {
         "memories": float(size),
         "import_s": imported,
         "import_per_s": size / imported,
-        "optimize_s": time.perf_counter() - started,
+        "optimize_s": time.perf_counter() - started if optimize else float("nan"),
     }
 
 
@@ -175,7 +176,7 @@ async def search_latency(
 
 
 async def run_search(
-    size: int, tenants: int, rounds: int, hybrid: bool, data_dir: Path | None
+    size: int, tenants: int, rounds: int, hybrid: bool, data_dir: Path | None, optimize: bool
 ) -> dict[str, Any]:
     embedder = StaticEmbedder()
     with tempfile.TemporaryDirectory(dir=data_dir) as tmp:
@@ -184,7 +185,7 @@ async def run_search(
         )
         try:
             print(f"importing {size:,} memories over {tenants:,} tenants ...", flush=True)
-            figures = await ingest(store, size, tenants)
+            figures = await ingest(store, size, tenants, optimize)
             latency = await search_latency(store, embedder, tenants, rounds)
             started = time.perf_counter()
             await store.close()
@@ -198,7 +199,14 @@ async def run_search(
     rows = [{"measure": name, **stats} for name, stats in latency.items()]
     print(format_table(rows, ["measure", "count", "p50", "p90", "p99", "max"]))
     print(format_table([figures]))
-    return {"size": size, "tenants": tenants, "hybrid": hybrid, "latency_ms": latency, **figures}
+    return {
+        "size": size,
+        "tenants": tenants,
+        "hybrid": hybrid,
+        "optimized": optimize,
+        "latency_ms": latency,
+        **figures,
+    }
 
 
 def locomo_records(sample: dict[str, Any]) -> list[MemoryRecord]:
@@ -264,6 +272,11 @@ def main() -> None:
     parser.add_argument(
         "--data-dir", type=Path, default=None, help="where the temporary store lives"
     )
+    parser.add_argument(
+        "--no-optimize",
+        action="store_true",
+        help="skip the HNSW build: tenant-filtered searches scan only the tenant's points",
+    )
     args = parser.parse_args()
     if args.recall:
         samples = json.loads(LOCOMO.read_text())
@@ -275,9 +288,14 @@ def main() -> None:
         return
     if args.smoke:
         args.size, args.tenants, args.rounds = 3_000, 10, 50
-    out = asyncio.run(run_search(args.size, args.tenants, args.rounds, args.hybrid, args.data_dir))
+    out = asyncio.run(
+        run_search(
+            args.size, args.tenants, args.rounds, args.hybrid, args.data_dir, not args.no_optimize
+        )
+    )
     if not args.smoke:
-        name = f"store_search_{args.size}_{args.tenants}{'_hybrid' if args.hybrid else ''}"
+        mode = ("_hybrid" if args.hybrid else "") + ("_noopt" if args.no_optimize else "")
+        name = f"store_search_{args.size}_{args.tenants}{mode}"
         print("saved", save_results(name, out))
 
 
