@@ -1,0 +1,139 @@
+"""Tests of the pure benchmark helpers: statistics, tables, interleaving, memories, peer config."""
+
+from __future__ import annotations
+
+import math
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.lib import loadgen, memories, stats
+from bench.peers import litellm_proxy
+
+
+@pytest.mark.parametrize(
+    ("values", "q", "expected"),
+    [
+        ([1.0], 50, 1.0),
+        ([1.0, 2.0, 3.0], 50, 2.0),
+        ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
+        ([4.0, 1.0, 3.0, 2.0], 0, 1.0),
+        ([4.0, 1.0, 3.0, 2.0], 100, 4.0),
+        (list(map(float, range(101))), 99, 99.0),
+    ],
+)
+def test_percentile(values: list[float], q: float, expected: float) -> None:
+    assert stats.percentile(values, q) == pytest.approx(expected)
+
+
+def test_percentile_empty_is_nan_and_bad_q_raises() -> None:
+    assert math.isnan(stats.percentile([], 50))
+    with pytest.raises(ValueError, match=r"0\.\.100"):
+        stats.percentile([1.0], 101)
+
+
+@given(st.lists(st.floats(0, 1e6), min_size=1, max_size=50), st.floats(0, 100))
+def test_percentile_within_bounds(values: list[float], q: float) -> None:
+    assert min(values) <= stats.percentile(values, q) <= max(values)
+
+
+def test_summarize_ms_converts_seconds() -> None:
+    summary = stats.summarize_ms([0.001, 0.002, 0.003])
+    assert summary["p50"] == pytest.approx(2.0)
+    assert summary["count"] == 3.0
+    assert summary["max"] == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (1234.5, "1,234"),
+        (12.345, "12.35"),
+        (0.1234, "0.123"),
+        (math.nan, "-"),
+        ("x", "x"),
+        (7, "7"),
+    ],
+)
+def test_format_cell(value: object, expected: str) -> None:
+    assert stats.format_cell(value) == expected
+
+
+def test_format_table_aligns_columns() -> None:
+    table = stats.format_table([{"name": "a", "rps": 1.5}, {"name": "bbb", "rps": 100.0}])
+    lines = table.splitlines()
+    assert lines[0].split() == ["name", "rps"]
+    assert len({len(line) for line in lines[:2]}) == 1
+    assert lines[3].endswith("100")
+    assert stats.format_table([]) == "(no rows)"
+
+
+@pytest.mark.parametrize(
+    ("items", "shift", "expected"),
+    [([1, 2, 3], 0, [1, 2, 3]), ([1, 2, 3], 1, [2, 3, 1]), ([1, 2, 3], 4, [2, 3, 1]), ([], 2, [])],
+)
+def test_rotated(items: list[int], shift: int, expected: list[int]) -> None:
+    assert loadgen.rotated(items, shift) == expected
+
+
+def test_sample_merge_pools_rounds_and_summary() -> None:
+    first = loadgen.Sample(latencies=[0.001, 0.003], elapsed=1.0, cpu=0.01)
+    first.merge(loadgen.Sample(latencies=[0.002], ttfc=[0.0005], errors=1, elapsed=1.0))
+    summary = first.summary()
+    assert summary["requests"] == 3.0
+    assert summary["errors"] == 1.0
+    assert summary["rps"] == pytest.approx(1.5)
+    assert summary["p50_ms"] == pytest.approx(2.0)
+    assert summary["ttfc_p50_ms"] == pytest.approx(0.5)
+
+
+def test_result_rows_add_latency_over_baseline() -> None:
+    results = {
+        ("direct", 1, False): loadgen.Sample(latencies=[0.001], elapsed=1.0),
+        ("proxy", 1, False): loadgen.Sample(latencies=[0.004], elapsed=1.0),
+    }
+    rows = {row["target"]: row for row in loadgen.result_rows(results, baseline="direct")}
+    assert rows["proxy"]["added_p50_ms"] == pytest.approx(3.0)
+    assert rows["direct"]["added_p50_ms"] == pytest.approx(0.0)
+
+
+def test_synthetic_memories_are_deterministic_and_valid() -> None:
+    now = datetime(2026, 11, 22, tzinfo=UTC)
+    first = memories.synthetic_memories(50, "u", now)
+    assert first == memories.synthetic_memories(50, "u", now)
+    assert len({m["content"] for m in first}) == 50
+    sources = {source for source, _ in memories.SOURCES_WEIGHTED}
+    for item in first:
+        assert item["source"] in sources
+        assert item["user"] == "u"
+        assert datetime.fromisoformat(item["created_at"]) <= now
+
+
+def test_batches_cover_every_item_once() -> None:
+    items = [{"n": i} for i in range(450)]
+    chunks = list(memories.batches(items, 200))
+    assert [len(c) for c in chunks] == [200, 200, 50]
+    assert [x for c in chunks for x in c] == items
+
+
+def test_peer_config_forwards_to_upstream_without_database() -> None:
+    config = litellm_proxy.peer_config("http://127.0.0.1:9/v1")
+    (model,) = config["model_list"]  # type: ignore[misc]
+    assert model["litellm_params"]["api_base"] == "http://127.0.0.1:9/v1"
+    assert model["litellm_params"]["model"] == "openai/fake-model"
+    general = config["general_settings"]
+    assert general["disable_spend_logs"] is True  # type: ignore[index]
+    assert "database_url" not in general  # type: ignore[operator]
+
+
+def test_peer_env_strips_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgres://x")
+    env = litellm_proxy.peer_env()
+    assert "DATABASE_URL" not in env
+    assert env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
