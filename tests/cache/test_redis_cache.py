@@ -13,6 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from proxy.cache import CircuitBreaker, RedisCache, RequestCache, create_cache
 from proxy.cache.redis_cache import connect
+from proxy.errors import ConfigError
 from tests.redis_server import RedisServer, free_port
 
 # Far above a per-call deadline, far below a stall: checks "no stall", it is not a speed target.
@@ -144,6 +145,13 @@ async def test_factory_picks_the_backend_from_the_url() -> None:
     assert isinstance(remote, RedisCache)
     assert remote.breaker.failure_threshold == 2
     await remote.close()
+
+
+@pytest.mark.parametrize("url", ["http://cache:6379", "redis://:secret@host:port/0"])
+def test_a_malformed_url_is_a_config_error_without_the_secret(url: str) -> None:
+    with pytest.raises(ConfigError, match="MEMPROXY_REDIS_URL") as caught:
+        create_cache(url, 10)
+    assert "secret" not in str(caught.value)
 
 
 async def test_nothing_listening_is_a_miss_not_an_error() -> None:
