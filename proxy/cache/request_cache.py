@@ -41,6 +41,7 @@ from proxy.context.tokens import count_tokens as tiktoken_count
 DEFAULT_EMBEDDING_TTL_S = 24 * 3600.0
 DEFAULT_TOKEN_COUNT_TTL_S = 24 * 3600.0
 DEFAULT_RETRIEVAL_TTL_S = 300.0
+DEFAULT_NEAR_TOKEN_ENTRIES = 20_000
 
 log = logging.getLogger("memproxy.cache")
 
@@ -84,8 +85,9 @@ class RequestCache:
     Never raises because of the cache: unreachable or corrupt entries are misses. With
     ``write_behind`` the ``set_*`` calls return at once and write in the background (call
     ``flush`` or ``close`` to wait for them), which takes a round trip off the request path.
-    Decoded search results are also kept in a per-process ``NearCache`` of ``near_entries``
-    (0 disables it): a repeated search then costs only the generation read.
+    Decoded search results and token counts are also kept in per-process ``NearCache``s
+    (``near_entries``, ``near_token_entries``; 0 disables): a repeated search then costs only
+    the generation read, and a conversation's known messages cost no I/O at all.
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class RequestCache:
         write_behind: bool = False,
         on_lookup: LookupHook | None = None,
         near_entries: int = DEFAULT_NEAR_ENTRIES,
+        near_token_entries: int = DEFAULT_NEAR_TOKEN_ENTRIES,
         wall_clock: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -106,6 +109,8 @@ class RequestCache:
         self._generations = Generations(cache, wall_clock)
         # Decoded search results by key (keys carry the generation, so values never change).
         self._near: NearCache[tuple[Candidate, ...]] = NearCache(near_entries, clock)
+        # Token counts by key: a content's count never changes either; ~100 bytes an entry.
+        self._near_counts: NearCache[int] = NearCache(near_token_entries, clock)
         self._pending: set[asyncio.Task[None]] = set()
 
     # -- query embeddings ------------------------------------------------------------------
@@ -152,11 +157,21 @@ class RequestCache:
     async def get_token_counts(
         self, tenant: str, encoding: str, texts: Sequence[str]
     ) -> list[int | None]:
-        """Return the cached count of each text (one round trip); ``None`` where not cached."""
+        """Return the cached count of each text; ``None`` where not cached.
+
+        Counts known to this process cost no I/O; the rest are fetched in one round trip.
+        """
         if self.ttls.token_count_s <= 0 or not texts:
             return [None] * len(texts)
         names = [keys.token_count_key(tenant, encoding, keys.digest(t)) for t in texts]
-        counts = [_count_or_none(data) for data in await self.cache.get_many(names)]
+        counts = [self._near_counts.get(name) for name in names]
+        missing = [i for i, n in enumerate(counts) if n is None]
+        if missing:
+            found = await self.cache.get_many([names[i] for i in missing])
+            for i, data in zip(missing, found, strict=True):
+                n = counts[i] = _count_or_none(data)
+                if n is not None:
+                    self._near_counts.put(names[i], n, self.ttls.token_count_s)
         misses = counts.count(None)
         self._report("tokens", len(counts) - misses, misses)
         return counts
@@ -165,10 +180,11 @@ class RequestCache:
         """Cache ``{text: count}`` in ``encoding`` (one round trip)."""
         if self.ttls.token_count_s <= 0 or not counts:
             return
-        items = {
-            keys.token_count_key(tenant, encoding, keys.digest(text)): codec.encode_count(n)
-            for text, n in counts.items()
-        }
+        items = {}
+        for text, n in counts.items():
+            name = keys.token_count_key(tenant, encoding, keys.digest(text))
+            items[name] = codec.encode_count(n)
+            self._near_counts.put(name, n, self.ttls.token_count_s)
         await self._write(self.cache.set_many(items, self.ttls.token_count_s))
 
     async def count_tokens(
@@ -304,6 +320,7 @@ class RequestCache:
         """Finish background writes and close the underlying cache."""
         await self.flush()
         self._near.clear()
+        self._near_counts.clear()
         await self.cache.close()
 
 

@@ -307,3 +307,35 @@ async def test_lookup_hook_sees_hits_and_misses_and_cannot_break_lookups() -> No
 
 async def test_ping_reports_the_backend(rc: RequestCache) -> None:
     assert await rc.ping() is True
+
+
+class SpyCache(LocalCache):
+    """A LocalCache that records the keys each get_many asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(1000)
+        self.asked: list[list[str]] = []
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        self.asked.append(list(keys))
+        return await super().get_many(keys)
+
+
+async def test_known_token_counts_cost_no_round_trip() -> None:
+    spy = SpyCache()
+    rc = RequestCache(spy)
+    history = [f"turn {i}" for i in range(10)]
+    await rc.count_tokens("acme", "o200k_base", history)
+    spy.asked.clear()
+    counts = await rc.count_tokens("acme", "o200k_base", [*history, "a new question"])
+    assert len(counts) == 11
+    assert [len(batch) for batch in spy.asked] == [1]  # only the new message went to the cache
+
+
+async def test_token_counts_from_another_process_fill_the_near_cache() -> None:
+    spy = SpyCache()
+    writer, reader = RequestCache(spy), RequestCache(spy)
+    await writer.set_token_counts("acme", "enc", {"hello": 7})
+    assert await reader.get_token_counts("acme", "enc", ["hello"]) == [7]
+    assert await reader.get_token_counts("acme", "enc", ["hello"]) == [7]
+    assert len(spy.asked) == 1
