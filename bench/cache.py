@@ -44,6 +44,7 @@ from bench.lib.stats import format_table, summarize_ms
 from proxy.cache import Cache, LocalCache, RedisCache, RequestCache, RetrievalKey
 from proxy.cache.redis_cache import connect
 from proxy.context.records import Candidate, MemoryRecord
+from proxy.context.tokens import count_tokens
 
 TENANT = "bench-tenant"
 CONCURRENCY = 50
@@ -156,6 +157,7 @@ async def request_paths(url: str, n: int) -> list[dict[str, Any]]:
     vector = np.random.default_rng(0).standard_normal(256).astype(np.float32)
     hits = candidates()
     query = "what do I like?"
+    # "no near" turns both near caches off (search results and token counts).
     variants: list[tuple[str, Cache, int]] = [
         ("local", LocalCache(100_000), 256),
         ("local, no near", LocalCache(100_000), 0),
@@ -163,7 +165,7 @@ async def request_paths(url: str, n: int) -> list[dict[str, Any]]:
         ("redis, no near", RedisCache(connect(url), timeout_ms=1000), 0),
     ]
     for name, cache, near in variants:
-        rc = RequestCache(cache, near_entries=near)
+        rc = RequestCache(cache, near_entries=near, near_token_entries=near * 100)
         key = await rc.retrieval_key(TENANT, "alice", query, top_k=CANDIDATES, sources=None)
         await rc.set_retrieval(key, hits)
         await rc.set_embedding(TENANT, "static", 256, query, vector)
@@ -188,11 +190,9 @@ async def request_paths(url: str, n: int) -> list[dict[str, Any]]:
             (f"retrieval hit ({CANDIDATES} hits)", retrieval_hit),
             (f"set_retrieval ({CANDIDATES} hits)", store_result),
         ]
+        calls.append((f"token counts {MESSAGES} msgs", counts_hit))
         if not near:
-            calls += [
-                ("embedding hit (256 d)", embedding_hit),
-                (f"token counts {MESSAGES} msgs", counts_hit),
-            ]
+            calls.append(("embedding hit (256 d)", embedding_hit))
         for call, fn in calls:
             rows.append({"backend": name, "call": call, **await timed(fn, n)})
         await rc.close()
@@ -268,6 +268,23 @@ async def failures(url: str, process: subprocess.Popen[bytes], n: int) -> list[d
     return rows
 
 
+def tiktoken_baseline(n: int) -> dict[str, Any]:
+    """What counting the same 50 messages costs without any cache."""
+    texts = [f"message {i}: " + "some conversation text " * 20 for i in range(MESSAGES)]
+    count_tokens(texts[0], "o200k_base")
+    samples = []
+    for _ in range(n):
+        started = time.perf_counter()
+        for text in texts:
+            count_tokens(text, "o200k_base")
+        samples.append(time.perf_counter() - started)
+    return {
+        "backend": "none (tiktoken)",
+        "call": f"token counts {MESSAGES} msgs",
+        **summarize_ms(samples),
+    }
+
+
 async def main(smoke: bool) -> None:
     """Run every section and print tables; save the figures under bench/results/."""
     n = 200 if smoke else 5000
@@ -275,7 +292,7 @@ async def main(smoke: bool) -> None:
         process, url = start_redis(Path(directory))
         try:
             calls = await per_call(url, n)
-            paths = await request_paths(url, n)
+            paths = [*await request_paths(url, n), tiktoken_baseline(min(n, 1000))]
             load = await concurrent(url, 2000 if smoke else 50_000)
             broken = await failures(url, process, n)
         finally:
