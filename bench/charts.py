@@ -102,7 +102,7 @@ def recall_series(
 
 def plot_recall(results: Mapping[str, Any], out: Path) -> Path:
     """Draw evidence recall vs budget: overall (thick) and per category (thin), both methods."""
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 5.6))
     styles = {"memproxy": "-", "topk": "--"}
     labels = {"memproxy": "memproxy", "topk": "top-k baseline"}
     categories = sorted(
@@ -131,6 +131,7 @@ def plot_recall(results: Mapping[str, Any], out: Path) -> Path:
     ax.set_xscale("log")
     budgets = sorted({int(b) for b in results["recall"]["memproxy"]})
     ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.minorticks_off()
     ax.set_ylim(0, 100)
     ax.set_xlabel("memory budget (tokens)")
     ax.set_ylabel("evidence recall (%)")
@@ -140,7 +141,7 @@ def plot_recall(results: Mapping[str, Any], out: Path) -> Path:
         fontsize=10,
     )
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     fig.tight_layout()
     fig.savefig(out, dpi=DPI)
     plt.close(fig)

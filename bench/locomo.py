@@ -130,7 +130,7 @@ async def score_question(
 def summarize(rows: list[dict[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
     """Return recall per method, budget and category, plus explain latency and diagnostics."""
     recall: dict[str, dict[str, dict[str, float]]] = {"memproxy": {}, "topk": {}}
-    diagnostics: dict[str, dict[str, float]] = {}
+    diagnostics: dict[str, dict[str, float | int]] = {}
     for budget in budgets:
         for method in recall:
             pairs = [(r["category"], r[f"{method}@{budget}"]) for r in rows]
@@ -140,8 +140,8 @@ def summarize(rows: list[dict[str, Any]], budgets: Sequence[int]) -> dict[str, A
             "explain_p50_ms": latency["p50"],
             "explain_p99_ms": latency["p99"],
             "mean_injected_tokens": sum(r[f"tokens@{budget}"] for r in rows) / len(rows),
-            "degraded": float(sum(r[f"status@{budget}"] == "degraded" for r in rows)),
-            "topk_short": float(sum(r[f"topk_short@{budget}"] for r in rows)),
+            "degraded": sum(r[f"status@{budget}"] == "degraded" for r in rows),
+            "topk_short": sum(r[f"topk_short@{budget}"] for r in rows),
         }
     return {"recall": recall, "diagnostics": diagnostics}
 

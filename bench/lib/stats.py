@@ -43,6 +43,8 @@ def format_cell(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "-"
+        if value == 0:
+            return "0"
         if abs(value) >= 100:
             return f"{value:,.0f}"
         if abs(value) >= 1:
