@@ -76,19 +76,23 @@ class Relay(Response):
         self.on_complete = on_complete
         self.started = started if started is not None else time.perf_counter()
         self.status_code = 0
+        self._finished = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Run the exchange; see the module docstring for the failure behaviour."""
         task = asyncio.current_task()
         assert task is not None
         disconnected = False
+        self._finished = False
 
         async def watch_disconnect() -> None:
             nonlocal disconnected
             while (await receive())["type"] != "http.disconnect":
                 pass
-            disconnected = True
-            task.cancel()
+            # uvicorn also reports "disconnect" once the response is complete: not a client leaving.
+            if not self._finished:
+                disconnected = True
+                task.cancel()
 
         watcher = asyncio.get_running_loop().create_task(watch_disconnect())
         upstream: UpstreamResponse | None = None
@@ -166,6 +170,7 @@ class Relay(Response):
         finally:
             metrics.streams.dec()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        self._finished = True
         return True
 
     async def _whole(
@@ -187,6 +192,7 @@ class Relay(Response):
             }
         )
         await send({"type": "http.response.body", "body": body, "more_body": False})
+        self._finished = True
         if chunks is not None:
             chunks.append(body)
         return 200 <= upstream.status < 300

@@ -56,7 +56,7 @@ class Recorded:
     method: str
     path: str
     query: str
-    headers: dict[str, str]
+    headers: dict[str, str]  # names lower-cased
     body: bytes
     finished: bool = False  # the whole response was written
     disconnected: bool = False  # the client went away while it was being written
@@ -86,9 +86,9 @@ class FakeUpstream:
 
     async def _record(self, request: web.Request) -> Recorded:
         body = await request.read()
-        rec = Recorded(
-            request.method, request.path, request.query_string, dict(request.headers), body
-        )
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        query = request.rel_url.raw_query_string
+        rec = Recorded(request.method, request.path, query, headers, body)
         if self.config.record:
             self.requests.append(rec)
         return rec
@@ -163,7 +163,9 @@ class FakeUpstream:
                 await response.write(event)
             await response.write_eof()
             rec.finished = True
-        except (ConnectionError, asyncio.CancelledError):
+        except ConnectionError:
+            rec.disconnected = True
+        except asyncio.CancelledError:
             rec.disconnected = True
             raise
         return response
