@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import itertools
 import json
 import resource
 import shutil
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,18 @@ CHAT_PATH = "/v1/chat/completions"
 DEFAULT_MODEL = "fake-model"
 WARMUP_S = 0.5
 ENGINES = ("aiohttp", "hey", "wrk")
+QUESTIONS = (
+    "What did I tell you about my trip to {place}?",
+    "Remind me what {person} said about {topic}.",
+    "Which {topic} options did we discuss for the {place} project?",
+    "Summarize what you know about {person} and {topic}.",
+)
+PLACES = ("Lisbon", "Osaka", "Nairobi", "Oslo", "Lima", "Toronto")
+PEOPLE = ("Ana", "Ben", "Chloe", "Dev", "Elif", "Femi")
+TOPICS = ("the budget", "hotels", "the deadline", "vegetarian food", "Python", "the report")
+UNIQUE_STRIDE = 10_000_000  # request numbers reserved per cell (no cell sends that many)
+# A request body, or a function of the request number returning one (unique queries).
+Body = bytes | Callable[[int], bytes]
 
 
 @dataclass(frozen=True)
@@ -113,20 +126,52 @@ def chat_body(stream: bool, model: str = DEFAULT_MODEL, user: str | None = None)
     return json.dumps(body).encode()
 
 
+def unique_chat_bodies(
+    stream: bool, model: str = DEFAULT_MODEL, base: int = 0
+) -> Callable[[int], bytes]:
+    """Return a body factory whose every request asks a different question.
+
+    Memory-on targets cache embeddings and search results by query text; one repeated question
+    would measure only cache hits. Numbered questions make every request a miss, like real traffic.
+    """
+    prefix = json.dumps(
+        {
+            "model": model,
+            "stream": stream,
+            "messages": [{"role": "system", "content": "You are a helpful assistant."}],
+        }
+    )[:-2]  # strip the closing "]}" to append the user message
+
+    def build(n: int) -> bytes:
+        n += base
+        question = QUESTIONS[n % len(QUESTIONS)].format(
+            place=PLACES[n % len(PLACES)],
+            person=PEOPLE[(n // 7) % len(PEOPLE)],
+            topic=TOPICS[(n // 3) % len(TOPICS)],
+        )
+        user = json.dumps({"role": "user", "content": f"{question} (request {n})"})
+        return f"{prefix}, {user}]}}".encode()
+
+    return build
+
+
 async def _aiohttp_worker(
     session: aiohttp.ClientSession,
     url: str,
-    body: bytes,
+    body: Body,
     headers: Mapping[str, str],
     stream: bool,
     deadline: float,
     sample: Sample,
+    counter: Iterable[int],
 ) -> None:
     perf = time.perf_counter
+    numbers = iter(counter)
     while perf() < deadline:
+        payload = body(next(numbers)) if callable(body) else body
         started = perf()
         try:
-            async with session.post(url, data=body, headers=headers) as resp:
+            async with session.post(url, data=payload, headers=headers) as resp:
                 if stream:
                     await resp.content.readany()
                     first = perf()
@@ -147,7 +192,7 @@ async def _aiohttp_worker(
 
 async def run_aiohttp(
     url: str,
-    body: bytes,
+    body: Body,
     headers: Mapping[str, str],
     *,
     concurrency: int,
@@ -162,9 +207,10 @@ async def run_aiohttp(
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         cpu0, t0 = time.process_time(), time.perf_counter()
         deadline = t0 + seconds
+        counter = itertools.count()  # shared: request numbers are unique across workers
         await asyncio.gather(
             *(
-                _aiohttp_worker(session, url, body, all_headers, stream, deadline, sample)
+                _aiohttp_worker(session, url, body, all_headers, stream, deadline, sample, counter)
                 for _ in range(concurrency)
             )
         )
@@ -257,12 +303,12 @@ def run_cell(
     seconds: float,
     stream: bool,
     engine: str = "aiohttp",
-    body: bytes | None = None,
+    body: Body | None = None,
 ) -> Sample:
     """Load one target at one concurrency with one engine; streaming needs aiohttp."""
     url = target.base_url.rstrip("/") + CHAT_PATH
     body = body if body is not None else chat_body(stream)
-    if engine == "aiohttp" or stream:
+    if engine == "aiohttp" or stream or callable(body):
         return asyncio.run(
             run_aiohttp(
                 url, body, target.headers, concurrency=concurrency, seconds=seconds, stream=stream
@@ -294,13 +340,19 @@ def run_interleaved(
     rounds: int,
     streams: Iterable[bool] = (False,),
     engine: str = "aiohttp",
+    unique_queries: bool = False,
     log: bool = True,
 ) -> dict[Cell, Sample]:
-    """Load every target in every cell for ``rounds`` rounds, rotating the target order."""
+    """Load every target in every cell for ``rounds`` rounds, rotating the target order.
+
+    ``unique_queries`` gives every request its own question (all targets alike), so caches keyed
+    by query text cannot turn the memory path into cache hits; it implies the aiohttp engine.
+    """
     if isinstance(targets, Mapping):
         targets = [Target(name, url) for name, url in targets.items()]
     targets = list(targets)
     results: dict[Cell, Sample] = {}
+    cells = itertools.count(1)  # each cell's questions start at a new base: none repeats
     for target in targets:  # warm connections, caches and lazy imports once
         run_cell(target, concurrency=4, seconds=WARMUP_S, stream=False, engine="aiohttp")
     for round_no in range(rounds):
@@ -313,6 +365,11 @@ def run_interleaved(
                         seconds=seconds,
                         stream=stream,
                         engine=engine,
+                        body=(
+                            unique_chat_bodies(stream, base=next(cells) * UNIQUE_STRIDE)
+                            if unique_queries
+                            else None
+                        ),
                     )
                     results.setdefault((target.name, concurrency, stream), Sample()).merge(sample)
                     if log:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from datetime import UTC, datetime
@@ -137,3 +138,12 @@ def test_peer_env_strips_database(monkeypatch: pytest.MonkeyPatch) -> None:
     env = litellm_proxy.peer_env()
     assert "DATABASE_URL" not in env
     assert env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+
+
+def test_unique_chat_bodies_are_distinct_json_with_the_stream_flag() -> None:
+    build = loadgen.unique_chat_bodies(True, base=0)
+    other = loadgen.unique_chat_bodies(True, base=loadgen.UNIQUE_STRIDE)
+    bodies = [json.loads(build(n)) for n in range(200)] + [json.loads(other(0))]
+    questions = [b["messages"][-1]["content"] for b in bodies]
+    assert len(set(questions)) == len(questions)
+    assert all(b["stream"] is True and b["messages"][0]["role"] == "system" for b in bodies)
