@@ -30,6 +30,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -111,36 +112,20 @@ async def per_call(url: str, n: int) -> list[dict[str, Any]]:
     value = b"x" * 1024
     keys50 = [f"mp:v1:{TENANT}:k{i}" for i in range(50)]
     raw = connect(url)
-    backends: list[tuple[str, Any]] = [
+    backends: list[tuple[str, Cache]] = [
         ("local", LocalCache(100_000)),
         ("redis", RedisCache(connect(url), timeout_ms=1000)),
     ]
     for name, cache in backends:
         await cache.set_many(dict.fromkeys(keys50, value), 600)
-        rows.append(
-            {
-                "backend": name,
-                "call": "get 1KiB",
-                **await timed(lambda c=cache: c.get(keys50[0]), n),
-            }
-        )
-        rows.append(
-            {
-                "backend": name,
-                "call": "set 1KiB",
-                **await timed(lambda c=cache: c.set(keys50[1], value, 600), n),
-            }
-        )
-        rows.append(
-            {
-                "backend": name,
-                "call": "get_many 50",
-                **await timed(lambda c=cache: c.get_many(keys50), n),
-            }
-        )
-        rows.append(
-            {"backend": name, "call": "incr", **await timed(lambda c=cache: c.incr("mp:v1:n"), n)}
-        )
+        calls: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+            ("get 1KiB", partial(cache.get, keys50[0])),
+            ("set 1KiB", partial(cache.set, keys50[1], value, 600)),
+            ("get_many 50", partial(cache.get_many, keys50)),
+            ("incr", partial(cache.incr, "mp:v1:n")),
+        ]
+        for call, fn in calls:
+            rows.append({"backend": name, "call": call, **await timed(fn, n)})
     rows.append(
         {"backend": "redis raw", "call": "get 1KiB", **await timed(lambda: raw.get(keys50[0]), n)}
     )
