@@ -75,9 +75,10 @@ class AssemblerConfig:
     packer: PackerKind = "optimal"
     dedup_threshold: float = DUPLICATE_JACCARD
     max_tokens: int | None = DEFAULT_MAX_TOKENS
-    composite_weight: float = 0.5
-    keyword_weight: float = 0.5
-    value_exponent: float = 2.0
+    # Tuned on LoCoMo dev (ADR-0040): lexical overlap and a sharp value curve win there.
+    composite_weight: float = 0.2
+    keyword_weight: float = 0.8
+    value_exponent: float = 8.0
     drop_stopwords: bool = True
     stemmed: bool = True
 
