@@ -213,7 +213,7 @@ def check_forwarding(base_url: str, model: str = PEER_MODEL) -> dict[str, object
 
 def main() -> None:
     """Install the peer if needed, verify it forwards, and measure it against the fake upstream."""
-    from bench.lib import loadgen, report, servers, stats
+    from bench.lib import loadgen, report, stats, targets
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--spec", nargs="+", default=list(DEFAULT_SPECS), help="requirements")
@@ -222,6 +222,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="per target and round")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 50])
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        default=["direct", "litellm"],
+        choices=targets.KINDS,
+        help="what to load besides the peer check (memproxy-* need memproxy serve)",
+    )
     parser.add_argument("--smoke", action="store_true", help="install + forwarding check only")
     args = parser.parse_args()
 
@@ -230,25 +237,24 @@ def main() -> None:
         f"litellm {record['version']} installed by {record['installer']} "
         f"in {record['install_seconds']} s ({VENV_DIR})"
     )
-    with servers.fake_upstream() as upstream:
-        peer = litellm_server(upstream.base_url + "/v1", workers=args.workers)
-        started = time.perf_counter()
-        with peer:
-            print(f"litellm proxy ready in {time.perf_counter() - started:.1f} s")
-            print("forwarding:", check_forwarding(peer.base_url))
-            if args.smoke:
-                return
-            targets = [
-                loadgen.Target("direct", upstream.base_url, AUTH_HEADERS),
-                loadgen.Target("litellm", peer.base_url, AUTH_HEADERS),
-            ]
-            results = loadgen.run_interleaved(
-                targets,
-                concurrencies=args.concurrency,
-                seconds=args.seconds,
-                rounds=args.rounds,
-                streams=(False, True),
-            )
+    kinds = list(dict.fromkeys(["direct", "litellm", *args.targets]))
+    if args.smoke:
+        kinds = ["direct", "litellm"]
+    with targets.start_targets(kinds, workers=args.workers) as fleet:
+        peer = next(t for t in fleet.targets if t.name == "litellm")
+        print(f"litellm proxy ready in {fleet.info['litellm_ready_seconds']} s")
+        print("forwarding:", check_forwarding(peer.base_url))
+        if args.smoke:
+            return
+        chosen = [t for t in fleet.targets if t.name in args.targets]
+        results = loadgen.run_interleaved(
+            chosen,
+            concurrencies=args.concurrency,
+            seconds=args.seconds,
+            rounds=args.rounds,
+            streams=(False, True),
+            unique_queries=True,
+        )
     rows = loadgen.result_rows(results, baseline="direct")
     columns = ["target", "c", "stream", "requests", "errors", "rps", "p50_ms", "p99_ms"]
     columns += ["ttfc_p50_ms", "added_p50_ms", "added_p99_ms", "added_ttfc_p50_ms"]
@@ -257,7 +263,7 @@ def main() -> None:
         "litellm-peer",
         {
             "install": record,
-            "workers": args.workers,
+            "fleet": fleet.info,
             "seconds": args.seconds,
             "rounds": args.rounds,
             "rows": rows,
