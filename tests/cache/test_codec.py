@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import numpy as np
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.cache import codec
@@ -52,6 +52,7 @@ def candidates(draw: st.DrawFn) -> Candidate:
     return Candidate(record=record, similarity=draw(finite))
 
 
+@settings(deadline=None)  # a shared CI machine must not turn slowness into failures
 @given(st.lists(candidates(), max_size=6))
 def test_candidates_round_trip_exactly(hits: list[Candidate]) -> None:
     decoded = codec.decode_candidates(codec.encode_candidates(hits), TENANT)
@@ -117,6 +118,7 @@ def test_metadata_json_cannot_carry_is_not_encoded() -> None:
         codec.encode_candidates([Candidate(record, 0.5)])
 
 
+@settings(deadline=None)  # a shared CI machine must not turn slowness into failures
 @given(
     st.lists(finite.map(lambda x: np.float32(x) if abs(x) < 3e38 else np.float32(0)), max_size=64)
 )
