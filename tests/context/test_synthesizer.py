@@ -10,10 +10,12 @@ from proxy.context.synthesizer import (
     STOPWORDS,
     MemorySynthesizer,
     dedup_order,
+    dedup_words,
     fragment_score,
     jaccard,
     keyword_overlap,
     normalise_words,
+    overlap_matcher,
     render_line,
 )
 from proxy.context.tokens import count_tokens
@@ -162,3 +164,25 @@ def test_dedup_is_idempotent(sets: list[frozenset[str]]) -> None:
     again, dropped = dedup_order(survivors, range(len(survivors)))
     assert again == list(range(len(survivors)))
     assert dropped == []
+
+
+plain_words = st.sampled_from(
+    ["docker", "networking", "network", "networks", "port", "fixed", "fix", "yaml", "the", "a"]
+)
+
+
+@given(st.lists(plain_words, max_size=8), st.lists(plain_words, max_size=20))
+def test_overlap_matcher_equals_word_set_overlap(query: list[str], content: list[str]) -> None:
+    for stemmed in (False, True):
+        query_words = normalise_words(" ".join(query), stopwords=STOPWORDS, stemmed=stemmed)
+        text = ", ".join(content).upper() + "?"
+        expected = keyword_overlap(query_words, normalise_words(text, stemmed=stemmed))
+        assert overlap_matcher(query_words, stemmed=stemmed)(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("Hello, World!", {"hello", "world"}), ("it\u2019s—fine", {"it", "s", "fine"})],
+)
+def test_dedup_words(text: str, words: set[str]) -> None:
+    assert dedup_words(text) == words
