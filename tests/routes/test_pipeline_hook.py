@@ -1,0 +1,110 @@
+"""The memory pipeline's plug-in point: prepare, response headers, reply, completion hook."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+
+from proxy.app import create_app
+from proxy.hooks import Completion, Prepared
+from proxy.tenancy import Tenant
+from tests.conftest import proxy_settings
+from tests.fakes.servers import ProxyServer
+from tests.fakes.upstream import FakeServer
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+class RecordingPipeline:
+    """Injects a system message, adds headers, records completions."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str | None]] = []
+        self.completions: list[Completion] = []
+        self.completed = threading.Event()
+
+    async def prepare(self, tenant: Tenant, headers: Headers, body: dict[str, Any]) -> Prepared:
+        self.calls.append((tenant.id, headers.get("x-memory-user")))
+        if headers.get("x-memory-mode") == "explain":
+            return Prepared(body=body, reply=JSONResponse({"object": "memory.explain"}))
+        injected = {"role": "system", "content": "You remember: likes tea."}
+        new_body = {**body, "messages": [injected, *body["messages"]]}
+        return Prepared(
+            body=new_body,
+            response_headers={"X-Memory-Status": "injected", "X-Memory-Injected": "1"},
+            on_complete=self.on_complete,
+        )
+
+    async def on_complete(self, completion: Completion) -> None:
+        await asyncio.sleep(0)
+        self.completions.append(completion)
+        self.completed.set()
+
+
+def test_prepare_changes_the_forwarded_body_and_adds_headers(fake: FakeServer) -> None:
+    pipeline = RecordingPipeline()
+    with ProxyServer(create_app(proxy_settings(fake.url), pipeline=pipeline)) as proxy:
+        client = openai.OpenAI(base_url=proxy.url, api_key="sk-1", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(
+            model="m", messages=MESSAGES, extra_headers={"X-Memory-User": "alice"}
+        )
+        assert pipeline.completed.wait(5)
+    assert raw.headers["x-memory-status"] == "injected"
+    assert raw.headers["x-memory-injected"] == "1"
+    forwarded = fake.fake.requests[0].json()["messages"]
+    assert forwarded[0] == {"role": "system", "content": "You remember: likes tea."}
+    assert forwarded[1:] == MESSAGES
+    assert pipeline.calls[0][1] == "alice"
+    assert pipeline.calls[0][0].startswith("t-")
+    (done,) = pipeline.completions
+    assert (done.status, done.streamed, done.ok) == (200, False, True)
+    assert done.text == "Hello from the fake upstream"
+    assert done.body is not None
+
+
+def test_completion_hook_gets_streamed_text(fake: FakeServer) -> None:
+    pipeline = RecordingPipeline()
+    with ProxyServer(create_app(proxy_settings(fake.url), pipeline=pipeline)) as proxy:
+        client = openai.OpenAI(base_url=proxy.url, api_key="sk-1", max_retries=0)
+        stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert pipeline.completed.wait(5)
+    (done,) = pipeline.completions
+    assert (done.streamed, done.ok, done.text) == (True, True, text)
+
+
+def test_failed_stream_reports_not_ok(fake: FakeServer) -> None:
+    pipeline = RecordingPipeline()
+    with ProxyServer(create_app(proxy_settings(fake.url), pipeline=pipeline)) as proxy:
+        body = {"model": "m", "messages": MESSAGES, "stream": True}
+        with pytest.raises(httpx.RemoteProtocolError):
+            httpx.post(
+                f"{proxy.url}/chat/completions", json=body, headers={"X-Fake-Reset-After": "1"}
+            )
+        assert pipeline.completed.wait(5)
+    assert pipeline.completions[0].ok is False
+
+
+def test_reply_short_circuits_the_upstream(fake: FakeServer) -> None:
+    pipeline = RecordingPipeline()
+    with ProxyServer(create_app(proxy_settings(fake.url), pipeline=pipeline)) as proxy:
+        response = httpx.post(
+            f"{proxy.url}/chat/completions",
+            json={"model": "m", "messages": MESSAGES},
+            headers={"X-Memory-Mode": "explain"},
+        )
+    assert response.json() == {"object": "memory.explain"}
+    assert fake.fake.requests == type(fake.fake.requests)()  # nothing reached the upstream
+
+
+def test_noop_pipeline_forwards_the_original_bytes(proxy: ProxyServer, fake: FakeServer) -> None:
+    raw = b'{"messages": [ {"role":"user","content":"hi"} ],   "model":"m"}'
+    httpx.post(f"{proxy.url}/chat/completions", content=raw)
+    assert fake.fake.requests[0].body == raw
