@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -255,6 +256,14 @@ async def test_increment_retrievals(store: MemoryStore) -> None:
     assert m2 is not None
     assert (m1.retrieval_count, m2.retrieval_count) == (2, 1)
     assert m1.content == record("m1").content  # the rest of the payload is untouched
+
+
+async def test_concurrent_increments_are_not_lost(store: MemoryStore) -> None:
+    await put(store, record("m1"))
+    await asyncio.gather(*(store.increment_retrievals("t1", ["m1"]) for _ in range(10)))
+    got = await store.get("t1", "m1")
+    assert got is not None
+    assert got.retrieval_count == 10
 
 
 async def test_set_usefulness(store: MemoryStore) -> None:
