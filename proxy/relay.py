@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 LOGGER = logging.getLogger("memproxy.relay")
 STREAM_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 JSON_CONTENT_TYPE = (b"content-type", b"application/json")
+NO_BODY_STATUSES = frozenset({204, 304})
 
 CompletionHook = Callable[[Completion], Awaitable[None]]
 
@@ -183,7 +184,13 @@ class Relay(Response):
             await send_error(exc, send, self.extra)
             return False
         headers = response_headers(upstream.raw_headers)
-        headers.append((b"content-length", str(len(body)).encode()))
+        if self.method == "HEAD":
+            # A HEAD answer has no body but announces the length of the GET one.
+            length = upstream.raw_headers_get(b"content-length")
+            if length is not None:
+                headers.append((b"content-length", length))
+        elif upstream.status not in NO_BODY_STATUSES:
+            headers.append((b"content-length", str(len(body)).encode()))
         await send(
             {
                 "type": "http.response.start",

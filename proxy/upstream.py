@@ -71,6 +71,13 @@ class UpstreamResponse:
         content_type = response.headers.get("content-type", "")
         self.is_event_stream = content_type.startswith("text/event-stream")
 
+    def raw_headers_get(self, name: bytes) -> bytes | None:
+        """The first raw header value named ``name`` (lower-case), or ``None``."""
+        for key, value in self.raw_headers:
+            if key.lower() == name:
+                return value
+        return None
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """Yield body bytes as they arrive; raise on an idle or total timeout or a broken body."""
         loop = asyncio.get_running_loop()

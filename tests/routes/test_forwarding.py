@@ -85,3 +85,12 @@ def test_compressed_body_relayed_as_is(proxy: ProxyServer, fake: FakeServer) -> 
     response = httpx.get(f"{proxy.url}/models", headers={"Accept-Encoding": "identity"})
     assert response.json()["object"] == "list"
     assert fake.fake.requests[0].headers["accept-encoding"] == "identity"
+
+
+def test_head_keeps_the_announced_length(proxy: ProxyServer, fake: FakeServer) -> None:
+    response = httpx.head(f"{proxy.url}/models")
+    assert response.status_code == 200
+    assert response.content == b""
+    direct = httpx.head(f"{fake.url}/models")
+    assert response.headers["content-length"] == direct.headers["content-length"]
+    assert fake.fake.requests[-1].method == "HEAD"

@@ -71,7 +71,9 @@ async def test_first_chunk_arrives_before_upstream_finishes(fake: FakeServer) ->
     async with running(app):
         call = asyncio.create_task(app(client.scope(), client.receive, client.send))
         await asyncio.wait_for(client.first_body.wait(), timeout=5)
-        (upstream_request,) = fake.fake.requests
+        (upstream_request,) = [
+            r for r in fake.fake.requests if r.headers.get("x-fake-chunks") == "4"
+        ]
         # The first chunk is with the client while the upstream is still writing the rest.
         assert not upstream_request.finished
         await asyncio.wait_for(call, timeout=10)
@@ -93,7 +95,9 @@ async def test_disconnect_mid_stream_closes_upstream(fake: FakeServer) -> None:
         await asyncio.wait_for(client.first_body.wait(), timeout=5)
         client.gone.set()
         await asyncio.wait_for(call, timeout=2)  # returns promptly, not after 50 chunks
-        (upstream_request,) = fake.fake.requests
+        (upstream_request,) = [
+            r for r in fake.fake.requests if r.headers.get("x-fake-chunks") == "50"
+        ]
         for _ in range(50):  # the fake notices on its next write (every 100 ms)
             if upstream_request.disconnected:
                 break
