@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")  # files only, no display
 
@@ -70,6 +71,7 @@ def plot_latency(results: Mapping[str, Any], out: Path) -> Path:
         ax.set_yscale("log")
         levels = sorted({p[0] for pts in latency_series(rows, stream).values() for p in pts})
         ax.set_xticks(levels, [str(c) for c in levels])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.set_xlabel("concurrent connections")
         ax.set_ylabel("latency (ms, log)")
         ax.set_title("streaming (full response)" if stream else "non-streaming")
