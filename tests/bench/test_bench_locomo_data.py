@@ -156,3 +156,53 @@ def test_mean_by_category() -> None:
 
 def test_turn_spacing_orders_turns() -> None:
     assert timedelta(0) < ld.TURN_SPACING
+
+
+def test_locomo_summarize_and_rows() -> None:
+    from bench import locomo
+
+    rows = [
+        {
+            "category": 1,
+            "memproxy@500": 1.0,
+            "topk@500": 0.0,
+            "latency@500": 0.01,
+            "status@500": "injected",
+            "tokens@500": 400,
+            "topk_short@500": False,
+        },
+        {
+            "category": 4,
+            "memproxy@500": 0.5,
+            "topk@500": 0.5,
+            "latency@500": 0.03,
+            "status@500": "degraded",
+            "tokens@500": 0,
+            "topk_short@500": True,
+        },
+    ]
+    summary = locomo.summarize(rows, [500])
+    assert summary["recall"]["memproxy"]["500"]["overall"] == pytest.approx(0.75)
+    assert summary["recall"]["topk"]["500"]["multi-hop"] == 0.0
+    assert summary["diagnostics"]["500"]["degraded"] == 1
+    assert summary["diagnostics"]["500"]["topk_short"] == 1
+    printed = locomo.recall_rows(summary, [500])
+    assert printed[0] == {
+        "budget": 500,
+        "method": "memproxy",
+        "multi-hop": 100.0,
+        "single-hop": 50.0,
+        "overall": 75.0,
+    }
+
+
+def test_locomo_smoke_arguments() -> None:
+    from bench import locomo
+
+    args = locomo.parse_args(["--smoke"])
+    assert (args.conversations, args.questions, args.out) == (
+        1,
+        locomo.SMOKE_QUESTIONS,
+        "locomo-smoke",
+    )
+    assert args.budgets == list(locomo.SMOKE_BUDGETS)
