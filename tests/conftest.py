@@ -5,12 +5,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
+import hypothesis
 import pytest
 
 from proxy.app import create_app
 from proxy.settings import Settings, TimeoutSettings, UpstreamSettings, load_settings
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
+
+# The machine is shared and small: Hypothesis's timing checks would fail on load, not on bugs.
+# Speed is measured by bench/ scripts, never by timed assertions in tests.
+hypothesis.settings.register_profile(
+    "memproxy",
+    deadline=None,
+    suppress_health_check=[hypothesis.HealthCheck.too_slow],
+    print_blob=True,
+)
+hypothesis.settings.load_profile("memproxy")
 
 
 @pytest.fixture(scope="session")
