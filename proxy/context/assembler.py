@@ -43,8 +43,10 @@ from proxy.context.synthesizer import (
     dedup_words,
     flatten,
     fragment_score,
+    idf_weights,
     normalise_words,
-    overlap_matcher,
+    query_matcher,
+    weighted_overlap,
 )
 from proxy.context.tokens import get_encoding
 from proxy.errors import ConfigError
@@ -79,6 +81,7 @@ class AssemblerConfig:
     composite_weight: float = 0.2
     keyword_weight: float = 0.8
     value_exponent: float = 8.0
+    idf_overlap: bool = True  # weight query words by their rarity among the candidates
     drop_stopwords: bool = True
     stemmed: bool = True
 
@@ -190,14 +193,18 @@ def assemble(
     limit = max(0, budget if cfg.max_tokens is None else min(budget, cfg.max_tokens))
     stopwords = STOPWORDS if cfg.drop_stopwords else frozenset()
     query_words = normalise_words(query, stopwords=stopwords, stemmed=cfg.stemmed)
-    overlap_of = overlap_matcher(query_words, stemmed=cfg.stemmed)
+    found_in = query_matcher(query_words, stemmed=cfg.stemmed)
+    matches = [found_in(candidate.record.content) for candidate in candidates]
+    weights = idf_weights(matches) if cfg.idf_overlap else {}
+    size = max(1, len(query_words))
     label_cost: dict[str, int] = {}
     score = MemoryScorer.score_candidate
     rows: list[tuple[float, int, ScoredMemory, float, float, int, int]] = []
     for position, candidate in enumerate(candidates):
         record = candidate.record
         scored = score(candidate, now=now)
-        overlap = overlap_of(record.content)
+        found = matches[position]
+        overlap = weighted_overlap(found, weights) if cfg.idf_overlap else len(found) / size
         synth = fragment_score(BASE_RELEVANCE.get(record.source, DEFAULT_BASE_RELEVANCE), overlap)
         final = cfg.composite_weight * scored.composite_score + cfg.keyword_weight * synth
         cost = label_cost.get(record.source)

@@ -178,24 +178,48 @@ def keyword_overlap(query_words: frozenset[str], content_words: frozenset[str]) 
     return len(query_words & content_words) / len(query_words)
 
 
-def overlap_matcher(query_words: frozenset[str], *, stemmed: bool) -> Callable[[str], float]:
-    """A fast ``keyword_overlap(query_words, normalise_words(text, ...))`` for many texts.
+def query_matcher(query_words: frozenset[str], *, stemmed: bool) -> Callable[[str], set[str]]:
+    """Return a function giving the query words found in a text (one compiled regex scan).
 
-    One compiled regex scan per text instead of building its word set. With ``stemmed`` a query
-    stem also matches the stem plus one of the suffixes ``stem`` strips, which equals comparing
-    stemmed word sets except for rare words whose shortest stem differs.
+    ``len(found) / len(query_words)`` equals ``keyword_overlap(query_words,
+    normalise_words(text, ...))``; with ``stemmed`` a query stem also matches the stem plus one
+    of the suffixes ``stem`` strips (equal to comparing stemmed word sets except for rare words
+    whose shortest stem differs).
     """
     if not query_words:
-        return lambda text: 0.0
+        return lambda text: set()
     alternatives = "|".join(sorted(map(re.escape, query_words), key=len, reverse=True))
     suffix = "(?:ing|ed|es|s)?" if stemmed else ""
     pattern = re.compile(rf"(?<![^\W_])({alternatives}){suffix}(?![^\W_])")
-    size = len(query_words)
 
-    def overlap(text: str) -> float:
-        return len(set(pattern.findall(text.casefold()))) / size
+    def found(text: str) -> set[str]:
+        return set(pattern.findall(text.casefold()))
 
-    return overlap
+    return found
+
+
+def overlap_matcher(query_words: frozenset[str], *, stemmed: bool) -> Callable[[str], float]:
+    """A fast ``keyword_overlap(query_words, normalise_words(text, ...))`` for many texts."""
+    found = query_matcher(query_words, stemmed=stemmed)
+    size = max(1, len(query_words))
+    return lambda text: len(found(text)) / size
+
+
+def idf_weights(matches: Sequence[set[str]]) -> dict[str, float]:
+    """BM25-style IDF of each query word over the candidates: ``ln(1 + (N - df + .5)/(df + .5))``.
+
+    Only words some candidate contains get a weight, so a query word no memory has does not
+    shrink every overlap alike.
+    """
+    total = len(matches)
+    df = Counter(itertools.chain.from_iterable(matches))
+    return {word: math.log(1.0 + (total - n + 0.5) / (n + 0.5)) for word, n in df.items()}
+
+
+def weighted_overlap(found: set[str], weights: dict[str, float]) -> float:
+    """Share of the query's IDF mass (over words some candidate has) found in one text."""
+    mass = sum(weights.values())
+    return sum(weights[word] for word in found) / mass if mass > 0 else 0.0
 
 
 def fragment_score(base_relevance: float, overlap: float) -> float:

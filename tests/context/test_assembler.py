@@ -58,7 +58,18 @@ def test_pipeline_keeps_every_intermediate_figure() -> None:
     assert result.dropped["duplicate"] == ("dup",)
     assert {m.id for m in result.packed} == {"docker", "yaml", "rsync"}
     assert result.packed[0].id == "docker"  # keyword overlap lifts it above higher similarity
-    assert by_id["docker"].overlap == pytest.approx(2 / 3)  # fix, docker, network(ing)
+    # IDF overlap counts only query words some candidate has: "fix" is in none.
+    assert by_id["docker"].overlap == 1.0
+    plain = assemble(
+        CANDIDATES,
+        "How do I fix Docker networking?",
+        500,
+        now=NOW,
+        encoding=ENC,
+        config=AssemblerConfig(idf_overlap=False),
+    )
+    plain_docker = next(m for m in plain.candidates if m.id == "docker")
+    assert plain_docker.overlap == pytest.approx(2 / 3)  # fix, docker, network(ing)
     assert by_id["docker"].scored.relevance_score == 0.6
     assert result.rendered_tokens == count_tokens(result.block, ENC) <= 500
     lines = result.block.splitlines()

@@ -12,11 +12,13 @@ from proxy.context.synthesizer import (
     dedup_order,
     dedup_words,
     fragment_score,
+    idf_weights,
     jaccard,
     keyword_overlap,
     normalise_words,
     overlap_matcher,
     render_line,
+    weighted_overlap,
 )
 from proxy.context.tokens import count_tokens
 from proxy.errors import ConfigError
@@ -186,3 +188,13 @@ def test_overlap_matcher_equals_word_set_overlap(query: list[str], content: list
 )
 def test_dedup_words(text: str, words: set[str]) -> None:
     assert dedup_words(text) == words
+
+
+def test_idf_weights_favour_rare_words() -> None:
+    matches = [{"caroline", "lgbtq"}, {"caroline"}, {"caroline"}, {"caroline"}, set()]
+    weights = idf_weights(matches)
+    assert set(weights) == {"caroline", "lgbtq"}
+    assert weights["lgbtq"] > weights["caroline"] > 0
+    assert weighted_overlap({"caroline", "lgbtq"}, weights) == pytest.approx(1.0)
+    assert weighted_overlap({"lgbtq"}, weights) > 0.5 > weighted_overlap({"caroline"}, weights)
+    assert weighted_overlap(set(), {}) == 0.0
