@@ -7,8 +7,8 @@ delete_user's count) still take a lock so two of them never interleave.
 
 Durability: updates go through the shard's write-ahead log. ``add`` returns once ``update`` has
 returned, i.e. the batch is in the WAL; that survives the process being killed (SIGKILL) and is
-replayed on the next open. ``flush`` (every ``FLUSH_INTERVAL_S`` of writes and on close) persists
-segments so the WAL stays short. See adr/0011.
+replayed on the next open. A flush (in the background, at most every ``FLUSH_INTERVAL_S`` while
+writes come in, and on close) persists segments so the WAL stays short. See adr/0011.
 
 Indexing: Edge has no background optimizer; HNSW graphs are built by ``optimize()``. The store
 runs it in its own thread after every ``OPTIMIZE_AFTER_POINTS`` new points; searches keep running
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -64,6 +65,7 @@ DEFAULT_WORKERS = 2
 FLUSH_INTERVAL_S = 5.0
 OPTIMIZE_AFTER_POINTS = 20_000
 T = TypeVar("T")
+LOGGER = logging.getLogger("memproxy.store")
 
 
 def match(key: str, value: str) -> qe.FieldCondition:
@@ -148,7 +150,10 @@ class EdgeStore:
         self._shard = shard
         self._executor = executor
         self._optimizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-optimize")
+        self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-flush")
+        self._state_lock = threading.Lock()
         self._optimizing = False
+        self._flushing = False
         self._closed = False
         self._rmw_lock = threading.Lock()
         self._unindexed = 0
@@ -197,6 +202,7 @@ class EdgeStore:
 
     def add_sync(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
         """Blocking ``add`` (for bulk loaders that already run off the event loop)."""
+        check_vectors(records, vectors, self.dimensions)
         rows = np.asarray(vectors, dtype=np.float32).tolist()
         points = []
         for record, row in zip(records, rows, strict=True):
@@ -205,30 +211,52 @@ class EdgeStore:
             vector = {DENSE_VECTOR: row, SPARSE_VECTOR: qe.SparseVector(indices, values)}
             points.append(qe.Point(point_id(full.tenant, full.id), vector, to_payload(full)))
         self._shard.update(qe.UpdateOperation.upsert_points(points))
-        self._unindexed += len(points)
-        self._after_write()
+        self._after_write(len(points))
 
-    def _after_write(self) -> None:
-        """Flush segments now and then; start an index build once enough points came in."""
-        now = time.monotonic()
-        if now - self._last_flush >= FLUSH_INTERVAL_S:
-            self._shard.flush()
-            self._last_flush = now
-        threshold = self.optimize_after
-        if threshold is not None and self._unindexed >= threshold and not self._optimizing:
-            self._unindexed = 0
-            self._optimizing = True
+    def _after_write(self, points: int) -> None:
+        """Start a flush now and then, and an index build once enough points came in.
+
+        Both run on their own threads: a flush takes ~200 ms and an index build minutes, and
+        neither should hold up the write that happened to trigger it.
+        """
+        with self._state_lock:
+            self._unindexed += points
+            now = time.monotonic()
+            flush = now - self._last_flush >= FLUSH_INTERVAL_S and not self._flushing
+            if flush:
+                self._last_flush = now
+                self._flushing = True
+            threshold = self.optimize_after
+            build = threshold is not None and self._unindexed >= threshold and not self._optimizing
+            if build:
+                self._unindexed = 0
+                self._optimizing = True
+        if flush:
+            self._flusher.submit(self._flush_sync)
+        if build:
             self._optimizer.submit(self._optimize_sync)
+
+    def _flush_sync(self) -> None:
+        try:
+            self._shard.flush()
+        except Exception:  # a background thread has no caller: log, the WAL still holds the data
+            LOGGER.exception("background flush of the memory store failed")
+        finally:
+            self._flushing = False
 
     def _optimize_sync(self) -> bool:
         try:
             return self._shard.optimize()
+        except Exception:  # searches still work on unindexed segments; try again later
+            LOGGER.exception("background index build of the memory store failed")
+            return False
         finally:
             self._optimizing = False
 
     async def optimize(self) -> bool:
         """Build the HNSW index for everything written so far (blocks until done)."""
-        self._unindexed = 0
+        with self._state_lock:
+            self._unindexed = 0
         return await asyncio.get_running_loop().run_in_executor(
             self._optimizer, self._shard.optimize
         )
@@ -396,6 +424,7 @@ class EdgeStore:
             return
         self._closed = True
         self._optimizer.shutdown(wait=True)
+        self._flusher.shutdown(wait=True)
         await self._run(self._close_sync)
         self._executor.shutdown(wait=True)
 
