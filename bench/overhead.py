@@ -97,10 +97,20 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=8, help="content chunks per stream")
     parser.add_argument("--workers", type=int, default=1, help="memproxy worker processes")
     parser.add_argument("--memory", action="store_true", help="leave the memory pipeline on")
+    parser.add_argument(
+        "--no-access-log", action="store_true", help="MEMPROXY_ACCESS_LOG=false (default: on)"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     seconds, rounds = (0.4, 1) if args.smoke else (args.seconds, args.rounds)
     extra = {} if args.memory else {"MEMPROXY_MEMORY_ENABLED": "false"}
+    if args.no_access_log:
+        extra["MEMPROXY_ACCESS_LOG"] = "false"
+    print(
+        f"memproxy: workers={args.workers} memory={'on' if args.memory else 'off'} "
+        f"access_log={'off' if args.no_access_log else 'on'}",
+        file=sys.stderr,
+    )
     with (
         tempfile.TemporaryDirectory(prefix="memproxy-bench-") as data_dir,
         fake_process(args.chunks) as fake,

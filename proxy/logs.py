@@ -73,3 +73,4 @@ def configure_logging(server: ServerSettings) -> None:
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
     logging.getLogger("uvicorn.access").disabled = True
+    logging.getLogger("memproxy.access").disabled = not server.access_log
