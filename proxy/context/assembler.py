@@ -24,6 +24,7 @@ maximises the sum of ``final ** value_exponent`` within the budget.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -169,6 +170,21 @@ def sanitise(content: str) -> str:
     return FENCE_PATTERN.sub("(memories)", flatten(content))
 
 
+@functools.lru_cache(maxsize=256)
+def label_cost(source: str, encoding: str) -> int:
+    """Tokens a line adds over its content: ``[source]`` and the newline (memoised, pure).
+
+    The space after the label merges into the content's first word, which was counted with it.
+    """
+    return len(get_encoding(encoding).encode_ordinary(f"[{source}]")) + 1
+
+
+@functools.lru_cache(maxsize=16)
+def fence_cost(encoding: str) -> int:
+    """Tokens of the fences and notice line around the memory lines (memoised, pure)."""
+    return len(get_encoding(encoding).encode_ordinary(render_block([""])))
+
+
 def render_block(lines: Sequence[str]) -> str:
     """Fence the lines with the notice; empty when there is nothing to inject."""
     if not lines:
@@ -195,7 +211,6 @@ def assemble(
     matches = [found_in(candidate.record.content) for candidate in candidates]
     weights = idf_weights(matches) if cfg.idf_overlap else {}
     size = max(1, len(query_words))
-    label_cost: dict[str, int] = {}
     score = MemoryScorer.score_candidate
     rows: list[tuple[float, int, ScoredMemory, float, float, int, int]] = []
     for position, candidate in enumerate(candidates):
@@ -205,12 +220,18 @@ def assemble(
         overlap = weighted_overlap(found, weights) if cfg.idf_overlap else len(found) / size
         synth = fragment_score(BASE_RELEVANCE.get(record.source, DEFAULT_BASE_RELEVANCE), overlap)
         final = cfg.composite_weight * scored.composite_score + cfg.keyword_weight * synth
-        cost = label_cost.get(record.source)
-        if cost is None:
-            # "[source]" plus the newline ending the line; the space merges into the first word.
-            cost = label_cost[record.source] = len(enc.encode_ordinary(f"[{record.source}]")) + 1
         tokens = record.token_count(encoding)
-        rows.append((final, position, scored, overlap, synth, tokens, tokens + cost))
+        rows.append(
+            (
+                final,
+                position,
+                scored,
+                overlap,
+                synth,
+                tokens,
+                tokens + label_cost(record.source, encoding),
+            )
+        )
     # Highest final score first; ties keep the store's order.
     rows.sort(key=lambda row: (-row[0], row[1]))
     status = [PACKER] * len(rows)
@@ -235,7 +256,7 @@ def assemble(
     for i in duplicates:
         status[i] = DUPLICATE
 
-    fence_tokens = len(enc.encode_ordinary(render_block([""]))) if kept else 0
+    fence_tokens = fence_cost(encoding) if kept else 0
     room = max(0, limit - fence_tokens)
     solve = select_optimal if cfg.packer == "optimal" else select_greedy
     solution = solve([values_all[i] for i in kept], [rows[i][6] for i in kept], room)
