@@ -21,34 +21,57 @@ the window; the directive is reserved in full. Memory = min(cap, window - everyt
 
 from __future__ import annotations
 
-import hashlib
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from proxy.context.billing import (
+    REPLY_PRIMING,
+    RESPONSE_FORMAT_BASE,
+    TOKENS_PER_MESSAGE,
+    TOKENS_PER_NAME,
+    TOKENS_PER_TOOL,
+    TOOLS_BASE,
+    as_message,
+    count_content,
+    count_message,
+    json_text,
+    message_key,
+)
+from proxy.context.limits import (
+    DEFAULT_CONTEXT_WINDOW,
+    MODEL_CONTEXT_WINDOWS,
+    MODEL_MAX_OUTPUT,
+    MODEL_OVERRIDES,
+    UNKNOWN_MODEL,
+    ModelLimit,
+    ModelLimits,
+    limits_from_model_map,
+    load_model_limits,
+)
 from proxy.context.tokens import encoding_name_for_model, get_encoding
 
-# The seed's table; these values hold even where litellm's map says otherwise.
-MODEL_CONTEXT_WINDOWS: dict[str, int] = {
-    "gpt-4o": 128_000,
-    "gpt-4o-mini": 128_000,
-    "gpt-4-turbo": 128_000,
-    "gpt-4": 8_192,
-    "gpt-3.5-turbo": 16_385,
-    "gpt-3.5-turbo-16k": 16_385,
-}
-MODEL_MAX_OUTPUT: dict[str, int] = {
-    "gpt-4o": 16_384,
-    "gpt-4o-mini": 16_384,
-    "gpt-4-turbo": 4_096,
-    "gpt-4": 4_096,
-    "gpt-3.5-turbo": 4_096,
-    "gpt-3.5-turbo-16k": 4_096,
-}
-DEFAULT_CONTEXT_WINDOW = 8_192  # conservative fallback for unknown models
+__all__ = [
+    "DEFAULT_CONTEXT_WINDOW",
+    "DEFAULT_MEMORY_CAP",
+    "MODEL_CONTEXT_WINDOWS",
+    "MODEL_MAX_OUTPUT",
+    "MODEL_OVERRIDES",
+    "REPLY_PRIMING",
+    "TOKENS_PER_MESSAGE",
+    "TOKENS_PER_NAME",
+    "TOOLS_BASE",
+    "UNKNOWN_MODEL",
+    "ModelLimit",
+    "ModelLimits",
+    "TokenBudget",
+    "TokenBudgetCalculator",
+    "count_content",
+    "count_message",
+    "limits_from_model_map",
+    "load_model_limits",
+    "message_key",
+]
 
 RESPONSE_RESERVE_RATIO = 0.15
 RESPONSE_RESERVE_MIN = 500
@@ -56,99 +79,6 @@ RESPONSE_RESERVE_MAX = 4_096
 SAFETY_BUFFER_RATIO = 0.05
 CONSTRAINED_BELOW = 1_000
 DEFAULT_MEMORY_CAP = 4_500  # from the synthesizer seed
-
-# OpenAI's chat format: <|start|>{role}<|message|>{content}<|end|> costs 3 tokens a message,
-# a name 1 more, and every reply is primed with 3 (OpenAI cookbook, "How to count tokens").
-TOKENS_PER_MESSAGE = 3
-TOKENS_PER_NAME = 1
-REPLY_PRIMING = 3
-TOKENS_PER_TOOL_CALL = 3
-# Tool and schema definitions are rendered by the provider in a private format; we count the
-# compact JSON (an upper estimate: quotes and braces cost more than the rendering) plus framing.
-TOOLS_BASE = 12
-TOKENS_PER_TOOL = 8
-RESPONSE_FORMAT_BASE = 8
-# Images cost 85 tokens at low detail; high/auto depend on the size we do not know: we assume a
-# 1024x1024 image (4 tiles x 170 + 85).
-IMAGE_TOKENS: dict[str, int] = {"low": 85, "high": 765, "auto": 765}
-AUDIO_PART_TOKENS = 200  # a documented guess; audio input is billed separately by duration
-FILE_PART_TOKENS = 1_000  # a documented guess for file parts we cannot read
-
-
-@dataclass(frozen=True, slots=True)
-class ModelLimit:
-    """A model's context window and, when known, its maximum output tokens."""
-
-    context_window: int
-    max_output_tokens: int | None = None
-
-
-UNKNOWN_MODEL = ModelLimit(DEFAULT_CONTEXT_WINDOW, None)
-
-
-def override_limits() -> dict[str, ModelLimit]:
-    """The seed's table as ``ModelLimit`` values."""
-    return {
-        name: ModelLimit(window, MODEL_MAX_OUTPUT.get(name))
-        for name, window in MODEL_CONTEXT_WINDOWS.items()
-    }
-
-
-MODEL_OVERRIDES: Mapping[str, ModelLimit] = override_limits()
-
-
-@dataclass(frozen=True, slots=True)
-class ModelLimits:
-    """A frozen model -> limits table; ``lookup`` never raises."""
-
-    table: Mapping[str, ModelLimit] = field(default_factory=lambda: dict(MODEL_OVERRIDES))
-
-    def lookup(self, model: str) -> ModelLimit:
-        """Exact name, then lower case, then without a provider prefix; else ``UNKNOWN_MODEL``."""
-        for name in (model, model.lower(), model.rsplit("/", 1)[-1].lower()):
-            limit = self.table.get(name)
-            if limit is not None:
-                return limit
-        return UNKNOWN_MODEL
-
-
-def limits_from_model_map(model_map: Mapping[str, Mapping[str, Any]]) -> ModelLimits:
-    """Build a table from a litellm-style model map, with ``MODEL_OVERRIDES`` winning."""
-    table: dict[str, ModelLimit] = {}
-    for name, info in model_map.items():
-        window = info.get("max_input_tokens") or info.get("max_tokens")
-        if not isinstance(window, int) or window <= 0:
-            continue
-        output = info.get("max_output_tokens")
-        table[name] = ModelLimit(window, output if isinstance(output, int) and output > 0 else None)
-    table.update(MODEL_OVERRIDES)
-    return ModelLimits(table)
-
-
-def load_model_limits() -> ModelLimits:
-    """Import litellm once (about 4 s) and return its limits; call at startup, not per request."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm  # deliberately lazy: the import takes seconds
-
-    return limits_from_model_map(litellm.model_cost)
-
-
-def message_key(message: Mapping[str, Any], encoding: str) -> str:
-    """A stable content hash of one message for ``encoding`` (for the caller's count cache)."""
-    raw = orjson.dumps(message, option=orjson.OPT_SORT_KEYS) + encoding.encode()
-    return hashlib.blake2b(raw, digest_size=16).hexdigest()
-
-
-def as_message(message: Any) -> Mapping[str, Any]:
-    """Accept dict messages and objects with ``role``/``content`` attributes (the seed's)."""
-    if isinstance(message, Mapping):
-        return message
-    return {"role": getattr(message, "role", ""), "content": getattr(message, "content", "")}
-
-
-def json_text(value: Any) -> str:
-    """Compact JSON of ``value`` (what tool and schema definitions are counted as)."""
-    return orjson.dumps(value).decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,61 +237,3 @@ def reserve_for(body: Mapping[str, Any], limit: ModelLimit) -> int:
     return max(
         RESPONSE_RESERVE_MIN, min(RESPONSE_RESERVE_MAX, int(window * RESPONSE_RESERVE_RATIO))
     )
-
-
-def count_message(message: Mapping[str, Any], enc: Any) -> int:
-    """Tokens of one chat message as billed: overhead, role, content, name, tool calls."""
-    total = TOKENS_PER_MESSAGE + len(enc.encode_ordinary(str(message.get("role") or "")))
-    total += count_content(message.get("content"), enc)
-    name = message.get("name")
-    if name:
-        total += TOKENS_PER_NAME + len(enc.encode_ordinary(str(name)))
-    tool_call_id = message.get("tool_call_id")
-    if tool_call_id:
-        total += len(enc.encode_ordinary(str(tool_call_id)))
-    for call in message.get("tool_calls") or ():
-        total += TOKENS_PER_TOOL_CALL + count_function_call(call.get("function") or {}, enc)
-    function_call = message.get("function_call")
-    if isinstance(function_call, Mapping):
-        total += TOKENS_PER_TOOL_CALL + count_function_call(function_call, enc)
-    return total
-
-
-def count_function_call(call: Mapping[str, Any], enc: Any) -> int:
-    """Tokens of a function name and its JSON arguments."""
-    name = str(call.get("name") or "")
-    arguments = call.get("arguments") or ""
-    if not isinstance(arguments, str):
-        arguments = json_text(arguments)
-    return len(enc.encode_ordinary(name)) + len(enc.encode_ordinary(arguments))
-
-
-def count_content(content: Any, enc: Any) -> int:
-    """Tokens of string or array content; images and other parts by documented estimates."""
-    if content is None:
-        return 0
-    if isinstance(content, str):
-        return len(enc.encode_ordinary(content))
-    if not isinstance(content, Sequence):
-        return len(enc.encode_ordinary(json_text(content)))
-    total = 0
-    for part in content:
-        if isinstance(part, str):
-            total += len(enc.encode_ordinary(part))
-            continue
-        if not isinstance(part, Mapping):
-            continue
-        kind = part.get("type")
-        if kind in ("text", "input_text", "refusal"):
-            total += len(enc.encode_ordinary(str(part.get(kind if kind == "refusal" else "text"))))
-        elif kind == "image_url":
-            image = part.get("image_url")
-            detail = image.get("detail", "auto") if isinstance(image, Mapping) else "auto"
-            total += IMAGE_TOKENS.get(str(detail), IMAGE_TOKENS["auto"])
-        elif kind == "input_audio":
-            total += AUDIO_PART_TOKENS
-        elif kind == "file":
-            total += FILE_PART_TOKENS
-        else:
-            total += len(enc.encode_ordinary(json_text(part)))
-    return total
