@@ -8,7 +8,7 @@ Integration contract (stable): ``inject(messages, block) -> list[dict]``.
   ``None`` content becomes the block.
 - Without a system message, ``{"role": "system", "content": block}`` is inserted first.
 - An empty block returns an equal copy of the messages.
-- The block (from ``assembler.render_block``) is fenced and carries its own line saying it is
+- The block (from ``render.render_block``) is fenced and carries its own line saying it is
   reference data, not instructions. The few joining tokens (separator, or a new message's
   overhead) are covered by the budget's 5% safety buffer.
 """
