@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from proxy.context.synthesizer import (
-    STOPWORDS,
     MemorySynthesizer,
-    dedup_order,
-    dedup_words,
     fragment_score,
-    idf_weights,
-    jaccard,
-    keyword_overlap,
-    normalise_words,
-    overlap_matcher,
     render_line,
-    weighted_overlap,
 )
 from proxy.context.tokens import count_tokens
-from proxy.errors import ConfigError
 
 QUERY = "How do I fix Docker networking?"
 
@@ -64,38 +52,6 @@ def test_seed_example_ranks_the_docker_summary_first() -> None:
     assert len(block.splitlines()) == 4
 
 
-@pytest.mark.parametrize(
-    ("text", "words"),
-    [
-        ("networking?", {"networking"}),
-        ("Docker, NETWORKING!", {"docker", "networking"}),
-        ("snake_case and dash-word", {"snake", "case", "and", "dash", "word"}),
-        ("  ", set()),
-    ],
-)
-def test_words_are_normalised(text: str, words: set[str]) -> None:
-    assert normalise_words(text) == words
-
-
-def test_stopwords_and_stems_are_optional() -> None:
-    words = normalise_words("How do I fix the networks?", stopwords=STOPWORDS, stemmed=True)
-    assert words == {"fix", "network"}
-    assert keyword_overlap(words, normalise_words("networking fixes", stemmed=True)) == 1.0
-
-
-@pytest.mark.parametrize(
-    ("a", "b", "expected"),
-    [
-        ("a b c d e", "a b c d e", 1.0),
-        ("a b", "c d", 0.0),
-        ("a b c d", "a b c d e", 0.8),
-        ("", "", 1.0),
-    ],
-)
-def test_jaccard(a: str, b: str, expected: float) -> None:
-    assert jaccard(normalise_words(a), normalise_words(b)) == pytest.approx(expected)
-
-
 def test_duplicates_keep_the_higher_score() -> None:
     synth = MemorySynthesizer()
     text = "User prefers YAML over JSON for config files in every project"
@@ -131,70 +87,3 @@ def test_block_never_exceeds_max_tokens(max_tokens: int) -> None:
 
 def test_newlines_in_content_stay_on_one_line() -> None:
     assert render_line("playbook", "step one\nstep  two") == "[playbook] step one step two"
-
-
-@pytest.mark.parametrize("threshold", [-0.1, 1.0, 1.5])
-def test_bad_threshold_is_rejected(threshold: float) -> None:
-    with pytest.raises(ConfigError):
-        dedup_order([], [], threshold)
-
-
-vocab = st.sampled_from([f"w{n}" for n in range(12)])
-word_sets = st.lists(st.frozensets(vocab, max_size=8), max_size=30)
-
-
-def brute_force(sets: list[frozenset[str]], threshold: float) -> list[int]:
-    kept: list[int] = []
-    for i, words in enumerate(sets):
-        if all(jaccard(words, sets[j]) <= threshold for j in kept):
-            kept.append(i)
-    return kept
-
-
-@settings(max_examples=300)
-@given(word_sets, st.sampled_from([0.0, 0.3, 0.5, 0.8, 0.9]))
-def test_prefix_filter_dedup_equals_all_pairs(sets: list[frozenset[str]], threshold: float) -> None:
-    kept, dropped = dedup_order(sets, range(len(sets)), threshold)
-    assert kept == brute_force(sets, threshold)
-    assert sorted(kept + dropped) == list(range(len(sets)))
-
-
-@given(word_sets)
-def test_dedup_is_idempotent(sets: list[frozenset[str]]) -> None:
-    kept, _ = dedup_order(sets, range(len(sets)))
-    survivors = [sets[i] for i in kept]
-    again, dropped = dedup_order(survivors, range(len(survivors)))
-    assert again == list(range(len(survivors)))
-    assert dropped == []
-
-
-plain_words = st.sampled_from(
-    ["docker", "networking", "network", "networks", "port", "fixed", "fix", "yaml", "the", "a"]
-)
-
-
-@given(st.lists(plain_words, max_size=8), st.lists(plain_words, max_size=20))
-def test_overlap_matcher_equals_word_set_overlap(query: list[str], content: list[str]) -> None:
-    for stemmed in (False, True):
-        query_words = normalise_words(" ".join(query), stopwords=STOPWORDS, stemmed=stemmed)
-        text = ", ".join(content).upper() + "?"
-        expected = keyword_overlap(query_words, normalise_words(text, stemmed=stemmed))
-        assert overlap_matcher(query_words, stemmed=stemmed)(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("text", "words"),
-    [("Hello, World!", {"hello", "world"}), ("it\u2019s—fine", {"it", "s", "fine"})],
-)
-def test_dedup_words(text: str, words: set[str]) -> None:
-    assert dedup_words(text) == words
-
-
-def test_idf_weights_favour_rare_words() -> None:
-    matches = [{"caroline", "lgbtq"}, {"caroline"}, {"caroline"}, {"caroline"}, set()]
-    weights = idf_weights(matches)
-    assert set(weights) == {"caroline", "lgbtq"}
-    assert weights["lgbtq"] > weights["caroline"] > 0
-    assert weighted_overlap({"caroline", "lgbtq"}, weights) == pytest.approx(1.0)
-    assert weighted_overlap({"lgbtq"}, weights) > 0.5 > weighted_overlap({"caroline"}, weights)
-    assert weighted_overlap(set(), {}) == 0.0

@@ -1,0 +1,68 @@
+"""Table and property tests for word normalisation, matching and IDF weights."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.context.words import (
+    STOPWORDS,
+    dedup_words,
+    idf_weights,
+    keyword_overlap,
+    normalise_words,
+    overlap_matcher,
+    weighted_overlap,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("networking?", {"networking"}),
+        ("Docker, NETWORKING!", {"docker", "networking"}),
+        ("snake_case and dash-word", {"snake", "case", "and", "dash", "word"}),
+        ("  ", set()),
+    ],
+)
+def test_words_are_normalised(text: str, words: set[str]) -> None:
+    assert normalise_words(text) == words
+
+
+def test_stopwords_and_stems_are_optional() -> None:
+    words = normalise_words("How do I fix the networks?", stopwords=STOPWORDS, stemmed=True)
+    assert words == {"fix", "network"}
+    assert keyword_overlap(words, normalise_words("networking fixes", stemmed=True)) == 1.0
+
+
+plain_words = st.sampled_from(
+    ["docker", "networking", "network", "networks", "port", "fixed", "fix", "yaml", "the", "a"]
+)
+
+
+@given(st.lists(plain_words, max_size=8), st.lists(plain_words, max_size=20))
+def test_overlap_matcher_equals_word_set_overlap(query: list[str], content: list[str]) -> None:
+    for stemmed in (False, True):
+        query_words = normalise_words(" ".join(query), stopwords=STOPWORDS, stemmed=stemmed)
+        text = ", ".join(content).upper() + "?"
+        expected = keyword_overlap(query_words, normalise_words(text, stemmed=stemmed))
+        assert overlap_matcher(query_words, stemmed=stemmed)(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("Hello, World!", {"hello", "world"}), ("it\u2019s—fine", {"it", "s", "fine"})],
+)
+def test_dedup_words(text: str, words: set[str]) -> None:
+    assert dedup_words(text) == words
+
+
+def test_idf_weights_favour_rare_words() -> None:
+    matches = [{"caroline", "lgbtq"}, {"caroline"}, {"caroline"}, {"caroline"}, set()]
+    weights = idf_weights(matches)
+    assert set(weights) == {"caroline", "lgbtq"}
+    assert weights["lgbtq"] > weights["caroline"] > 0
+    assert weighted_overlap({"caroline", "lgbtq"}, weights) == pytest.approx(1.0)
+    assert weighted_overlap({"lgbtq"}, weights) > 0.5 > weighted_overlap({"caroline"}, weights)
+    assert weighted_overlap(set(), {}) == 0.0
