@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from proxy.context import billing as budget
+from proxy.context import billing
 from proxy.context.billing import message_key
 from proxy.context.budget import TokenBudgetCalculator
 from proxy.context.tokens import count_tokens
@@ -87,8 +87,8 @@ def test_tool_calls_tools_and_response_format_are_counted() -> None:
     tools = calc.calculate_request(with_tools)
     calls = calc.calculate_request(with_calls)
     formatted = calc.calculate_request(with_format)
-    assert tools.tools_tokens > budget.TOOLS_BASE
-    assert calls.messages_tokens > plain.messages_tokens + 2 * budget.TOKENS_PER_MESSAGE
+    assert tools.tools_tokens > billing.TOOLS_BASE
+    assert calls.messages_tokens > plain.messages_tokens + 2 * billing.TOKENS_PER_MESSAGE
     assert formatted.tools_tokens > calls.tools_tokens
     assert formatted.available_tokens < calls.available_tokens < tools.available_tokens
     assert calc.calculate_request({**base, "response_format": {"type": "text"}}).tools_tokens == 0

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.context import limits as budget
+from proxy.context import limits
 from proxy.context.limits import ModelLimit, ModelLimits, limits_from_model_map
 
 
 @pytest.fixture(scope="session")
 def litellm_limits() -> ModelLimits:
     """litellm's model map, loaded once per test session."""
-    return budget.load_model_limits()
+    return limits.load_model_limits()
 
 
 def test_seed_models_hold_over_litellm(litellm_limits: ModelLimits) -> None:
-    for name, window in budget.MODEL_CONTEXT_WINDOWS.items():
+    for name, window in limits.MODEL_CONTEXT_WINDOWS.items():
         assert litellm_limits.lookup(name).context_window == window
     assert litellm_limits.lookup("gpt-4.1").context_window > 128_000
     assert litellm_limits.lookup("openai/gpt-4o-mini").context_window == 128_000
@@ -23,7 +23,7 @@ def test_seed_models_hold_over_litellm(litellm_limits: ModelLimits) -> None:
 
 
 def test_limits_from_model_map_skips_bad_entries() -> None:
-    limits = limits_from_model_map(
+    table = limits_from_model_map(
         {
             "a": {"max_input_tokens": 1000, "max_output_tokens": 10},
             "b": {"max_tokens": 500},
@@ -31,7 +31,7 @@ def test_limits_from_model_map_skips_bad_entries() -> None:
             "gpt-4": {"max_input_tokens": 1},
         }
     )
-    assert limits.lookup("a") == ModelLimit(1000, 10)
-    assert limits.lookup("b") == ModelLimit(500, None)
-    assert limits.lookup("c") == budget.UNKNOWN_MODEL
-    assert limits.lookup("gpt-4").context_window == 8_192
+    assert table.lookup("a") == ModelLimit(1000, 10)
+    assert table.lookup("b") == ModelLimit(500, None)
+    assert table.lookup("c") == limits.UNKNOWN_MODEL
+    assert table.lookup("gpt-4").context_window == 8_192
