@@ -15,11 +15,15 @@ Integration contract (stable):
   components, keyword overlap, final score and fate (``packed``, ``bundle``, ``duplicate``,
   ``packer``, ``trimmed``).
 
-Ranking (ADR-0040): ``final = composite_weight * composite + keyword_weight * synth`` where
-``composite`` is the seed scorer's exact formula and ``synth = base(source) * 0.5 + overlap * 0.5``
-is the synthesizer's, with stopwords dropped and light stemming. The bundle keeps the best
-``max_items`` by ``final``; duplicates (Jaccard > 0.8) keep the higher ``final``; the packer
-maximises the sum of ``final ** value_exponent`` within the budget.
+Ranking (ADR-0040): ``final = 0.2 * composite + 0.8 * synth`` (``composite_weight``,
+``keyword_weight``) where ``composite`` is the seed scorer's exact formula and
+``synth = base(source) * 0.5 + overlap * 0.5`` is the synthesizer's; ``overlap`` is the share of
+the query's IDF mass (rarity among this request's candidates) found in the memory, with stopwords
+dropped and light stemming. The bundle keeps the best ``max_items`` (100) by ``final``;
+duplicates (Jaccard > 0.8) keep the higher ``final``; the packer maximises the sum of
+``final ** 4`` within the budget. Measured on LoCoMo dev with 100 hybrid candidates: +9.6 /
++10.9 / +7.4 evidence-recall points over top-k at 500 / 1,000 / 2,000 tokens; the gain needs
+enough candidates to choose from (the pipeline should fetch about 100).
 """
 
 from __future__ import annotations
