@@ -183,6 +183,21 @@ class Assembly:
         """The injected candidates in block order."""
         return [m.candidate for m in self.packed]
 
+    def explain(self) -> dict[str, Any]:
+        """The explain-mode figures (DESIGN.md's ``candidates``, ``memories``, ``block``, plus
+        every candidate's fate and the packing figures)."""
+        return {
+            "candidates": len(self.candidates),
+            "memories": [m.to_dict() for m in self.packed],
+            "block": self.block,
+            "rendered_tokens": self.rendered_tokens,
+            "budget_tokens": self.effective_budget,
+            "packer": self.packer,
+            "proven_optimal": self.proven_optimal,
+            "dropped": {status: list(ids) for status, ids in self.dropped.items()},
+            "ranked": [m.to_dict() for m in self.candidates],
+        }
+
 
 def assemble(
     candidates: Sequence[Candidate],

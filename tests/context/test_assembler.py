@@ -80,6 +80,11 @@ def test_pipeline_keeps_every_intermediate_figure() -> None:
     entry = by_id["docker"].to_dict()
     assert set(entry["score"]) >= {"composite", "relevance", "recency", "usefulness"}
     assert entry["status"] == "packed"
+    explained = result.explain()
+    assert explained["candidates"] == 4
+    assert [m["id"] for m in explained["memories"]] == [m.id for m in result.packed]
+    assert explained["dropped"]["duplicate"] == ["dup"]
+    assert explained["rendered_tokens"] == result.rendered_tokens
     assert result.bundle_stats is not None
     assert result.bundle_stats.size == 4
 
