@@ -226,6 +226,9 @@ async def evaluate(base_url: str, samples: list[dict[str, Any]], args: argparse.
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start memproxy (unless ``--url``) and evaluate the selected samples."""
     if not args.data.is_file():
+        if args.smoke:  # the data set is external (never in the repo): a fresh CI machine lacks it
+            print(f"locomo smoke SKIPPED (no LoCoMo data at {args.data})")
+            raise SystemExit(0)
         raise SystemExit(f"LoCoMo data not found at {args.data} (pass --data)")
     samples = json.loads(args.data.read_text())
     if args.conversations:
