@@ -54,7 +54,7 @@ from proxy.memory.store import (
     owned_or_fail,
     point_id,
     require_tenant,
-    similarity,
+    similarities,
     to_payload,
     with_tokens,
 )
@@ -367,9 +367,10 @@ class EdgeStore:
             )
         )
         # Fused scores are rank sums; callers get the dense cosine as the similarity.
+        sims = similarities(vector, [dense_of(h.vector) for h in hits])
         return [
-            Candidate(owned_or_fail(h.payload, tenant), similarity(vector, dense_of(h.vector)))
-            for h in hits
+            Candidate(owned_or_fail(h.payload, tenant), sim)
+            for h, sim in zip(hits, sims, strict=True)
         ]
 
     async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:

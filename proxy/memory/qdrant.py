@@ -41,7 +41,7 @@ from proxy.memory.store import (
     owned_or_fail,
     point_id,
     require_tenant,
-    similarity,
+    similarities,
     to_payload,
     with_tokens,
 )
@@ -284,9 +284,10 @@ class QdrantStore:
             with_payload=True,
             with_vectors=[DENSE_VECTOR],
         )
+        sims = similarities(vector, [dense_of(p.vector) for p in fused.points])
         return [
-            Candidate(owned_or_fail(p.payload, tenant), similarity(vector, dense_of(p.vector)))
-            for p in fused.points
+            Candidate(owned_or_fail(p.payload, tenant), sim)
+            for p, sim in zip(fused.points, sims, strict=True)
         ]
 
     async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:

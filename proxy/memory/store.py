@@ -241,6 +241,16 @@ def similarity(query: np.ndarray, stored: Sequence[float] | np.ndarray) -> float
     return clip_similarity(float(np.dot(query, vec)) / norm if norm else 0.0)
 
 
+def similarities(query: np.ndarray, rows: Sequence[Sequence[float]]) -> builtins.list[float]:
+    """Return the clipped cosines of ``query`` to each row, in one matrix product."""
+    if not rows:
+        return []
+    matrix = np.asarray(rows, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(query))
+    cosines = (matrix @ query) / np.where(norms > 0, norms, 1.0)
+    return [clip_similarity(float(c)) for c in cosines]
+
+
 def clip_similarity(score: float) -> float:
     """Clip a cosine to [0, 1]: opposite directions are simply unrelated for memory ranking."""
     return min(1.0, max(0.0, score))

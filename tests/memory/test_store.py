@@ -22,6 +22,7 @@ from proxy.memory.store import (
     owned,
     point_id,
     require_tenant,
+    similarities,
     similarity,
     to_payload,
     with_tokens,
@@ -142,6 +143,13 @@ def test_require_tenant_refuses_blank(tenant: object) -> None:
 )
 def test_similarity_is_a_clipped_cosine(a: list[float], b: list[float], expected: float) -> None:
     assert similarity(np.asarray(a, dtype=np.float32), b) == pytest.approx(expected, abs=1e-6)
+
+
+def test_similarities_match_one_at_a_time() -> None:
+    query = np.asarray([0.6, 0.8], dtype=np.float32)
+    rows = [[1.0, 0.0], [0.0, 2.0], [-1.0, 0.0], [0.0, 0.0]]
+    assert similarities(query, rows) == pytest.approx([similarity(query, r) for r in rows])
+    assert similarities(query, []) == []
 
 
 @given(st.floats(-10, 10))
