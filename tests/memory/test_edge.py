@@ -10,6 +10,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+from proxy.memory import edge
 from proxy.memory.edge import EdgeStore
 from proxy.memory.store import SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
@@ -112,3 +115,23 @@ async def test_optimize_builds_the_index_and_search_still_agrees(tmp_path: Path)
         assert await store.count("t1") == 2000
     finally:
         await store.close()
+
+
+async def test_background_flush_and_index_build_keep_every_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(edge, "FLUSH_INTERVAL_S", 0.0)  # flush after every write
+    store = await EdgeStore.open(tmp_path, dimensions=DIM, optimize_after=100)
+    records = [record(f"m{i}") for i in range(600)]
+    for start in range(0, 600, 50):
+        batch = records[start : start + 50]
+        await store.add(batch, vectors_for(batch, DIM))
+    query = SearchQuery(vector_for(records[7].content, DIM), "", "u1", None, 3)
+    assert (await store.search("t1", query))[0].record.id == "m7"
+    await store.close()  # waits for a running build and flush
+    assert "failed" not in caplog.text
+    reopened = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        assert await reopened.count("t1") == 600
+    finally:
+        await reopened.close()
