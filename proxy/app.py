@@ -20,6 +20,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.backends import open_backends
 from proxy.errors import MemproxyError, NotFound, RequestError
 from proxy.hooks import MemoryPipeline
 from proxy.logs import configure_logging
@@ -58,15 +59,6 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     LOGGER.exception("unhandled error")
     return _json_error(500, MemproxyError("Internal error in memproxy.").to_body())
-
-
-async def open_backends(services: Services, stack: AsyncExitStack) -> None:
-    """Fill the store, embedder, cache and pipeline slots that were not injected.
-
-    The memory issues extend this: open each backend from ``services.settings``, register its
-    ``close`` on ``stack``, and build the pipeline from them. Until then the proxy runs with the
-    no-op pipeline.
-    """
 
 
 def create_app(

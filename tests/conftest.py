@@ -39,10 +39,13 @@ def fake(fake_server: FakeServer) -> FakeServer:
 
 
 def proxy_settings(upstream_url: str, **timeouts: float) -> Settings:
-    """Default settings pointed at ``upstream_url`` (nothing read from the environment)."""
+    """Default settings pointed at ``upstream_url``, memory off (nothing read from the env).
+
+    The foundation's tests are about proxying; memory-path tests build their own settings.
+    """
     base = load_settings(env={})
     upstream = UpstreamSettings(url=upstream_url, timeouts=TimeoutSettings(**timeouts))
-    return replace(base, upstream=upstream)
+    return replace(base, upstream=upstream, memory=replace(base.memory, enabled=False))
 
 
 @pytest.fixture(scope="session")
