@@ -1,0 +1,235 @@
+"""Validation of memory input: API bodies, imported lines and captured turns become ``MemoryInput``.
+
+Everything a client can send is checked here, before anything is written: a batch with one bad
+memory is refused whole (400), so a write is all or nothing. Errors name the offending field
+with its batch position (``memories[3].created_at``) in OpenAI's ``param``.
+
+Rules (also in the OpenAPI document and adr/0070):
+
+- ``content``: a string with at least one non-blank character, at most ``max_content_chars``.
+- ``id``: optional string of 1..``MAX_ID_CHARS`` printable characters; generated when absent.
+  Records carrying their own id are upserts, which makes imports idempotent.
+- ``user``: string of at most ``MAX_USER_CHARS``; ``""`` (the default) is tenant-shared.
+- ``source``: one of ``SOURCES`` (default ``learnings``).
+- ``confidence``, ``usefulness``: numbers (not booleans) in [0, 1].
+- ``created_at``: ISO 8601 string; a naive time means UTC; default: now.
+- ``metadata``: a JSON object of at most ``MAX_METADATA_BYTES`` encoded.
+- Any other field is refused, so a typo (``conent``) never silently stores nothing useful.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from proxy.context.records import DEFAULT_CONFIDENCE, DEFAULT_SOURCE, DEFAULT_USEFULNESS, SOURCES
+from proxy.errors import RequestError
+
+MAX_ID_CHARS = 256
+MAX_USER_CHARS = 256
+MAX_METADATA_BYTES = 16 * 1024
+# Most memories one write may carry: keeps a request's embedding and WAL append bounded
+# (about 0.2 s for 1,000 memories with the static embedder; adr/0071).
+MAX_BATCH_MEMORIES = 1000
+FIELDS: frozenset[str] = frozenset(
+    {"id", "content", "user", "source", "confidence", "usefulness", "created_at", "metadata"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryInput:
+    """One validated memory to write; ``id`` ``None`` and ``created_at`` ``None`` are filled
+    at write time (a generated id, the current time)."""
+
+    content: str
+    user: str = ""
+    source: str = DEFAULT_SOURCE
+    confidence: float = DEFAULT_CONFIDENCE
+    usefulness: float = DEFAULT_USEFULNESS
+    created_at: datetime | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+
+def _param(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def parse_created_at(value: Any, param: str = "created_at") -> datetime:
+    """Parse an ISO 8601 time into an aware UTC datetime; a naive time is taken as UTC."""
+    if not isinstance(value, str):
+        raise RequestError(
+            f"'{param}' must be an ISO 8601 string such as '2024-05-01T12:00:00Z'.", param=param
+        )
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise RequestError(
+            f"'{param}' is not a valid ISO 8601 date-time: {value[:64]!r} "
+            "(expected e.g. '2024-05-01T12:00:00Z' or '2024-05-01').",
+            param=param,
+        ) from None
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def parse_fraction(value: Any, param: str) -> float:
+    """Return a number in [0, 1] as float; booleans, strings and NaN are refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RequestError(f"'{param}' must be a number between 0 and 1.", param=param)
+    number = float(value)
+    if math.isnan(number) or not 0.0 <= number <= 1.0:
+        raise RequestError(f"'{param}' must be between 0 and 1, got {value}.", param=param)
+    return number
+
+
+def _string(value: Any, param: str, max_chars: int) -> str:
+    if not isinstance(value, str):
+        raise RequestError(f"'{param}' must be a string.", param=param)
+    if len(value) > max_chars:
+        raise RequestError(f"'{param}' is longer than {max_chars} characters.", param=param)
+    return value
+
+
+def parse_id(value: Any, param: str = "id") -> str:
+    """Return a client-given memory id, or raise: 1..MAX_ID_CHARS printable characters."""
+    text = _string(value, param, MAX_ID_CHARS)
+    if not text or not text.isprintable() or text != text.strip():
+        raise RequestError(
+            f"'{param}' must be 1 to {MAX_ID_CHARS} printable characters without surrounding "
+            "spaces.",
+            param=param,
+        )
+    return text
+
+
+def parse_source(value: Any, param: str = "source") -> str:
+    """Return a known source or raise."""
+    if not isinstance(value, str) or value not in SOURCES:
+        raise RequestError(
+            f"'{param}' must be one of {', '.join(SOURCES)}; got {value!r:.64}.", param=param
+        )
+    return value
+
+
+def parse_user(value: Any, param: str = "user") -> str:
+    """Return an end-user id (``""`` is the tenant-shared scope)."""
+    return _string(value, param, MAX_USER_CHARS)
+
+
+def parse_content(value: Any, max_chars: int, param: str = "content") -> str:
+    """Return non-blank content of at most ``max_chars`` characters."""
+    if value is None:
+        raise RequestError(f"'{param}' is required.", param=param)
+    text = _string(value, param, max_chars)
+    if not text.strip():
+        raise RequestError(f"'{param}' must not be empty.", param=param)
+    return text
+
+
+def parse_metadata(value: Any, param: str = "metadata") -> dict[str, Any]:
+    """Return a JSON object of bounded encoded size."""
+    if not isinstance(value, dict):
+        raise RequestError(f"'{param}' must be a JSON object.", param=param)
+    try:
+        size = len(orjson.dumps(value))
+    except TypeError as exc:
+        raise RequestError(f"'{param}' must be JSON-serialisable: {exc}", param=param) from None
+    if size > MAX_METADATA_BYTES:
+        raise RequestError(
+            f"'{param}' is {size} bytes encoded; the limit is {MAX_METADATA_BYTES}.", param=param
+        )
+    return value
+
+
+def parse_memory(data: Any, *, max_content_chars: int, prefix: str = "") -> MemoryInput:
+    """Validate one memory object (API body, import line) into a ``MemoryInput``."""
+    if not isinstance(data, dict):
+        where = prefix or "body"
+        raise RequestError(f"'{where}' must be a JSON object with 'content'.", param=prefix or None)
+    unknown = sorted(set(data) - FIELDS)
+    if unknown:
+        raise RequestError(
+            f"Unknown field '{unknown[0]}'; a memory has {', '.join(sorted(FIELDS))}.",
+            param=_param(prefix, unknown[0]),
+        )
+
+    def present(name: str) -> bool:
+        # An explicit null means "use the default", like an absent field.
+        return data.get(name) is not None
+
+    p = prefix
+    return MemoryInput(
+        content=parse_content(data.get("content"), max_content_chars, _param(p, "content")),
+        user=parse_user(data["user"], _param(p, "user")) if present("user") else "",
+        source=parse_source(data["source"], _param(p, "source"))
+        if present("source")
+        else DEFAULT_SOURCE,
+        confidence=parse_fraction(data["confidence"], _param(p, "confidence"))
+        if present("confidence")
+        else DEFAULT_CONFIDENCE,
+        usefulness=parse_fraction(data["usefulness"], _param(p, "usefulness"))
+        if present("usefulness")
+        else DEFAULT_USEFULNESS,
+        created_at=parse_created_at(data["created_at"], _param(p, "created_at"))
+        if present("created_at")
+        else None,
+        metadata=parse_metadata(data["metadata"], _param(p, "metadata"))
+        if present("metadata")
+        else {},
+        id=parse_id(data["id"], _param(p, "id")) if present("id") else None,
+    )
+
+
+def parse_memories(
+    items: Any, *, max_content_chars: int, max_batch: int = MAX_BATCH_MEMORIES, prefix: str = ""
+) -> list[MemoryInput]:
+    """Validate a list of memory objects; any error refuses the whole list."""
+    where = prefix or "memories"
+    if not isinstance(items, list):
+        raise RequestError(f"'{where}' must be an array of memory objects.", param=where)
+    if not items:
+        raise RequestError(f"'{where}' must hold at least one memory.", param=where)
+    if len(items) > max_batch:
+        raise RequestError(
+            f"'{where}' holds {len(items)} memories; at most {max_batch} per request "
+            "(split the batch, or use `memproxy memories import`).",
+            param=where,
+            code="batch_too_large",
+        )
+    parsed = [
+        parse_memory(item, max_content_chars=max_content_chars, prefix=f"{where}[{i}]")
+        for i, item in enumerate(items)
+    ]
+    seen: dict[str, int] = {}
+    for i, memory in enumerate(parsed):
+        if memory.id is None:
+            continue
+        if memory.id in seen:
+            raise RequestError(
+                f"'{where}[{i}].id' repeats the id of {where}[{seen[memory.id]}]; ids in one "
+                "batch must be unique.",
+                param=f"{where}[{i}].id",
+            )
+        seen[memory.id] = i
+    return parsed
+
+
+def parse_write_body(
+    body: dict[str, Any], *, max_content_chars: int, max_batch: int = MAX_BATCH_MEMORIES
+) -> list[MemoryInput]:
+    """Validate a ``POST /v1/memories`` body: one memory, or ``{"memories": [...]}``."""
+    if "memories" in body:
+        extra = sorted(set(body) - {"memories"})
+        if extra:
+            raise RequestError(f"Unknown field '{extra[0]}' next to 'memories'.", param=extra[0])
+        return parse_memories(
+            body["memories"], max_content_chars=max_content_chars, max_batch=max_batch
+        )
+    return [parse_memory(body, max_content_chars=max_content_chars)]
