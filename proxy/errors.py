@@ -6,7 +6,8 @@ so a route turns any of them into a response with ``to_body()``:
 
 - ``ConfigError``          bad configuration; raised at start, never while serving.
 - ``RequestError`` (400)   the client's request is malformed or out of range.
-  - ``PayloadTooLarge`` (413), ``NotFound`` (404), ``Unprocessable`` (422 semantics, sent as 400)
+  - ``PayloadTooLarge`` (413), ``NotFound`` (404), ``MethodNotAllowed`` (405),
+    ``Unprocessable`` (422 semantics, sent as 400)
 - ``AuthError`` (401)      missing or unknown memproxy key.
 - ``UpstreamError`` (502)  the upstream could not be reached or broke the protocol.
   - ``UpstreamTimeout`` (504)
@@ -74,6 +75,13 @@ class NotFound(RequestError):
 
     status = 404
     code = "not_found"
+
+
+class MethodNotAllowed(RequestError):
+    """The path exists but not with this HTTP method (memproxy's own endpoints)."""
+
+    status = 405
+    code = "method_not_allowed"
 
 
 class AuthError(MemproxyError):
