@@ -12,11 +12,16 @@ Behaviour is set per server (``FakeConfig``) and may be overridden per request w
 | ``X-Fake-Latency-Ms: 50`` | wait before the response headers |
 | ``X-Fake-Chunks: 5`` / ``X-Fake-Interval-Ms: 20`` | content chunks of a stream, gap between them |
 | ``X-Fake-Reset-After: 2`` | drop the connection after that many content chunks |
+| ``X-Fake-Reset-Rst: 1`` | with ``Reset-After``: abort with a TCP RST instead of a FIN |
+| ``X-Fake-First-Byte-Ms: 500`` | stream: send the headers, then wait before the first event |
+| ``X-Fake-No-Finish: 1`` | stream: leave out the ``finish_reason`` chunk (and the usage chunk) |
+| ``X-Fake-No-Done: 1`` | stream: leave out ``data: [DONE]``; the body still ends cleanly |
 
 A chat request with ``tools`` answers with a tool call; ``n`` gives that many choices;
 ``stream_options.include_usage`` adds the usage chunk. Every request is recorded
 (``FakeUpstream.requests``, or ``GET /_fake/requests`` for a subprocess), including whether the
-client went away before a stream ended.
+client went away before a stream ended (or, for a delayed non-streamed answer, before it was
+sent).
 
 Run standalone: ``python -m tests.fakes.upstream --port 9000 [--latency-ms 0] [--chunks 8]``.
 """
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -36,6 +43,8 @@ from aiohttp import web
 
 MODEL = "fake-model"
 RECORD_LIMIT = 10_000
+LINGER_RST = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
+DONE_EVENT = b"data: [DONE]\n\n"
 WORDS = ("Hello", "from", "the", "fake", "upstream", "model", "of", "memproxy")
 
 
@@ -101,7 +110,13 @@ class FakeUpstream:
         rec = await self._record(request)
         latency = self._knob(request, "Latency-Ms", self.config.latency_ms)
         if latency:
-            await asyncio.sleep(latency / 1000)
+            try:
+                await asyncio.sleep(latency / 1000)
+            except asyncio.CancelledError:
+                rec.disconnected = True
+                raise
+            if request.transport is None or request.transport.is_closing():
+                rec.disconnected = True  # the client left while we "thought"
         status = int(self._knob(request, "Status", 200))
         if status >= 400:
             headers = {}
@@ -129,7 +144,7 @@ class FakeUpstream:
         tools = bool(payload.get("tools"))
         chunks = int(self._knob(request, "Chunks", self.config.chunks))
         if not payload.get("stream"):
-            rec.finished = True
+            rec.finished = not rec.disconnected
             return web.Response(
                 body=orjson.dumps(completion(model, n, chunks, tools)),
                 content_type="application/json",
@@ -149,13 +164,24 @@ class FakeUpstream:
         interval = self._knob(request, "Interval-Ms", self.config.interval_ms) / 1000
         reset_after = int(self._knob(request, "Reset-After", -1))
         usage = bool((payload.get("stream_options") or {}).get("include_usage"))
+        first_byte = self._knob(request, "First-Byte-Ms", 0) / 1000
+        events = stream_events(model, n, chunks, tools, usage)
+        if request.headers.get("X-Fake-No-Finish"):
+            events = [e for e in events if b'"finish_reason":"' not in e and b'"usage"' not in e]
+        if request.headers.get("X-Fake-No-Done"):
+            events = [e for e in events if e != DONE_EVENT]
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         try:
-            for i, event in enumerate(stream_events(model, n, chunks, tools, usage)):
+            if first_byte:
+                await asyncio.sleep(first_byte)
+            for i, event in enumerate(events):
                 if reset_after >= 0 and i - 1 == reset_after:
                     # Simulates a crashed upstream: no terminating chunk, connection gone.
                     assert request.transport is not None
+                    if request.headers.get("X-Fake-Reset-Rst"):
+                        sock = request.transport.get_extra_info("socket")
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_RST)
                     request.transport.close()
                     return response
                 if interval and i > 0:
@@ -320,7 +346,7 @@ def stream_events(model: str, n: int, chunks: int, tools: bool, usage: bool) -> 
                 },
             )
         )
-    events.append(b"data: [DONE]\n\n")
+    events.append(DONE_EVENT)
     return events
 
 
