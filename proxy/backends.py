@@ -8,6 +8,7 @@ rather than refusing traffic because Qdrant or Redis is down.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING
@@ -15,10 +16,16 @@ from typing import TYPE_CHECKING
 import httpx
 
 from proxy.cache.factory import create_cache
-from proxy.cache.request_cache import CacheTTLs, RequestCache
+from proxy.cache.request_cache import CacheTTLs, LookupHook, RequestCache
+from proxy.context.budget import TokenBudgetCalculator
+from proxy.context.limits import ModelLimits, load_model_limits
 from proxy.errors import ConfigError
+from proxy.hooks import NoopPipeline
 from proxy.memory.embedders import Embedder, create_embedder, prepare_embedder
+from proxy.memory.service import MemoryService
 from proxy.memory.store import MemoryStore, open_store
+from proxy.pipeline.counters import RetrievalCounter
+from proxy.pipeline.pipeline import Pipeline
 
 if TYPE_CHECKING:
     from proxy.services import Services
@@ -63,8 +70,14 @@ async def open_memory_store(
     return store
 
 
-def open_request_cache(settings: Settings, stack: AsyncExitStack) -> RequestCache:
-    """Redis when configured, else an in-process LRU; never contacts Redis here."""
+def open_request_cache(
+    settings: Settings, stack: AsyncExitStack, on_lookup: LookupHook | None = None
+) -> RequestCache:
+    """Redis when configured, else an in-process LRU; never contacts Redis here.
+
+    Writes are write-behind: caching an embedding or a search result never costs the request a
+    Redis round trip (``close`` waits for them).
+    """
     conf = settings.cache
     raw = create_cache(
         conf.redis_url,
@@ -76,7 +89,8 @@ def open_request_cache(settings: Settings, stack: AsyncExitStack) -> RequestCach
         # Each worker would keep its own generation counters: a write through one worker could
         # not invalidate another's cached results, so results are not cached across requests.
         retrieval_ttl = 0
-    cache = RequestCache(raw, CacheTTLs(conf.embedding_ttl_s, conf.tokens_ttl_s, retrieval_ttl))
+    ttls = CacheTTLs(conf.embedding_ttl_s, conf.tokens_ttl_s, retrieval_ttl)
+    cache = RequestCache(raw, ttls, write_behind=True, on_lookup=on_lookup)
     stack.push_async_callback(cache.close)
     return cache
 
@@ -99,4 +113,39 @@ async def open_backends(services: Services, stack: AsyncExitStack) -> None:
     if services.store is None:
         services.store = await open_memory_store(settings, services.embedder, stack)
     if services.cache is None:
-        services.cache = open_request_cache(settings, stack)
+        services.cache = open_request_cache(settings, stack, services.metrics.count_cache_lookup)
+    if isinstance(services.pipeline, NoopPipeline):
+        services.pipeline = await build_pipeline(services, stack)
+
+
+async def load_limits() -> ModelLimits:
+    """litellm's model table, imported once in a worker thread (seconds; never per request)."""
+    try:
+        return await asyncio.to_thread(load_model_limits)
+    except Exception as exc:  # an unknown model then gets the conservative 8k window
+        LOGGER.error("model limits unavailable, using the built-in table: %s", exc)
+        return ModelLimits()
+
+
+async def build_pipeline(services: Services, stack: AsyncExitStack) -> Pipeline:
+    """The memory pipeline over the opened backends; pending retrieval counts flush on exit."""
+    settings = services.settings
+    store, embedder, cache = services.store, services.embedder, services.cache
+    counter = RetrievalCounter(store, services.spawn, services.metrics)
+    stack.push_async_callback(counter.flush)
+    service = None
+    if store is not None and embedder is not None:
+        service = MemoryService(
+            store, embedder, cache, max_content_chars=settings.memory.max_content_chars
+        )
+    return Pipeline(
+        settings.memory,
+        calculator=TokenBudgetCalculator(await load_limits(), memory_cap=None),
+        store=store,
+        embedder=embedder,
+        cache=cache,
+        metrics=services.metrics,
+        spawn=services.spawn,
+        service=service,
+        counter=counter,
+    )

@@ -39,6 +39,8 @@ LATENCY_BUCKETS = (
     60.0,
     120.0,
 )
+# Memory stages take microseconds to tens of milliseconds.
+STAGE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5)
 
 
 class Metrics:
@@ -94,6 +96,55 @@ class Metrics:
             registry=reg,
             multiprocess_mode="livesum",
         )
+
+        self.memory_requests = Counter(
+            "memproxy_memory_requests",
+            "Chat requests by X-Memory-Status (injected, empty, off, degraded, explain).",
+            ["status"],
+            registry=reg,
+        )
+        self.memory_degraded = Counter(
+            "memproxy_memory_degraded",
+            "Chat requests served without (all of) their memories, by reason.",
+            ["reason"],
+            registry=reg,
+        )
+        self.memory_stage = Histogram(
+            "memproxy_memory_stage_seconds",
+            "Time per memory pipeline stage (budget, embed, search, assemble, inject, total).",
+            ["stage"],
+            buckets=STAGE_BUCKETS,
+            registry=reg,
+        )
+        self.cache_lookups = Counter(
+            "memproxy_cache_lookups",
+            "Cache lookups by kind (embedding, tokens, retrieval) and result (hit, miss); "
+            "hit ratio = hit / (hit + miss).",
+            ["kind", "result"],
+            registry=reg,
+        )
+        self.memory_writes = Counter(
+            "memproxy_memory_background",
+            "After-response memory work by kind (capture, retrievals) and result (ok, error).",
+            ["kind", "result"],
+            registry=reg,
+        )
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, cached: ``labels`` costs microseconds per call."""
+        key = (metric._name, *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
+    def count_cache_lookup(self, kind: str, hits: int, misses: int) -> None:
+        """``RequestCache``'s lookup hook: hit and miss counts per kind."""
+        if hits:
+            self.child(self.cache_lookups, kind, "hit").inc(hits)
+        if misses:
+            self.child(self.cache_lookups, kind, "miss").inc(misses)
 
     def upstream_latency_for(self, route: str) -> Any:
         """The upstream latency histogram of ``route`` (children cached: ``labels`` is slow)."""

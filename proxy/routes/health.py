@@ -1,4 +1,11 @@
-"""``/healthz`` (alive), ``/readyz`` (backends and upstream config), ``/metrics`` (Prometheus)."""
+"""``/healthz`` (alive), ``/readyz`` (backends and upstream config), ``/metrics`` (Prometheus).
+
+Readiness policy (adr/0053): only what a chat request cannot do without makes ``/readyz``
+answer 503 (today: the upstream client). The memory backends (store, embedder, cache) fail
+open, so a down one shows in ``checks`` and turns ``status`` into ``degraded`` while the answer
+stays 200: every replica shares the same Redis and Qdrant, and a 503 would make the load
+balancer drain the whole fleet, turning a memory outage into a chat outage.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,8 @@ from starlette.routing import Route
 from proxy.services import Services
 
 READY_TIMEOUT_S = 2.0
+REQUIRED = frozenset({"upstream"})
+MEMORY_SLOTS = ("store", "embedder", "cache")
 LOGGER = logging.getLogger("memproxy.health")
 
 
@@ -36,16 +45,22 @@ async def _check(name: str, backend: Any) -> tuple[str, str]:
 
 
 async def readyz(request: Request) -> Response:
-    """200 when the upstream is configured and every filled backend slot answers, else 503."""
+    """200 unless a required check fails (503); a failing memory backend only degrades."""
     services: Services = request.app.state.services
     slots = {"upstream": services.upstream}
-    for name in ("store", "embedder", "cache"):
+    missing = {}
+    for name in MEMORY_SLOTS:
         backend = getattr(services, name)
         if backend is not None:
             slots[name] = backend
+        elif services.settings.memory.enabled:
+            missing[name] = "unavailable"  # configured but could not be opened at start
     results = dict(await asyncio.gather(*(_check(n, b) for n, b in slots.items())))
-    ready = all(value == "ok" for value in results.values())
-    body = {"status": "ready" if ready else "not ready", "checks": results}
+    results.update(missing)
+    ready = all(results[name] == "ok" for name in results if name in REQUIRED)
+    healthy = all(value == "ok" for value in results.values())
+    status = "ready" if healthy else ("degraded" if ready else "not ready")
+    body = {"status": status, "checks": results}
     body["upstream_url"] = services.upstream.base_url
     return JSONResponse(body, status_code=200 if ready else 503)
 

@@ -1,0 +1,73 @@
+"""Capture: after the response, store the turn as ``conversation`` memories (off the path).
+
+``user`` stores the last user message, ``turn`` also the assistant's answer (for a stream, the
+text assembled from its deltas: ``Completion.text``). Both carry the session id and the role in
+their metadata. Only the client's own words are stored: anything fenced like memproxy's block is
+cut out, so injected memories never come back as new ones. Writes go through
+``MemoryService.write``, the one write path (validation, token counts, embedding, store, cache
+generation bump). A failed or refused upstream answer captures nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from proxy.hooks import Completion
+from proxy.memory.inputs import MemoryInput
+from proxy.pipeline.options import RequestOptions
+from proxy.pipeline.query import last_user_texts, strip_block
+
+CONVERSATION = "conversation"
+LOGGER = logging.getLogger("memproxy.pipeline")
+
+
+def capture_inputs(
+    options: RequestOptions,
+    messages: Sequence[Any],
+    completion: Completion,
+    max_chars: int,
+) -> list[MemoryInput]:
+    """The memories one turn yields under ``options.capture`` (empty when nothing to keep)."""
+    if options.capture == "off" or not completion.ok or completion.status >= 400:
+        return []
+    meta: dict[str, Any] = {"session": options.session} if options.session else {}
+    inputs: list[MemoryInput] = []
+    said = last_user_texts(messages, 1)
+    if said:
+        inputs.append(
+            MemoryInput(
+                content=said[0][:max_chars],
+                user=options.user,
+                source=CONVERSATION,
+                metadata={**meta, "role": "user"},
+            )
+        )
+    if options.capture == "turn":
+        answer = strip_block(completion.text).strip()
+        if answer:
+            inputs.append(
+                MemoryInput(
+                    content=answer[:max_chars],
+                    user=options.user,
+                    source=CONVERSATION,
+                    metadata={**meta, "role": "assistant"},
+                )
+            )
+    return inputs
+
+
+async def capture_turn(
+    service: Any, tenant: str, inputs: Sequence[MemoryInput], metrics: Any
+) -> None:
+    """Write the captured memories; a failure is logged and counted, never raised."""
+    if not inputs:
+        return
+    try:
+        await service.write(tenant, inputs)
+    except Exception as exc:  # capture is best effort: the client already has its answer
+        LOGGER.warning("capture failed for tenant %s: %s", tenant, type(exc).__name__)
+        metrics.child(metrics.memory_writes, "capture", "error").inc()
+    else:
+        metrics.child(metrics.memory_writes, "capture", "ok").inc()

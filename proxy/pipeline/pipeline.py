@@ -1,0 +1,298 @@
+"""``MemoryPipeline``: budget -> query -> embed -> search -> assemble -> inject, per chat request.
+
+One call of ``prepare`` per request (``proxy/hooks.py``). Everything it needs is built once in
+the lifespan (``proxy/backends.py``): no imports, settings parsing or litellm on the request
+path. Failure policy (DESIGN.md): the whole memory stage runs under ``memory.deadline_ms`` and
+the embed and search stages under their own timeouts; any failure forwards the client's request
+unchanged (its original bytes) with ``X-Memory-Status: degraded`` and counts the reason in
+``memproxy_memory_degraded_total``. A skipped cache alone also marks the request degraded, but
+memories found without it are still injected. Bad ``X-Memory-*`` headers are the client's
+mistake: 400 in OpenAI's shape, before any backend work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from proxy.context.assembler import AssemblerConfig, Assembly, assemble
+from proxy.context.billing import message_key
+from proxy.context.budget import TokenBudget, TokenBudgetCalculator
+from proxy.context.inject import inject
+from proxy.context.records import SOURCES, Candidate
+from proxy.context.tokens import encoding_name_for_model
+from proxy.hooks import Completion, Prepared
+from proxy.memory.service import MemoryService
+from proxy.memory.store import SearchQuery
+from proxy.pipeline.capture import capture_inputs, capture_turn
+from proxy.pipeline.counters import RetrievalCounter
+from proxy.pipeline.explain import explain_body, explain_response
+from proxy.pipeline.options import RequestOptions, parse_options
+from proxy.pipeline.query import query_text
+from proxy.pipeline.timing import StageClock
+from proxy.settings import MemorySettings
+from proxy.tenancy import Tenant
+
+LOGGER = logging.getLogger("memproxy.pipeline")
+INJECTED, EMPTY, OFF, DEGRADED, EXPLAIN = "injected", "empty", "off", "degraded", "explain"
+ALL_SOURCES = frozenset(SOURCES)
+
+Spawner = Callable[[Coroutine[Any, Any, None]], None]
+
+
+@dataclass(slots=True)
+class Run:
+    """The state of one request through the pipeline."""
+
+    tenant: Tenant
+    options: RequestOptions
+    messages: list[Any]
+    clock: StageClock = field(default_factory=StageClock)
+    budget: TokenBudget | None = None
+    assembly: Assembly | None = None
+    reasons: list[str] = field(default_factory=list)
+
+    def degrade(self, reason: str) -> None:
+        """Note why this request is degraded (several reasons may apply)."""
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+
+class Pipeline:
+    """The memory pipeline over the app's backends (any of which may be missing or failing)."""
+
+    def __init__(
+        self,
+        settings: MemorySettings,
+        *,
+        calculator: TokenBudgetCalculator,
+        store: Any,
+        embedder: Any,
+        cache: Any,
+        metrics: Any,
+        spawn: Spawner,
+        service: MemoryService | None = None,
+        counter: RetrievalCounter | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.settings = settings
+        self.calculator = calculator
+        self.store = store
+        self.embedder = embedder
+        self.cache = cache
+        self.metrics = metrics
+        self.spawn = spawn
+        self.service = service
+        self.counter = counter
+        self.clock = clock
+        self.deadline_s = settings.deadline_ms / 1000.0
+        self.embed_s = settings.stage_timeouts.embed_ms / 1000.0
+        self.search_s = settings.stage_timeouts.search_ms / 1000.0
+        # The budget already holds the tenant's cap, so the assembler adds none of its own.
+        self.configs = {
+            kind: AssemblerConfig(packer=kind, max_tokens=None) for kind in ("optimal", "greedy")
+        }
+
+    async def prepare(
+        self, tenant: Tenant, headers: Mapping[str, str], body: dict[str, Any]
+    ) -> Prepared:
+        """Inject the tenant's memories into ``body`` (a new object; ``body`` is never mutated)."""
+        options = parse_options(tenant.memory, headers, body)
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            messages = []
+        run = Run(tenant, options, messages)
+        if options.mode == "off":
+            return self._finish(run, body, OFF)
+        if self.store is None or self.embedder is None:
+            run.degrade("store_unavailable")
+        elif messages:
+            try:
+                async with asyncio.timeout(self.deadline_s):
+                    await self._retrieve(run, body)
+            except TimeoutError:
+                run.degrade("deadline")
+            except StageFailed:
+                pass  # the stage recorded its reason
+            except Exception:
+                LOGGER.exception("memory pipeline failed; forwarding without memories")
+                run.degrade("internal")
+        if options.mode == "explain":
+            return self._explain(run, body)
+        assembly = run.assembly
+        if assembly is None or not assembly.block:
+            return self._finish(run, body, DEGRADED if run.reasons else EMPTY)
+        forwarded = {**body, "messages": inject(messages, assembly.block)}
+        run.clock.mark("inject")
+        return self._finish(run, forwarded, DEGRADED if run.reasons else INJECTED)
+
+    async def _retrieve(self, run: Run, body: Mapping[str, Any]) -> None:
+        """Budget, query, cached search (embed + store), assemble; fills ``run``."""
+        tenant, options = run.tenant.id, run.options
+        budget = run.budget = await self._budget(run, body)
+        run.clock.mark("budget")
+        if budget.memory_tokens <= 0:
+            return
+        query = query_text(run.messages, self.settings.query_window)
+        run.clock.mark("query")
+        if not query or not options.sources:
+            return
+        sources = None if ALL_SOURCES.issubset(options.sources) else options.sources
+        cache = self.cache
+        key = None
+        hits: list[Candidate] | None = None
+        if cache is not None:
+            key = await cache.retrieval_key(
+                tenant,
+                options.user,
+                query,
+                top_k=options.top_k,
+                sources=sources,
+                variant=self.embedder.name,
+            )
+            hits = await cache.get_retrieval(key)
+            run.clock.mark("cache")
+        if hits is None:
+            vector = await self._embed(run, query)
+            hits = await self._search(run, query, vector, sources)
+            if cache is not None and key is not None:
+                self.spawn(cache.set_retrieval(key, hits))
+        if cache is not None and cache.degraded:
+            run.degrade("cache")
+        run.assembly = assemble(
+            hits,
+            query,
+            budget.memory_tokens,
+            now=self.clock(),
+            encoding=budget.encoding,
+            config=self.configs[run.tenant.memory.packer],
+        )
+        run.clock.mark("assemble")
+
+    async def _budget(self, run: Run, body: Mapping[str, Any]) -> TokenBudget:
+        """The memory budget, with per-message counts from the cache (new ones stored after)."""
+        cache = self.cache
+        if cache is None:
+            return self.calculator.calculate_request(body, memory_cap=run.options.max_tokens)
+        encoding = encoding_name_for_model(str(body.get("model") or ""))
+        names = [message_key(m, encoding) if isinstance(m, dict) else "" for m in run.messages]
+        cached = await cache.get_token_counts(run.tenant.id, encoding, names)
+        budget = self.calculator.calculate_request(
+            body, memory_cap=run.options.max_tokens, cached_counts=cached
+        )
+        fresh = {
+            name: count
+            for name, hit, count in zip(names, cached, budget.message_counts, strict=False)
+            if hit is None and name
+        }
+        if fresh:
+            self.spawn(cache.set_token_counts(run.tenant.id, encoding, fresh))
+        return budget
+
+    async def _embed(self, run: Run, query: str) -> np.ndarray:
+        try:
+            async with asyncio.timeout(self.embed_s):
+                if self.cache is not None:
+                    vector: np.ndarray = await self.cache.embed(run.tenant.id, self.embedder, query)
+                else:
+                    vector = (await self.embedder.embed([query]))[0]
+        except TimeoutError:
+            run.degrade("embed_timeout")
+            raise StageFailed from None
+        except Exception as exc:
+            LOGGER.warning("embedding the query failed: %s", type(exc).__name__)
+            run.degrade("embed_error")
+            raise StageFailed from exc
+        finally:
+            run.clock.mark("embed")
+        return vector
+
+    async def _search(
+        self, run: Run, query: str, vector: np.ndarray, sources: tuple[str, ...] | None
+    ) -> list[Candidate]:
+        options = run.options
+        search = SearchQuery(vector, query, options.user, sources, options.top_k)
+        try:
+            async with asyncio.timeout(self.search_s):
+                hits: list[Candidate] = await self.store.search(run.tenant.id, search)
+        except TimeoutError:
+            run.degrade("search_timeout")
+            raise StageFailed from None
+        except Exception as exc:
+            LOGGER.warning("memory search failed: %s", type(exc).__name__)
+            run.degrade("search_error")
+            raise StageFailed from exc
+        finally:
+            run.clock.mark("search")
+        return hits
+
+    def _explain(self, run: Run, body: Mapping[str, Any]) -> Prepared:
+        assembly = run.assembly
+        block = assembly.block if assembly is not None else ""
+        messages = inject(run.messages, block)
+        document = explain_body(str(body.get("model") or ""), run.budget, assembly, messages)
+        status = DEGRADED if run.reasons else (INJECTED if block else EMPTY)
+        headers = self._headers(run, status)
+        self._record(run, EXPLAIN)
+        return Prepared(body=dict(body), response_headers=headers, reply=explain_response(document))
+
+    def _finish(self, run: Run, body: dict[str, Any], status: str) -> Prepared:
+        headers = self._headers(run, status)
+        self._record(run, status)
+        return Prepared(body=body, response_headers=headers, on_complete=self._hook(run, status))
+
+    def _headers(self, run: Run, status: str) -> dict[str, str]:
+        total_ms = run.clock.total_ms()
+        assembly = run.assembly if status in (INJECTED, DEGRADED) else None
+        injected = assembly is not None and bool(assembly.block)
+        headers = {
+            "X-Memory-Status": status,
+            "X-Memory-Injected": str(len(assembly.packed)) if injected and assembly else "0",
+            "X-Memory-Tokens": str(assembly.rendered_tokens) if injected and assembly else "0",
+            "X-Memory-Budget": str(run.budget.memory_tokens if run.budget is not None else 0),
+            "X-Memory-Overhead-Ms": f"{total_ms:.3f}",
+            "Server-Timing": run.clock.server_timing(total_ms),
+        }
+        run.clock.observe(self.metrics, total_ms)
+        return headers
+
+    def _record(self, run: Run, status: str) -> None:
+        metrics = self.metrics
+        metrics.child(metrics.memory_requests, status).inc()
+        for reason in run.reasons:
+            metrics.child(metrics.memory_degraded, reason).inc()
+
+    def _hook(
+        self, run: Run, status: str
+    ) -> Callable[[Completion], Coroutine[Any, Any, None]] | None:
+        """The after-response work: retrieval counts and capture; ``None`` when there is none."""
+        assembly = run.assembly
+        ids = (
+            [m.id for m in assembly.packed]
+            if assembly is not None and assembly.block and status in (INJECTED, DEGRADED)
+            else []
+        )
+        capture = run.options.capture != "off" and self.service is not None
+        if not ids and not capture:
+            return None
+
+        async def on_complete(completion: Completion) -> None:
+            if ids and self.counter is not None and completion.status < 400:
+                self.counter.add(run.tenant.id, ids)
+            if capture:
+                inputs = capture_inputs(
+                    run.options, run.messages, completion, self.settings.max_content_chars
+                )
+                await capture_turn(self.service, run.tenant.id, inputs, self.metrics)
+
+        return on_complete
+
+
+class StageFailed(Exception):
+    """A stage failed and recorded why; the request goes on without memories."""
