@@ -49,6 +49,7 @@ CONCURRENCY = 8
 SMOKE_QUESTIONS = 8
 SMOKE_BUDGETS = (500, 1000)
 PROBE_USER = "locomo-probe"
+METHODS = ("memproxy", "topk")
 # A quality benchmark: relax the pipeline's deadlines so a busy 2-core machine cannot turn a slow
 # answer into an empty ("degraded") one. Every other setting keeps memproxy's defaults.
 RELAXED_TIMEOUTS = {
@@ -63,12 +64,14 @@ class ContractMissing(RuntimeError):
     """The running memproxy does not (yet) serve the memory API or explain mode."""
 
 
-async def probe_contract(client: httpx.AsyncClient) -> None:
-    """Raise ContractMissing unless memories can be stored and explain mode answers."""
+async def probe_contract(client: httpx.AsyncClient, *, explain: bool = True) -> None:
+    """Raise ContractMissing unless memories can be stored and (if asked) explain mode answers."""
     item = {"content": "probe memory", "user": PROBE_USER}
     stored = await client.post("/v1/memories", json={"memories": [item]})
     if stored.status_code != 201:
         raise ContractMissing(f"POST /v1/memories answered {stored.status_code}")
+    if not explain:
+        return
     headers = {"X-Memory-Mode": "explain", "X-Memory-User": PROBE_USER}
     body = {"model": MODEL, "messages": [{"role": "user", "content": "probe"}]}
     answer = await client.post("/v1/chat/completions", json=body, headers=headers)
@@ -142,34 +145,39 @@ async def score_question(
         hits = await search(client, question, args.search_top_k)
         row: dict[str, Any] = {"category": question.category, "evidence": list(question.evidence)}
         for budget in budgets:
-            memories, elapsed, status = await explain(client, question, budget, args.top_k)
             chosen = locomo_data.fill_budget(hits, budget, lambda text: count_tokens(text, O200K))
-            row[f"memproxy@{budget}"] = locomo_data.evidence_recall(question.evidence, memories)
             row[f"topk@{budget}"] = locomo_data.evidence_recall(question.evidence, chosen)
+            # All hits fitted: the baseline ran out of candidates, not of budget.
+            row[f"topk_short@{budget}"] = len(chosen) == len(hits)
+            if args.baseline_only:
+                continue
+            memories, elapsed, status = await explain(client, question, budget, args.top_k)
+            row[f"memproxy@{budget}"] = locomo_data.evidence_recall(question.evidence, memories)
             row[f"latency@{budget}"] = elapsed
             row[f"status@{budget}"] = status
             row[f"tokens@{budget}"] = sum(int(m.get("tokens") or 0) for m in memories)
-            # All hits fitted: the baseline ran out of candidates, not of budget.
-            row[f"topk_short@{budget}"] = len(chosen) == len(hits)
         return row
 
 
 def summarize(rows: list[dict[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
     """Return recall per method, budget and category, plus explain latency and diagnostics."""
-    recall: dict[str, dict[str, dict[str, float]]] = {"memproxy": {}, "topk": {}}
+    methods = [m for m in METHODS if rows and f"{m}@{budgets[0]}" in rows[0]]
+    recall: dict[str, dict[str, dict[str, float]]] = {m: {} for m in methods}
     diagnostics: dict[str, dict[str, float | int]] = {}
     for budget in budgets:
         for method in recall:
             pairs = [(r["category"], r[f"{method}@{budget}"]) for r in rows]
             recall[method][str(budget)] = locomo_data.mean_by_category(pairs)
-        latency = stats.summarize_ms([r[f"latency@{budget}"] for r in rows])
-        diagnostics[str(budget)] = {
-            "explain_p50_ms": latency["p50"],
-            "explain_p99_ms": latency["p99"],
-            "mean_injected_tokens": sum(r[f"tokens@{budget}"] for r in rows) / len(rows),
-            "degraded": sum(r[f"status@{budget}"] == "degraded" for r in rows),
+        diag: dict[str, float | int] = {
             "topk_short": sum(r[f"topk_short@{budget}"] for r in rows),
         }
+        if "memproxy" in recall:
+            latency = stats.summarize_ms([r[f"latency@{budget}"] for r in rows])
+            diag["explain_p50_ms"] = latency["p50"]
+            diag["explain_p99_ms"] = latency["p99"]
+            diag["mean_injected_tokens"] = sum(r[f"tokens@{budget}"] for r in rows) / len(rows)
+            diag["degraded"] = sum(r[f"status@{budget}"] == "degraded" for r in rows)
+        diagnostics[str(budget)] = diag
     return {"recall": recall, "diagnostics": diagnostics}
 
 
@@ -178,7 +186,7 @@ def recall_rows(summary: dict[str, Any], budgets: Sequence[int]) -> list[dict[st
     names = [*locomo_data.CATEGORIES.values(), "overall"]
     rows = []
     for budget in budgets:
-        for method in ("memproxy", "topk"):
+        for method in (m for m in METHODS if m in summary["recall"]):
             values = summary["recall"][method][str(budget)]
             row: dict[str, Any] = {"budget": budget, "method": method}
             row.update({name: 100.0 * values[name] for name in names if name in values})
@@ -194,7 +202,7 @@ async def evaluate(base_url: str, samples: list[dict[str, Any]], args: argparse.
     async with httpx.AsyncClient(
         base_url=base_url, headers=headers, timeout=60, limits=limits
     ) as client:
-        await probe_contract(client)
+        await probe_contract(client, explain=not args.baseline_only)
         started = time.perf_counter()
         imported = [await import_sample(client, sample, now) for sample in samples]
         import_seconds = time.perf_counter() - started
@@ -219,6 +227,7 @@ async def evaluate(base_url: str, samples: list[dict[str, Any]], args: argparse.
         "budgets": list(args.budgets),
         "smoke": args.smoke,
         "relaxed_timeouts": not args.default_timeouts and not args.url,
+        "baseline_only": args.baseline_only,
         **summary,
     }
 
@@ -263,6 +272,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--default-timeouts", action="store_true", help="keep the pipeline's product deadlines"
     )
+    parser.add_argument(
+        "--baseline-only", action="store_true", help="top-k only (no explain mode needed)"
+    )
     parser.add_argument("--smoke", action="store_true", help="1 conversation, a few questions")
     parser.add_argument("--out", default="locomo", help="results name under bench/results/")
     args = parser.parse_args(argv)
@@ -295,11 +307,11 @@ def main() -> None:
     print(stats.format_table(recall_rows(results, args.budgets)))
     diag = [{"budget": int(b), **d} for b, d in results["diagnostics"].items()]
     print(stats.format_table(diag))
-    mid = "1000" if "1000" in results["recall"]["memproxy"] else str(args.budgets[0])
-    gain = 100 * (
-        results["recall"]["memproxy"][mid]["overall"] - results["recall"]["topk"][mid]["overall"]
-    )
-    print(f"memproxy - top-k at {mid} tokens, overall: {gain:+.1f} points (target: +10)")
+    recall = results["recall"]
+    mid = "1000" if "1000" in recall["topk"] else str(args.budgets[0])
+    if "memproxy" in recall:
+        gain = 100 * (recall["memproxy"][mid]["overall"] - recall["topk"][mid]["overall"])
+        print(f"memproxy - top-k at {mid} tokens, overall: {gain:+.1f} points (target: +10)")
     print(f"results: {path}")
 
 
