@@ -7,7 +7,8 @@ with its batch position (``memories[3].created_at``) in OpenAI's ``param``.
 Rules (also in the OpenAPI document and adr/0070):
 
 - ``content``: a string with at least one non-blank character, at most ``max_content_chars``.
-- ``id``: optional string of 1..``MAX_ID_CHARS`` printable characters; generated when absent.
+- ``id``: optional string of 1..``MAX_ID_CHARS`` printable characters without ``/``; generated
+  when absent.
   Records carrying their own id are upserts, which makes imports idempotent.
 - ``user``: string of at most ``MAX_USER_CHARS``; ``""`` (the default) is tenant-shared.
 - ``source``: one of ``SOURCES`` (default ``learnings``).
@@ -100,10 +101,11 @@ def _string(value: Any, param: str, max_chars: int) -> str:
 def parse_id(value: Any, param: str = "id") -> str:
     """Return a client-given memory id, or raise: 1..MAX_ID_CHARS printable characters."""
     text = _string(value, param, MAX_ID_CHARS)
-    if not text or not text.isprintable() or text != text.strip():
+    # "/" would make the id unaddressable as one path segment of /v1/memories/{id}.
+    if not text or not text.isprintable() or text != text.strip() or "/" in text:
         raise RequestError(
-            f"'{param}' must be 1 to {MAX_ID_CHARS} printable characters without surrounding "
-            "spaces.",
+            f"'{param}' must be 1 to {MAX_ID_CHARS} printable characters, without '/' or "
+            "surrounding spaces.",
             param=param,
         )
     return text

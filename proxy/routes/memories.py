@@ -1,0 +1,245 @@
+"""The memories API (DESIGN.md): thin handlers that parse, call ``MemoryService`` and shape.
+
+Every call is scoped to the caller's tenant (from ``Authorization``); ids are looked up by
+(tenant, id), so another tenant's id is simply "not found" (404), never a hint that it exists.
+
+Deleting is idempotent in effect, not in status: the first ``DELETE /v1/memories/{id}`` answers
+200, a repeat 404 (nothing left to delete), and the store is the same either way.
+``DELETE /v1/memories?user=U`` always answers 200 with the number of memories forgotten (0 on a
+repeat). Backend failures answer 503; see adr/0070 for the rest of the contract.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from proxy.errors import MemproxyError, MethodNotAllowed, RequestError, StoreError
+from proxy.memory.inputs import parse_fraction, parse_source, parse_user, parse_write_body
+from proxy.memory.service import (
+    DEFAULT_PAGE,
+    DEFAULT_TOP_K,
+    MemoryService,
+    memory_object,
+    search_hit_object,
+)
+from proxy.relay import error_response
+from proxy.routes.forward import parse_json_object, read_body
+from proxy.routes.passthrough import METHODS
+from proxy.services import Services
+from proxy.tenancy import Tenant
+
+LOGGER = logging.getLogger("memproxy.memories")
+LIST_PARAMS = frozenset({"user", "source", "limit", "after"})
+SEARCH_FIELDS = frozenset({"query", "user", "top_k", "sources"})
+FEEDBACK_FIELDS = frozenset({"useful", "usefulness"})
+Handler = Callable[[Request, Services, Tenant], Awaitable[Response]]
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    """A JSON response encoded with orjson."""
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """Wrap a handler: resolve the tenant, turn errors into OpenAI-shaped responses.
+
+    A backend raising something that is not ours (a qdrant-client exception, a dead socket)
+    becomes a 503: the memories API's job is the backend, so its failure is "unavailable".
+    """
+
+    async def run(request: Request) -> Response:
+        services: Services = request.app.state.services
+        try:
+            tenant = services.tenants.resolve(request.headers.get("authorization"))
+            return await handler(request, services, tenant)
+        except MemproxyError as exc:
+            return error_response(exc)
+        except Exception as exc:
+            LOGGER.exception("memory backend failed")
+            return error_response(StoreError(f"The memory backend failed: {type(exc).__name__}."))
+
+    run.__name__ = handler.__name__
+    run.__doc__ = handler.__doc__
+    return run
+
+
+async def read_object(request: Request, services: Services) -> dict[str, Any]:
+    """The JSON object body, within the body limit (413 above it)."""
+    raw = await read_body(request, services.settings.limits.max_body_bytes)
+    return parse_json_object(raw)
+
+
+def reject_unknown(body: dict[str, Any], allowed: frozenset[str], what: str) -> None:
+    """400 naming the first field ``what`` does not know."""
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise RequestError(
+            f"Unknown {what} '{unknown[0]}'; expected {', '.join(sorted(allowed))}.",
+            param=unknown[0],
+        )
+
+
+def parse_int(value: Any, param: str, default: int) -> int:
+    """An integer from a query string or JSON (booleans and floats refused)."""
+    if value is None:
+        return default
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise RequestError(f"'{param}' must be an integer.", param=param)
+
+
+async def create_memories(request: Request, services: Services, tenant: Tenant) -> Response:
+    """``POST /v1/memories``: one memory or ``{"memories": [...]}`` -> 201 with the stored list."""
+    body = await read_object(request, services)
+    inputs = parse_write_body(body, max_content_chars=tenant.memory.max_content_chars)
+    records = await MemoryService.from_services(services).write(tenant.id, inputs)
+    return json_response({"object": "list", "data": [memory_object(r) for r in records]}, 201)
+
+
+async def list_memories(request: Request, services: Services, tenant: Tenant) -> Response:
+    """``GET /v1/memories?user=&source=&limit=&after=``: one page, cursor in ``last_id``."""
+    params = request.query_params
+    reject_unknown(dict(params), LIST_PARAMS, "query parameter")
+    user = parse_user(params["user"]) if "user" in params else None
+    source = parse_source(params["source"]) if "source" in params else None
+    after = params.get("after") or None
+    limit = parse_int(params.get("limit"), "limit", DEFAULT_PAGE)
+    service = MemoryService.from_services(services)
+    page = await service.list(tenant.id, user=user, source=source, limit=limit, after=after)
+    return json_response(
+        {
+            "object": "list",
+            "data": [memory_object(r) for r in page.records],
+            "has_more": page.has_more,
+            "last_id": page.last_id,
+        }
+    )
+
+
+async def delete_user_memories(request: Request, services: Services, tenant: Tenant) -> Response:
+    """``DELETE /v1/memories?user=U``: forget every memory of U (``user=`` is the shared scope)."""
+    params = request.query_params
+    reject_unknown(dict(params), frozenset({"user"}), "query parameter")
+    if "user" not in params:
+        raise RequestError(
+            "DELETE /v1/memories needs ?user=U (every memory of that user is deleted).",
+            param="user",
+        )
+    user = parse_user(params["user"])
+    deleted = await MemoryService.from_services(services).delete_user(tenant.id, user)
+    return json_response({"object": "memory.user.deleted", "user": user, "deleted": deleted})
+
+
+async def get_memory(request: Request, services: Services, tenant: Tenant) -> Response:
+    """``GET /v1/memories/{id}``: one memory, 404 if the tenant has none with that id."""
+    memory_id = request.path_params["memory_id"]
+    record = await MemoryService.from_services(services).get(tenant.id, memory_id)
+    return json_response(memory_object(record))
+
+
+async def delete_memory(request: Request, services: Services, tenant: Tenant) -> Response:
+    """``DELETE /v1/memories/{id}``: 200 ``memory.deleted``; 404 when there is none (a repeat)."""
+    memory_id = request.path_params["memory_id"]
+    await MemoryService.from_services(services).delete(tenant.id, memory_id)
+    return json_response({"object": "memory.deleted", "id": memory_id, "deleted": True})
+
+
+async def search_memories(request: Request, services: Services, tenant: Tenant) -> Response:
+    """``POST /v1/memories/search``: ``{"query", "user", "top_k"}`` -> hits with ``similarity``."""
+    body = await read_object(request, services)
+    reject_unknown(body, SEARCH_FIELDS, "field")
+    query = body.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise RequestError("'query' must be a non-empty string.", param="query")
+    if len(query) > tenant.memory.max_content_chars:
+        raise RequestError(
+            f"'query' is longer than {tenant.memory.max_content_chars} characters.", param="query"
+        )
+    user = parse_user(body["user"]) if body.get("user") is not None else ""
+    top_k = parse_int(body.get("top_k"), "top_k", DEFAULT_TOP_K)
+    sources = body.get("sources")
+    if sources is not None:
+        if not isinstance(sources, list) or not sources:
+            raise RequestError("'sources' must be a non-empty array of sources.", param="sources")
+        sources = [parse_source(s, "sources") for s in sources]
+    hits = await MemoryService.from_services(services).search(
+        tenant.id, query, user=user, top_k=top_k, sources=sources
+    )
+    return json_response({"object": "list", "data": [search_hit_object(h) for h in hits]})
+
+
+async def memory_feedback(request: Request, services: Services, tenant: Tenant) -> Response:
+    """``POST /v1/memories/{id}/feedback``: ``{"useful": bool}`` or ``{"usefulness": 0..1}``."""
+    memory_id = request.path_params["memory_id"]
+    body = await read_object(request, services)
+    reject_unknown(body, FEEDBACK_FIELDS, "field")
+    if ("useful" in body) == ("usefulness" in body):
+        raise RequestError("Send exactly one of 'useful' (boolean) or 'usefulness' (0..1).")
+    useful = body.get("useful")
+    if "useful" in body and not isinstance(useful, bool):
+        raise RequestError("'useful' must be a boolean.", param="useful")
+    usefulness = parse_fraction(body["usefulness"], "usefulness") if "usefulness" in body else None
+    record = await MemoryService.from_services(services).feedback(
+        tenant.id, memory_id, useful=useful, usefulness=usefulness
+    )
+    return json_response(memory_object(record))
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def dispatch(table: dict[str, Endpoint]) -> Endpoint:
+    """One endpoint per path for every method: unknown methods get 405 here instead of
+    falling through to the ``/v1/*`` passthrough (memproxy owns these paths)."""
+    allowed = ", ".join(sorted(table))
+
+    async def route(request: Request) -> Response:
+        handler = table.get(request.method)
+        if handler is None:
+            exc = MethodNotAllowed(f"{request.method} is not allowed here; use {allowed}.")
+            return error_response(exc, {"Allow": allowed})
+        return await handler(request)
+
+    return route
+
+
+_create = endpoint(create_memories)
+_list = endpoint(list_memories)
+_delete_user = endpoint(delete_user_memories)
+_get = endpoint(get_memory)
+_delete = endpoint(delete_memory)
+_search = endpoint(search_memories)
+_feedback = endpoint(memory_feedback)
+_item = dispatch({"GET": _get, "HEAD": _get, "DELETE": _delete})
+_search_route = dispatch({"POST": _search})
+
+
+async def memory_path(request: Request) -> Response:
+    """``/v1/memories/{id}``; ``POST /v1/memories/search`` is the search (a memory whose id is
+    "search" is still reachable with GET and DELETE)."""
+    if request.path_params["memory_id"] == "search" and request.method == "POST":
+        return await _search_route(request)
+    return await _item(request)
+
+
+# Every method is routed here so none reaches the passthrough (memproxy owns these paths).
+routes = [
+    Route(
+        "/v1/memories",
+        dispatch({"POST": _create, "GET": _list, "HEAD": _list, "DELETE": _delete_user}),
+        methods=METHODS,
+    ),
+    Route("/v1/memories/{memory_id}", memory_path, methods=METHODS),
+    Route("/v1/memories/{memory_id}/feedback", dispatch({"POST": _feedback}), methods=METHODS),
+]
