@@ -1,0 +1,304 @@
+"""MemoryService and input validation: the one write path, with fake backends."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.context.records import Candidate, MemoryRecord
+from proxy.context.tokens import count_tokens
+from proxy.errors import EmbedderError, NotFound, RequestError
+from proxy.memory.inputs import (
+    MemoryInput,
+    parse_created_at,
+    parse_memory,
+    parse_write_body,
+)
+from proxy.memory.service import (
+    FEEDBACK_STEP,
+    INLINE_COUNT_MAX_CHARS,
+    MemoryService,
+    feedback_usefulness,
+    memory_object,
+)
+from proxy.memory.store import Page, SearchQuery
+
+DIM = 4
+NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+class FakeEmbedder:
+    """Deterministic vectors; can be told to fail."""
+
+    name = "fake"
+    dimensions = DIM
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.calls: list[list[str]] = []
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        if self.fail:
+            raise RuntimeError("model crashed")
+        rows = np.ones((len(texts), DIM), dtype=np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+class FakeStore:
+    """An in-memory store keyed by (tenant, id), recording every add."""
+
+    def __init__(self) -> None:
+        self.data: dict[tuple[str, str], MemoryRecord] = {}
+        self.adds: list[tuple[list[MemoryRecord], np.ndarray]] = []
+        self.queries: list[SearchQuery] = []
+
+    async def add(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
+        self.adds.append((list(records), vectors))
+        for record in records:
+            self.data[(record.tenant, record.id)] = record
+
+    async def get(self, tenant: str, memory_id: str) -> MemoryRecord | None:
+        return self.data.get((tenant, memory_id))
+
+    async def list(
+        self, tenant: str, *, user: str | None, source: str | None, limit: int, after: str | None
+    ) -> Page:
+        records = sorted((r for (t, _), r in self.data.items() if t == tenant), key=lambda r: r.id)
+        return Page(
+            records[:limit], len(records) > limit, records[:limit][-1].id if records else None
+        )
+
+    async def delete(self, tenant: str, memory_id: str) -> bool:
+        return self.data.pop((tenant, memory_id), None) is not None
+
+    async def delete_user(self, tenant: str, user: str) -> int:
+        gone = [k for k, r in self.data.items() if k[0] == tenant and r.user == user]
+        for key in gone:
+            del self.data[key]
+        return len(gone)
+
+    async def search(self, tenant: str, query: SearchQuery) -> builtins.list[Candidate]:
+        self.queries.append(query)
+        return [Candidate(r, 0.5) for (t, _), r in self.data.items() if t == tenant][: query.top_k]
+
+    async def set_usefulness(
+        self, tenant: str, memory_id: str, usefulness: float
+    ) -> MemoryRecord | None:
+        from dataclasses import replace
+
+        record = self.data.get((tenant, memory_id))
+        if record is None:
+            return None
+        self.data[(tenant, memory_id)] = replace(record, usefulness=usefulness)
+        return self.data[(tenant, memory_id)]
+
+
+class FakeCache:
+    """Counts generation bumps and embedding lookups."""
+
+    def __init__(self) -> None:
+        self.bumps: list[str] = []
+        self.embeds = 0
+
+    async def bump_generation(self, tenant: str) -> int:
+        self.bumps.append(tenant)
+        return len(self.bumps)
+
+    async def embed(self, tenant: str, embedder: Any, text: str) -> np.ndarray:
+        self.embeds += 1
+        result: np.ndarray = (await embedder.embed([text]))[0]
+        return result
+
+
+def make(**kwargs: Any) -> tuple[MemoryService, FakeStore, FakeEmbedder, FakeCache]:
+    store, embedder, cache = FakeStore(), FakeEmbedder(**kwargs), FakeCache()
+    service = MemoryService(store, embedder, cache, max_content_chars=50, clock=lambda: NOW)
+    return service, store, embedder, cache
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2024-05-01T12:00:00Z", datetime(2024, 5, 1, 12, tzinfo=UTC)),
+        ("2024-05-01T12:00:00", datetime(2024, 5, 1, 12, tzinfo=UTC)),
+        ("2024-05-01T14:00:00+02:00", datetime(2024, 5, 1, 12, tzinfo=UTC)),
+        ("2024-05-01", datetime(2024, 5, 1, tzinfo=UTC)),
+        (" 2024-05-01T12:00:00.250Z ", datetime(2024, 5, 1, 12, 0, 0, 250000, tzinfo=UTC)),
+    ],
+)
+def test_created_at_parsing(text: str, expected: datetime) -> None:
+    parsed = parse_created_at(text)
+    assert parsed == expected
+    assert parsed.tzinfo is UTC
+
+
+@pytest.mark.parametrize("bad", ["", "yesterday", "2024-02-30", "12:00", None, 1714550400, []])
+def test_bad_created_at_is_a_clear_400(bad: Any) -> None:
+    with pytest.raises(RequestError) as info:
+        parse_created_at(bad)
+    assert info.value.status == 400
+    assert info.value.param == "created_at"
+    assert "ISO 8601" in info.value.message
+
+
+@given(st.datetimes(timezones=st.just(timezone(timedelta(hours=-7)))))
+def test_created_at_round_trips_any_aware_time(moment: datetime) -> None:
+    assert parse_created_at(moment.isoformat()) == moment
+
+
+def test_parse_memory_defaults_and_null_fields() -> None:
+    parsed = parse_memory({"content": "x", "user": None, "metadata": None}, max_content_chars=5)
+    assert parsed == MemoryInput(content="x")
+
+
+def test_single_memory_and_batch_bodies() -> None:
+    assert len(parse_write_body({"content": "a"}, max_content_chars=5)) == 1
+    batch = parse_write_body(
+        {"memories": [{"content": "a"}, {"content": "b"}]}, max_content_chars=5
+    )
+    assert [m.content for m in batch] == ["a", "b"]
+    with pytest.raises(RequestError) as info:
+        parse_write_body({"memories": [{"content": "a"}] * 3}, max_content_chars=5, max_batch=2)
+    assert info.value.code == "batch_too_large"
+
+
+async def test_write_builds_records_embeds_once_adds_and_bumps() -> None:
+    service, store, embedder, cache = make()
+    records = await service.add(
+        "t1", [{"content": "Alice likes tea", "id": "a"}, {"content": "Bob", "user": "bob"}]
+    )
+    assert records[0].id == "a"
+    assert records[1].id.startswith("mem_")
+    assert all(r.tenant == "t1" and r.created_at == NOW for r in records)
+    assert records[0].tokens == {
+        "o200k_base": count_tokens("Alice likes tea", "o200k_base"),
+        "cl100k_base": count_tokens("Alice likes tea", "cl100k_base"),
+    }
+    assert embedder.calls == [["Alice likes tea", "Bob"]]
+    (added, vectors) = store.adds[0]
+    assert added == records
+    assert vectors.shape == (2, DIM)
+    assert cache.bumps == ["t1"]
+
+
+async def test_invalid_batch_writes_and_embeds_nothing() -> None:
+    service, store, embedder, cache = make()
+    with pytest.raises(RequestError) as info:
+        await service.add("t1", [{"content": "fine"}, {"content": "x" * 51}])
+    assert info.value.param == "memories[1].content"
+    assert (store.adds, embedder.calls, cache.bumps) == ([], [], [])
+
+
+async def test_embedder_failure_is_a_503_and_writes_nothing() -> None:
+    service, store, _, cache = make(fail=True)
+    with pytest.raises(EmbedderError) as info:
+        await service.add("t1", [{"content": "fine"}])
+    assert info.value.status == 503
+    assert (store.adds, cache.bumps) == ([], [])
+
+
+async def test_large_batches_count_tokens_off_the_loop_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service, _, _, _ = make()
+    service.max_content_chars = 10_000
+    offloaded: list[str] = []
+    real_to_thread = asyncio.to_thread
+
+    async def spy(func: Any, *args: Any) -> Any:
+        offloaded.append(func.__name__)
+        return await real_to_thread(func, *args)
+
+    monkeypatch.setattr("proxy.memory.service.asyncio.to_thread", spy)
+    await service.add("t1", [{"content": "small"}])
+    assert offloaded == []
+    text = "word " * 1000
+    count = INLINE_COUNT_MAX_CHARS // len(text) + 2
+    records = await service.add("t1", [{"content": text}] * count)
+    assert offloaded == ["build_records"]
+    assert len(records) == count
+    assert all(r.tokens["o200k_base"] == count_tokens(text) for r in records)
+
+
+async def test_empty_write_and_missing_tenant() -> None:
+    service, store, _, _ = make()
+    assert await service.write("t1", []) == []
+    with pytest.raises(RequestError):
+        await service.write("", [MemoryInput(content="x")])
+    assert store.adds == []
+
+
+async def test_get_delete_and_feedback_are_tenant_scoped() -> None:
+    service, _, _, cache = make()
+    await service.add("t1", [{"content": "x", "id": "m"}])
+    with pytest.raises(NotFound):
+        await service.get("t2", "m")
+    with pytest.raises(NotFound):
+        await service.feedback("t2", "m", useful=True)
+    with pytest.raises(NotFound):
+        await service.delete("t2", "m")
+    updated = await service.feedback("t1", "m", useful=True)
+    assert updated.usefulness == pytest.approx(0.5 + FEEDBACK_STEP * 0.5)
+    await service.delete("t1", "m")
+    with pytest.raises(NotFound):
+        await service.delete("t1", "m")
+    assert cache.bumps == ["t1", "t1", "t1"]
+
+
+async def test_search_uses_the_cached_query_embedding_and_scopes() -> None:
+    service, store, _, cache = make()
+    await service.add("t1", [{"content": "x"}])
+    hits = await service.search("t1", "x", user="u", top_k=3, sources=["playbook"])
+    assert len(hits) == 1
+    assert cache.embeds == 1
+    assert store.queries[0].user == "u"
+    assert store.queries[0].sources == ("playbook",)
+    with pytest.raises(RequestError):
+        await service.search("t1", "x", top_k=0)
+
+
+@given(
+    st.floats(0, 1),
+    st.lists(st.booleans(), max_size=30),
+)
+def test_feedback_votes_stay_in_range_and_move_towards_the_vote(
+    start: float, votes: list[bool]
+) -> None:
+    value = start
+    for vote in votes:
+        new = feedback_usefulness(value, useful=vote, usefulness=None)
+        assert 0.0 <= new <= 1.0
+        assert (new >= value - 1e-6) if vote else (new <= value + 1e-6)
+        value = new
+
+
+def test_explicit_usefulness_wins_and_nothing_is_an_error() -> None:
+    assert feedback_usefulness(0.9, useful=False, usefulness=0.3) == 0.3
+    with pytest.raises(RequestError):
+        feedback_usefulness(0.5, useful=None, usefulness=None)
+
+
+def test_memory_object_shape() -> None:
+    record = MemoryRecord(
+        id="m",
+        tenant="t",
+        user="u",
+        source="playbook",
+        content="hello world",
+        created_at=datetime(2024, 1, 1, tzinfo=timezone(timedelta(hours=2))),
+        tokens={"o200k_base": 2, "cl100k_base": 2},
+        metadata={"a": 1},
+    )
+    shaped = memory_object(record)
+    assert shaped["created_at"] == "2023-12-31T22:00:00Z"
+    assert shaped["tokens"] == 2
+    assert "tenant" not in shaped
