@@ -105,13 +105,15 @@ def recall_series(
 def plot_recall(results: Mapping[str, Any], out: Path) -> Path:
     """Draw evidence recall vs budget: overall (thick) and per category (thin), both methods."""
     fig, ax = plt.subplots(figsize=(7.5, 5.6))
-    styles = {"memproxy": "-", "topk": "--"}
-    labels = {"memproxy": "memproxy", "topk": "top-k baseline"}
+    styles = {"memproxy": "-", "topk": "--", "topk-hybrid": ":"}
+    labels = {"memproxy": "memproxy", "topk": "top-k cosine", "topk-hybrid": "top-k hybrid"}
     categories = sorted(
-        {c for v in results["recall"]["memproxy"].values() for c in v} - {"overall"}
+        {c for v in results["recall"]["topk"].values() for c in v} - {"overall"}
     )
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for method, style in styles.items():
+        if method not in results["recall"]:
+            continue
         for index, category in enumerate(["overall", *categories]):
             points = recall_series(results, method, category)
             overall = category == "overall"
@@ -131,7 +133,7 @@ def plot_recall(results: Mapping[str, Any], out: Path) -> Path:
                         f"{y:.0f}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8
                     )
     ax.set_xscale("log")
-    budgets = sorted({int(b) for b in results["recall"]["memproxy"]})
+    budgets = sorted({int(b) for b in results["recall"]["topk"]})
     ax.set_xticks(budgets, [str(b) for b in budgets])
     ax.minorticks_off()
     ax.set_ylim(0, 100)

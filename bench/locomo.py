@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import tempfile
@@ -49,7 +50,10 @@ CONCURRENCY = 8
 SMOKE_QUESTIONS = 8
 SMOKE_BUDGETS = (500, 1000)
 PROBE_USER = "locomo-probe"
-METHODS = ("memproxy", "topk")
+# topk: plain cosine top-k, from a second memproxy whose store has hybrid search off;
+# topk-hybrid: /v1/memories/search of the measured memproxy itself (dense + BM25 fused by default).
+METHODS = ("memproxy", "topk", "topk-hybrid")
+DENSE_ONLY = {"store": {"hybrid": False}}
 # A quality benchmark: relax the pipeline's deadlines so a busy 2-core machine cannot turn a slow
 # answer into an empty ("degraded") one. Every other setting keeps memproxy's defaults.
 RELAXED_TIMEOUTS = {
@@ -133,22 +137,31 @@ async def search(
     return list(response.json().get("data", []))
 
 
+def token_count(text: str) -> int:
+    """Count a memory's content in o200k_base (the encoding of the explain requests' model)."""
+    return count_tokens(text, O200K)
+
+
 async def score_question(
     client: httpx.AsyncClient,
+    baseline: httpx.AsyncClient | None,
     question: locomo_data.Question,
     budgets: Sequence[int],
     args: argparse.Namespace,
     gate: asyncio.Semaphore,
 ) -> dict[str, Any]:
-    """Return the recall of both methods at every budget for one question."""
+    """Return the recall of every method at every budget for one question."""
     async with gate:
-        hits = await search(client, question, args.search_top_k)
+        searches = {"topk": await search(baseline or client, question, args.search_top_k)}
+        if baseline is not None:
+            searches["topk-hybrid"] = await search(client, question, args.search_top_k)
         row: dict[str, Any] = {"category": question.category, "evidence": list(question.evidence)}
         for budget in budgets:
-            chosen = locomo_data.fill_budget(hits, budget, lambda text: count_tokens(text, O200K))
-            row[f"topk@{budget}"] = locomo_data.evidence_recall(question.evidence, chosen)
-            # All hits fitted: the baseline ran out of candidates, not of budget.
-            row[f"topk_short@{budget}"] = len(chosen) == len(hits)
+            for method, hits in searches.items():
+                chosen = locomo_data.fill_budget(hits, budget, token_count)
+                row[f"{method}@{budget}"] = locomo_data.evidence_recall(question.evidence, chosen)
+                # All hits fitted: the baseline ran out of candidates, not of budget.
+                row[f"{method}_short@{budget}"] = len(chosen) == len(hits)
             if args.baseline_only:
                 continue
             memories, elapsed, status = await explain(client, question, budget, args.top_k)
@@ -162,6 +175,7 @@ async def score_question(
 def summarize(rows: list[dict[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
     """Return recall per method, budget and category, plus explain latency and diagnostics."""
     methods = [m for m in METHODS if rows and f"{m}@{budgets[0]}" in rows[0]]
+    baselines = [m for m in methods if m.startswith("topk")]
     recall: dict[str, dict[str, dict[str, float]]] = {m: {} for m in methods}
     diagnostics: dict[str, dict[str, float | int]] = {}
     for budget in budgets:
@@ -169,7 +183,7 @@ def summarize(rows: list[dict[str, Any]], budgets: Sequence[int]) -> dict[str, A
             pairs = [(r["category"], r[f"{method}@{budget}"]) for r in rows]
             recall[method][str(budget)] = locomo_data.mean_by_category(pairs)
         diag: dict[str, float | int] = {
-            "topk_short": sum(r[f"topk_short@{budget}"] for r in rows),
+            f"{m}_short": sum(r[f"{m}_short@{budget}"] for r in rows) for m in baselines
         }
         if "memproxy" in recall:
             latency = stats.summarize_ms([r[f"latency@{budget}"] for r in rows])
@@ -194,18 +208,32 @@ def recall_rows(summary: dict[str, Any], budgets: Sequence[int]) -> list[dict[st
     return rows
 
 
-async def evaluate(base_url: str, samples: list[dict[str, Any]], args: argparse.Namespace) -> dict:
-    """Import every sample, ask every question, and return the results document."""
+async def evaluate(
+    base_url: str,
+    samples: list[dict[str, Any]],
+    args: argparse.Namespace,
+    baseline_url: str | None = None,
+) -> dict[str, Any]:
+    """Import every sample (into both servers), ask every question, return the results document."""
     now = datetime.now(UTC)
     headers = {"Authorization": f"Bearer {API_KEY}"}
     limits = httpx.Limits(max_connections=CONCURRENCY * 2)
-    async with httpx.AsyncClient(
-        base_url=base_url, headers=headers, timeout=60, limits=limits
-    ) as client:
+    async with contextlib.AsyncExitStack() as stack:
+        client = await stack.enter_async_context(
+            httpx.AsyncClient(base_url=base_url, headers=headers, timeout=60, limits=limits)
+        )
+        baseline = None
+        if baseline_url:
+            baseline = await stack.enter_async_context(
+                httpx.AsyncClient(base_url=baseline_url, headers=headers, timeout=60, limits=limits)
+            )
         await probe_contract(client, explain=not args.baseline_only)
         started = time.perf_counter()
         imported = [await import_sample(client, sample, now) for sample in samples]
         import_seconds = time.perf_counter() - started
+        if baseline is not None:
+            for sample in samples:
+                await import_sample(baseline, sample, now)
         print(f"imported {sum(imported)} memories in {import_seconds:.1f} s", file=sys.stderr)
         questions = [q for sample in samples for q in locomo_data.questions(sample)]
         if args.questions:
@@ -213,7 +241,7 @@ async def evaluate(base_url: str, samples: list[dict[str, Any]], args: argparse.
         gate = asyncio.Semaphore(CONCURRENCY)
         started = time.perf_counter()
         rows = await asyncio.gather(
-            *(score_question(client, q, args.budgets, args, gate) for q in questions)
+            *(score_question(client, baseline, q, args.budgets, args, gate) for q in questions)
         )
         ask_seconds = time.perf_counter() - started
     summary = summarize(list(rows), args.budgets)
@@ -243,20 +271,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.conversations:
         samples = samples[: args.conversations]
     if args.url:
-        return asyncio.run(evaluate(args.url, samples, args))
-    with tempfile.TemporaryDirectory(prefix="memproxy-locomo-") as data_dir:
-        env = {}
-        if not args.default_timeouts:
-            config = Path(data_dir) / "locomo-config.yaml"
-            config.write_text(json.dumps(RELAXED_TIMEOUTS))  # JSON is YAML
-            env["MEMPROXY_CONFIG"] = str(config)
+        return asyncio.run(evaluate(args.url, samples, args, args.baseline_url))
+    with tempfile.TemporaryDirectory(prefix="memproxy-locomo-") as tmp:
+        folder = Path(tmp)
+        timeouts = {} if args.default_timeouts else RELAXED_TIMEOUTS
+        measured = folder / "measured.yaml"
+        measured.write_text(json.dumps(timeouts))  # JSON is YAML
+        dense = folder / "dense.yaml"
+        dense.write_text(json.dumps({**timeouts, **DENSE_ONLY}))
         with (
             servers.fake_upstream() as upstream,
             servers.memproxy(
-                upstream.base_url + "/v1", Path(data_dir) / "data", extra_env=env
+                upstream.base_url + "/v1",
+                folder / "measured",
+                extra_env={"MEMPROXY_CONFIG": str(measured)},
             ) as proxy,
+            servers.memproxy(
+                upstream.base_url + "/v1",
+                folder / "dense",
+                extra_env={"MEMPROXY_CONFIG": str(dense)},
+            ) as cosine,
         ):
-            return asyncio.run(evaluate(proxy.base_url, samples, args))
+            return asyncio.run(evaluate(proxy.base_url, samples, args, cosine.base_url))
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -264,6 +300,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--url", help="use a running memproxy instead of starting one")
+    parser.add_argument("--baseline-url", help="with --url: a memproxy with hybrid search off")
     parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
     parser.add_argument("--conversations", type=int, default=0, help="first N (0 = all)")
     parser.add_argument("--questions", type=int, default=0, help="first N questions (0 = all)")
@@ -310,8 +347,9 @@ def main() -> None:
     recall = results["recall"]
     mid = "1000" if "1000" in recall["topk"] else str(args.budgets[0])
     if "memproxy" in recall:
-        gain = 100 * (recall["memproxy"][mid]["overall"] - recall["topk"][mid]["overall"])
-        print(f"memproxy - top-k at {mid} tokens, overall: {gain:+.1f} points (target: +10)")
+        for base in (m for m in METHODS[1:] if m in recall):
+            gain = 100 * (recall["memproxy"][mid]["overall"] - recall[base][mid]["overall"])
+            print(f"memproxy - {base} at {mid} tokens, overall: {gain:+.1f} points (target: +10)")
     print(f"results: {path}")
 
 
