@@ -5,11 +5,15 @@ from __future__ import annotations
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 from starlette.applications import Starlette
+
+from proxy.settings import Settings, StageTimeouts, StoreSettings, load_settings
 
 CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 ERROR_FIELDS = {"message", "type", "param", "code"}
@@ -97,3 +101,21 @@ def content_of(events: list[bytes]) -> list[str]:
             if choice.get("index") == 0 and piece:
                 out.append(piece)
     return out
+
+
+def memory_settings(upstream_url: str, data_dir: Path, **memory: Any) -> Settings:
+    """Memory on (embedded store in ``data_dir``) with roomy deadlines.
+
+    The shared 2-core machine would otherwise turn slow moments into ``degraded`` requests; the
+    reliability tests want the memory path to really run.
+    """
+    base = load_settings(env={})
+    timeouts = StageTimeouts(embed_ms=5000, search_ms=5000, cache_ms=1000)
+    return replace(
+        base,
+        upstream=replace(base.upstream, url=upstream_url),
+        memory=replace(
+            base.memory, enabled=True, deadline_ms=10_000, stage_timeouts=timeouts, **memory
+        ),
+        store=StoreSettings(kind="edge", data_dir=str(data_dir)),
+    )
