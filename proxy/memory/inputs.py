@@ -7,13 +7,14 @@ with its batch position (``memories[3].created_at``) in OpenAI's ``param``.
 Rules (also in the OpenAPI document and adr/0070):
 
 - ``content``: a string with at least one non-blank character, at most ``max_content_chars``.
-- ``id``: optional string of 1..``MAX_ID_CHARS`` printable characters without ``/``; generated
-  when absent.
+- ``id``: optional string of 1..``MAX_ID_CHARS`` URL-safe ASCII characters (``ID_PATTERN``);
+  generated when absent.
   Records carrying their own id are upserts, which makes imports idempotent.
 - ``user``: string of at most ``MAX_USER_CHARS``; ``""`` (the default) is tenant-shared.
 - ``source``: one of ``SOURCES`` (default ``learnings``).
 - ``confidence``, ``usefulness``: numbers (not booleans) in [0, 1].
-- ``created_at``: ISO 8601 string; a naive time means UTC; default: now.
+- ``created_at``: ISO 8601 string (``DATE_TIME_PATTERN``: ``2024-05-01``,
+  ``2024-05-01T12:00``, ``2024-05-01T12:00:00.5+02:00``, ...); a naive time means UTC; default: now.
 - ``metadata``: a JSON object of at most ``MAX_METADATA_BYTES`` encoded.
 - Any other field is refused, so a typo (``conent``) never silently stores nothing useful.
 """
@@ -21,6 +22,7 @@ Rules (also in the OpenAPI document and adr/0070):
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,6 +34,16 @@ from proxy.context.records import DEFAULT_CONFIDENCE, DEFAULT_SOURCE, DEFAULT_US
 from proxy.errors import RequestError
 
 MAX_ID_CHARS = 256
+# Ids travel unescaped as one path segment of /v1/memories/{id}: URL-safe ASCII only.
+ID_PATTERN = r"^[A-Za-z0-9._:@+=~-]{1,256}$"
+# The ISO 8601 forms accepted (a date, or a date and time with optional seconds, fraction and
+# offset). The same pattern is in the OpenAPI document, so both always agree.
+DATE_TIME_PATTERN = (
+    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    r"([T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,9})?)?(Z|[+-][0-9]{2}:[0-9]{2})?)?$"
+)
+_ID_RE = re.compile(ID_PATTERN)
+_DATE_TIME_RE = re.compile(DATE_TIME_PATTERN)
 MAX_USER_CHARS = 256
 MAX_METADATA_BYTES = 16 * 1024
 # Most memories one write may carry: keeps a request's embedding and WAL append bounded
@@ -68,11 +80,13 @@ def parse_created_at(value: Any, param: str = "created_at") -> datetime:
             f"'{param}' must be an ISO 8601 string such as '2024-05-01T12:00:00Z'.", param=param
         )
     try:
-        parsed = datetime.fromisoformat(value.strip())
+        if not _DATE_TIME_RE.fullmatch(value):
+            raise ValueError(value)
+        parsed = datetime.fromisoformat(value)
     except ValueError:
         raise RequestError(
-            f"'{param}' is not a valid ISO 8601 date-time: {value[:64]!r} "
-            "(expected e.g. '2024-05-01T12:00:00Z' or '2024-05-01').",
+            f"'{param}' is not a valid ISO 8601 date-time: {value[:64]!r} (expected e.g. "
+            "'2024-05-01T12:00:00Z', '2024-05-01T12:00:00+02:00' or '2024-05-01').",
             param=param,
         ) from None
     if parsed.tzinfo is None:
@@ -101,11 +115,10 @@ def _string(value: Any, param: str, max_chars: int) -> str:
 def parse_id(value: Any, param: str = "id") -> str:
     """Return a client-given memory id, or raise: 1..MAX_ID_CHARS printable characters."""
     text = _string(value, param, MAX_ID_CHARS)
-    # "/" would make the id unaddressable as one path segment of /v1/memories/{id}.
-    if not text or not text.isprintable() or text != text.strip() or "/" in text:
+    if not _ID_RE.fullmatch(text):
         raise RequestError(
-            f"'{param}' must be 1 to {MAX_ID_CHARS} printable characters, without '/' or "
-            "surrounding spaces.",
+            f"'{param}' must be 1 to {MAX_ID_CHARS} characters among A-Z a-z 0-9 . _ : @ + = ~ -"
+            " (ids are used unescaped in /v1/memories/{id}).",
             param=param,
         )
     return text

@@ -132,7 +132,7 @@ def make(**kwargs: Any) -> tuple[MemoryService, FakeStore, FakeEmbedder, FakeCac
         ("2024-05-01T12:00:00", datetime(2024, 5, 1, 12, tzinfo=UTC)),
         ("2024-05-01T14:00:00+02:00", datetime(2024, 5, 1, 12, tzinfo=UTC)),
         ("2024-05-01", datetime(2024, 5, 1, tzinfo=UTC)),
-        (" 2024-05-01T12:00:00.250Z ", datetime(2024, 5, 1, 12, 0, 0, 250000, tzinfo=UTC)),
+        ("2024-05-01 12:00:00.250Z", datetime(2024, 5, 1, 12, 0, 0, 250000, tzinfo=UTC)),
     ],
 )
 def test_created_at_parsing(text: str, expected: datetime) -> None:
@@ -141,7 +141,10 @@ def test_created_at_parsing(text: str, expected: datetime) -> None:
     assert parsed.tzinfo is UTC
 
 
-@pytest.mark.parametrize("bad", ["", "yesterday", "2024-02-30", "12:00", None, 1714550400, []])
+@pytest.mark.parametrize(
+    "bad",
+    ["", "yesterday", "2024-02-30", "12:00", "20240501", " 2024-05-01", None, 1714550400, []],
+)
 def test_bad_created_at_is_a_clear_400(bad: Any) -> None:
     with pytest.raises(RequestError) as info:
         parse_created_at(bad)
