@@ -26,6 +26,9 @@ from proxy.settings import Settings, UpstreamSettings, load_settings
 from proxy.tenancy import TenantResolver
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
+from tests.redis_server import redis_server
+
+__all__ = ["redis_server"]  # a fixture for the Redis tests
 
 API_KEY = "sk-e2e-tenant"
 LOOSE_DEADLINES = {"deadline_ms": 2_000.0}  # the shared machine must not make tests flaky
