@@ -1,0 +1,58 @@
+"""What capture keeps of a turn."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.context.render import render_block
+from proxy.hooks import Completion
+from proxy.pipeline.capture import capture_inputs
+from proxy.pipeline.options import RequestOptions
+
+MESSAGES = [
+    {"role": "system", "content": "sys " + render_block(["[learnings] old fact"])},
+    {"role": "user", "content": "earlier"},
+    {"role": "assistant", "content": "reply"},
+    {"role": "user", "content": "my question"},
+]
+
+
+def options(capture: str, session: str = "s") -> RequestOptions:
+    return RequestOptions("inject", "u", session, 100, 5, ("learnings",), capture)  # type: ignore[arg-type]
+
+
+def done(text: str = "the answer", status: int = 200, ok: bool = True) -> Completion:
+    return Completion(status=status, streamed=True, ok=ok, text=text)
+
+
+@pytest.mark.parametrize(
+    ("capture", "completion", "expected"),
+    [
+        ("off", done(), []),
+        ("user", done(), [("user", "my question")]),
+        ("turn", done(), [("user", "my question"), ("assistant", "the answer")]),
+        ("turn", done(status=500), []),
+        ("turn", done(ok=False), []),
+        ("turn", done(text="  "), [("user", "my question")]),
+        (
+            "turn",
+            done(text=render_block(["[x] y"]) + " ok"),
+            [("user", "my question"), ("assistant", "ok")],
+        ),
+    ],
+)
+def test_capture_inputs(
+    capture: str, completion: Completion, expected: list[tuple[str, str]]
+) -> None:
+    inputs = capture_inputs(options(capture), MESSAGES, completion, 8000)
+    assert [(i.metadata["role"], i.content) for i in inputs] == expected
+    for item in inputs:
+        assert item.source == "conversation"
+        assert item.user == "u"
+        assert item.metadata["session"] == "s"
+
+
+def test_content_is_bounded_and_session_optional() -> None:
+    inputs = capture_inputs(options("turn", session=""), MESSAGES, done("x" * 50), 10)
+    assert [len(i.content) for i in inputs] == [10, 10]
+    assert all("session" not in i.metadata for i in inputs)

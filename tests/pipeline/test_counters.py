@@ -1,0 +1,69 @@
+"""Retrieval counts are batched, never lost for repeated ids, and never raise."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+from proxy.metrics import Metrics
+from proxy.pipeline.counters import RetrievalCounter
+
+
+class CountingStore:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.fail = fail
+
+    async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:
+        if self.fail:
+            raise ConnectionError("down")
+        self.calls.append((tenant, list(ids)))
+        self.counts.update((tenant, i) for i in dict.fromkeys(ids))  # distinct, like the store
+
+
+class Spawner:
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def __call__(self, coro: Coroutine[Any, Any, None]) -> None:
+        self.tasks.append(asyncio.get_running_loop().create_task(coro))
+
+    async def wait(self) -> None:
+        await asyncio.gather(*self.tasks)
+
+
+async def test_one_batch_per_tenant_and_repeats_kept() -> None:
+    store, spawn = CountingStore(), Spawner()
+    counter = RetrievalCounter(store, spawn, delay_s=0.01)
+    counter.add("t1", ["a", "b"])
+    counter.add("t1", ["a"])
+    counter.add("t2", ["a"])
+    await spawn.wait()
+    assert len(spawn.tasks) == 1  # one scheduled flush for all three requests
+    assert store.counts == {("t1", "a"): 2, ("t1", "b"): 1, ("t2", "a"): 1}
+    assert len(store.calls) == 3  # t1 in two rounds (a twice), t2 once
+
+
+async def test_failures_are_counted_not_raised() -> None:
+    metrics = Metrics()
+    spawn = Spawner()
+    counter = RetrievalCounter(CountingStore(fail=True), spawn, metrics, delay_s=0.0)
+    counter.add("t", ["a"])
+    await spawn.wait()
+    value = metrics.registry.get_sample_value(
+        "memproxy_memory_background_total", {"kind": "retrievals", "result": "error"}
+    )
+    assert value == 1
+
+
+async def test_flush_sends_pending_at_once() -> None:
+    store = CountingStore()
+    counter = RetrievalCounter(store, lambda coro: coro.close(), delay_s=60)
+    counter.add("t", ["x"])
+    await counter.flush()
+    assert store.calls == [("t", ["x"])]
+    await counter.flush()
+    assert store.calls == [("t", ["x"])]

@@ -1,0 +1,93 @@
+"""``X-Memory-*`` headers: parsed, bounded by the tenant's limits, 400 on bad values."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.errors import RequestError
+from proxy.pipeline.options import parse_options
+from proxy.settings import MemorySettings
+
+LIMITS = replace(MemorySettings(), max_tokens=1000, top_k=40, sources=("learnings", "playbook"))
+
+
+def headers(**values: str) -> dict[str, str]:
+    return {f"x-memory-{k.replace('_', '-')}": v for k, v in values.items()}
+
+
+@pytest.mark.parametrize(
+    ("given_headers", "field", "expected"),
+    [
+        ({}, "mode", "inject"),
+        (headers(mode="EXPLAIN"), "mode", "explain"),
+        (headers(mode=" off "), "mode", "off"),
+        ({}, "max_tokens", 1000),
+        (headers(max_tokens="300"), "max_tokens", 300),
+        (headers(max_tokens="0"), "max_tokens", 0),
+        (headers(max_tokens="999999"), "max_tokens", 1000),
+        (headers(top_k="5"), "top_k", 5),
+        (headers(top_k="500"), "top_k", 40),
+        ({}, "sources", ("learnings", "playbook")),
+        (headers(sources="playbook"), "sources", ("playbook",)),
+        (headers(sources="conversation"), "sources", ()),
+        (headers(sources=" Playbook , learnings"), "sources", ("learnings", "playbook")),
+        ({}, "capture", "off"),
+        (headers(capture="turn"), "capture", "turn"),
+        (headers(user="alice"), "user", "alice"),
+        (headers(session="s1"), "session", "s1"),
+    ],
+)
+def test_header_values(given_headers: dict[str, str], field: str, expected: Any) -> None:
+    assert getattr(parse_options(LIMITS, given_headers, {}), field) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("mode", "loud"),
+        ("max_tokens", "-1"),
+        ("max_tokens", "1.5"),
+        ("max_tokens", ""),
+        ("max_tokens", "1" * 20),
+        ("top_k", "0"),
+        ("top_k", "ten"),
+        ("sources", "secrets"),
+        ("sources", ","),
+        ("capture", "all"),
+        ("user", "x" * 300),
+        ("session", "bad\nid"),
+    ],
+)
+def test_bad_values_are_400_naming_the_header(name: str, value: str) -> None:
+    with pytest.raises(RequestError) as caught:
+        parse_options(LIMITS, headers(**{name: value}), {})
+    header = f"x-memory-{name.replace('_', '-')}"
+    assert caught.value.param == header
+    assert caught.value.status == 400
+
+
+def test_user_falls_back_to_the_body() -> None:
+    assert parse_options(LIMITS, {}, {"user": "bob"}).user == "bob"
+    assert parse_options(LIMITS, headers(user="alice"), {"user": "bob"}).user == "alice"
+    assert parse_options(LIMITS, {}, {"user": 42}).user == ""
+
+
+@given(st.integers(min_value=0, max_value=10**8), st.integers(min_value=1, max_value=10**8))
+def test_headers_never_exceed_the_tenants_caps(max_tokens: int, top_k: int) -> None:
+    options = parse_options(LIMITS, headers(max_tokens=str(max_tokens), top_k=str(top_k)), {})
+    assert options.max_tokens == min(max_tokens, LIMITS.max_tokens)
+    assert options.top_k == min(top_k, LIMITS.top_k)
+
+
+@given(
+    st.lists(st.sampled_from(["learnings", "playbook", "conversation", "summaries"]), min_size=1)
+)
+def test_sources_stay_within_the_tenants(names: list[str]) -> None:
+    options = parse_options(LIMITS, headers(sources=",".join(names)), {})
+    assert set(options.sources) <= set(LIMITS.sources)
+    assert set(options.sources) == set(names) & set(LIMITS.sources)
