@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
@@ -14,7 +15,9 @@ import orjson
 from starlette.applications import Starlette
 
 from proxy.settings import Settings, StageTimeouts, StoreSettings, load_settings
+from tests.fakes.servers import ProxyServer
 
+SLOW_START_S = 90.0
 CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 ERROR_FIELDS = {"message", "type", "param", "code"}
 
@@ -119,3 +122,17 @@ def memory_settings(upstream_url: str, data_dir: Path, **memory: Any) -> Setting
         ),
         store=StoreSettings(kind="edge", data_dir=str(data_dir)),
     )
+
+
+class MemoryProxy(ProxyServer):
+    """``ProxyServer`` with a start timeout for memory on: the first start in a process imports
+    litellm (model context windows), measured at 4-11 s on the shared 2-core machine."""
+
+    def __enter__(self) -> MemoryProxy:
+        self._thread.start()
+        deadline = time.monotonic() + SLOW_START_S
+        while not self.server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("memproxy did not start")
+            time.sleep(0.02)
+        return self

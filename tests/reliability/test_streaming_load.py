@@ -15,9 +15,8 @@ import httpx
 
 from bench.streams import run_streams, seed, summary
 from proxy.app import create_app
-from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
-from tests.reliability.support import memory_settings
+from tests.reliability.support import MemoryProxy, memory_settings
 
 STREAMS, CHUNKS, INTERVAL_MS = 48, 16, 10.0
 
@@ -26,7 +25,7 @@ async def test_concurrent_streams_arrive_exact_with_memory_on(
     fake: FakeServer, tmp_path: Path
 ) -> None:
     app = create_app(memory_settings(fake.url, tmp_path))
-    with ProxyServer(app) as proxy:
+    with MemoryProxy(app) as proxy:
         root = f"http://{proxy.host}:{proxy.port}"
         seed(root)
         results = await run_streams(f"{proxy.url}/chat/completions", STREAMS, CHUNKS, INTERVAL_MS)
