@@ -29,8 +29,6 @@ from proxy.sse import assistant_text
 from proxy.upstream import UpstreamResponse, response_headers
 
 if TYPE_CHECKING:
-    from yarl import URL
-
     from proxy.services import Services
 
 LOGGER = logging.getLogger("memproxy.relay")
@@ -59,7 +57,7 @@ class Relay(Response):
         services: Services,
         *,
         method: str,
-        url: URL,
+        url: str,
         headers: list[tuple[str, str]],
         body: bytes,
         route: str,

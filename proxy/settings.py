@@ -105,6 +105,8 @@ class UpstreamSettings:
     api_key: Secret | None = None
     timeouts: TimeoutSettings = TimeoutSettings()
     pool: PoolSettings = PoolSettings()
+    # fast: the lean HTTP/1.1 client (ADR-0008); aiohttp: the aiohttp session (ADR-0002).
+    client: Literal["fast", "aiohttp"] = "fast"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
-"""The upstream client: one pooled aiohttp session, opened and closed by the app lifespan.
+"""The upstream client: one connection pool, opened and closed by the app lifespan.
 
-aiohttp won the client benchmark (ADR-0002). Bodies pass through as bytes: no decompression
+The lean HTTP/1.1 client (``proxy/http1.py``, ADR-0008) is the default; aiohttp (ADR-0002)
+stays selectable with ``upstream.client: aiohttp``. Bodies pass through as bytes: no decompression
 (``Content-Encoding`` goes to the client as is), no re-framing. Timeouts follow the settings:
 ``connect`` and ``first_byte`` bound the wait for response headers, ``idle`` bounds each wait
 for the next chunk, ``total`` bounds the whole exchange. A timeout raises ``UpstreamTimeout``
@@ -10,12 +11,16 @@ for the next chunk, ``total`` bounds the whole exchange. A timeout raises ``Upst
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+import ssl
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 from yarl import URL
 
 from proxy.errors import UpstreamError, UpstreamTimeout
+from proxy.http1_pool import Http1Pool
 from proxy.settings import UpstreamSettings
 
 # RFC 9110 section 7.6.1 hop-by-hop headers, plus ones the transport recomputes.
@@ -59,8 +64,36 @@ def response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes
     return [(k, v) for k, v in headers if k.decode("latin-1").lower() not in DROP_RESPONSE]
 
 
-class UpstreamResponse:
+class UpstreamResponse(Protocol):
     """An open upstream response: status and headers now, the body as it arrives."""
+
+    @property
+    def status(self) -> int:
+        """The upstream's status code."""
+
+    @property
+    def raw_headers(self) -> Sequence[tuple[bytes, bytes]]:
+        """The upstream's response headers, as received."""
+
+    @property
+    def is_event_stream(self) -> bool:
+        """Whether the body is SSE (``text/event-stream``): relayed chunk by chunk."""
+
+    def raw_headers_get(self, name: bytes) -> bytes | None:
+        """The first raw header value named ``name`` (lower-case), or ``None``."""
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """Yield body bytes as they arrive; raise on an idle or total timeout or a broken body."""
+
+    async def read(self) -> bytes:
+        """Read a whole (non-streamed) body; ``idle`` (capped by ``total``) bounds the read."""
+
+    def close(self) -> None:
+        """Release the connection; an unfinished body drops it instead of reusing it."""
+
+
+class AiohttpResponse:
+    """``UpstreamResponse`` over an aiohttp response (``upstream.client: aiohttp``)."""
 
     def __init__(self, response: aiohttp.ClientResponse, client: UpstreamClient, deadline: float):
         self._response = response
@@ -120,21 +153,42 @@ class UpstreamResponse:
 
 
 class UpstreamClient:
-    """One pooled HTTP client for the configured upstream."""
+    """One pooled HTTP client for the configured upstream.
 
-    def __init__(self, settings: UpstreamSettings) -> None:
+    ``upstream.client`` picks the transport: ``fast`` (default) is the lean HTTP/1.1 client of
+    ``proxy/http1.py`` (ADR-0008), ``aiohttp`` the aiohttp session of ADR-0002. Both give the
+    same ``UpstreamResponse`` interface, errors and timeouts.
+    """
+
+    def __init__(
+        self, settings: UpstreamSettings, *, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self.settings = settings
         self.base_url = settings.url.rstrip("/")
+        parts = urlsplit(self.base_url)
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+        self._ssl_context = ssl_context
         self._session: aiohttp.ClientSession | None = None
+        self._pool: Http1Pool | None = None
 
     async def start(self) -> None:
         """Open the connection pool (inside the running event loop)."""
         pool = self.settings.pool
+        if self.settings.client == "fast":
+            self._pool = Http1Pool(
+                self.origin,
+                max_connections=pool.max_connections,
+                keepalive_s=pool.keepalive_s,
+                connect_timeout=self.settings.timeouts.connect,
+                ssl_context=self._ssl_context,
+            )
+            return
         connector = aiohttp.TCPConnector(
             limit=pool.max_connections,
             limit_per_host=0,
             keepalive_timeout=pool.keepalive_s,
             ttl_dns_cache=300,
+            ssl=self._ssl_context if self._ssl_context is not None else True,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -149,39 +203,58 @@ class UpstreamClient:
 
     async def close(self) -> None:
         """Close the pool."""
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
         if self._session is not None:
             await self._session.close()
             self._session = None
 
-    def url_for(self, path: str, query: str) -> URL:
+    def url_for(self, path: str, query: str) -> str:
         """Map a client path (``/v1/models``) onto the upstream base URL, keeping the query."""
         tail = path[len(V1_PREFIX) :] if path.startswith(V1_PREFIX) else path
         url = self.base_url + tail
         if query:
             url = f"{url}?{query}"
-        # encoded=True: the query is relayed byte for byte, not re-quoted.
-        return URL(url, encoded=True)
+        return url
 
     async def send(
-        self, method: str, url: URL, headers: list[tuple[str, str]], body: bytes
+        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes
     ) -> UpstreamResponse:
         """Send a request and wait for the response headers."""
+        timeouts = self.settings.timeouts
+        now = asyncio.get_running_loop().time()
+        deadline = now + timeouts.total
+        if self._pool is not None:
+            return await self._pool.request(
+                method,
+                url[len(self.origin) :] or "/",
+                headers,
+                body,
+                header_deadline=now + min(timeouts.first_byte, timeouts.total),
+                idle=timeouts.idle,
+                deadline=deadline,
+            )
         if self._session is None:
             raise UpstreamError("The upstream client is not started.")
-        timeouts = self.settings.timeouts
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeouts.total
         try:
             async with asyncio.timeout(min(timeouts.first_byte, timeouts.total)):
                 response = await self._session.request(
-                    method, url, headers=headers, data=body or None, allow_redirects=False
+                    method,
+                    # encoded=True: the query is relayed byte for byte, not re-quoted.
+                    URL(url, encoded=True),
+                    headers=headers,
+                    data=body or None,
+                    allow_redirects=False,
                 )
         except TimeoutError as exc:
             raise UpstreamTimeout("The upstream did not answer in time.") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(f"Cannot reach the upstream: {type(exc).__name__}.") from exc
-        return UpstreamResponse(response, self, deadline)
+        return AiohttpResponse(response, self, deadline)
 
     async def ready(self) -> bool:
         """True when the pool is open (readiness does not call the paid upstream)."""
+        if self._pool is not None:
+            return True
         return self._session is not None and not self._session.closed
