@@ -73,6 +73,8 @@ class Sample:
     cpu: float = 0.0  # load generator CPU seconds
     percentiles_ms: dict[str, float] | None = None  # engines without raw samples (wrk)
     counted: int = 0  # successful requests of engines without raw samples
+    # X-Memory-Status of memproxy's answers (aiohttp engine): shows degraded or empty memory.
+    memory_status: dict[str, int] = field(default_factory=dict)
 
     @property
     def requests(self) -> int:
@@ -86,6 +88,8 @@ class Sample:
         self.errors += other.errors
         self.elapsed += other.elapsed
         self.cpu += other.cpu
+        for status, count in other.memory_status.items():
+            self.memory_status[status] = self.memory_status.get(status, 0) + count
         if other.percentiles_ms is not None:
             # wrk gives no raw samples: keep the worst round's percentiles (conservative).
             mine = self.percentiles_ms or {}
@@ -180,6 +184,9 @@ async def _aiohttp_worker(
                 else:
                     await resp.read()
                 ok = resp.status == 200
+                status = resp.headers.get("X-Memory-Status")
+                if status is not None:
+                    sample.memory_status[status] = sample.memory_status.get(status, 0) + 1
         except (TimeoutError, aiohttp.ClientError):
             ok = False
         if ok:
@@ -390,6 +397,10 @@ def result_rows(
         summary = sample.summary()
         row: dict[str, Any] = {"target": name, "c": concurrency, "stream": str(stream).lower()}
         row.update(summary)
+        if sample.memory_status:
+            row["memory_status"] = ",".join(
+                f"{k}={v}" for k, v in sorted(sample.memory_status.items())
+            )
         if baseline is not None and (baseline, concurrency, stream) in results:
             base = results[(baseline, concurrency, stream)].summary()
             row["added_p50_ms"] = summary["p50_ms"] - base["p50_ms"]
