@@ -107,9 +107,7 @@ def plot_recall(results: Mapping[str, Any], out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7.5, 5.6))
     styles = {"memproxy": "-", "topk": "--", "topk-hybrid": ":"}
     labels = {"memproxy": "memproxy", "topk": "top-k cosine", "topk-hybrid": "top-k hybrid"}
-    categories = sorted(
-        {c for v in results["recall"]["topk"].values() for c in v} - {"overall"}
-    )
+    categories = sorted({c for v in results["recall"]["topk"].values() for c in v} - {"overall"})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for method, style in styles.items():
         if method not in results["recall"]:
