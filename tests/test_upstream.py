@@ -1,11 +1,13 @@
-"""Header filtering and URL mapping of the upstream client."""
+"""Header filtering, URL mapping, and both upstream clients (fast, aiohttp) against the fake."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.settings import UpstreamSettings
+from proxy.errors import UpstreamError, UpstreamTimeout
+from proxy.settings import TimeoutSettings, UpstreamSettings
 from proxy.upstream import UpstreamClient, request_headers, response_headers
+from tests.fakes.upstream import FakeServer
 
 
 def test_request_headers_strip_hop_by_hop_memory_and_auth() -> None:
@@ -63,3 +65,56 @@ def test_url_for_keeps_base_path_and_raw_query(
 ) -> None:
     client = UpstreamClient(UpstreamSettings(url=base))
     assert str(client.url_for(path, query)) == expected
+
+
+CLIENTS = ("fast", "aiohttp")
+CHAT_BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+
+
+def client_for(url: str, kind: str, **timeouts: float) -> UpstreamClient:
+    timeout_settings = TimeoutSettings(**timeouts)
+    settings = UpstreamSettings(url=url, timeouts=timeout_settings, client=kind)  # type: ignore[arg-type]
+    return UpstreamClient(settings)
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
+async def test_both_clients_relay_bodies_and_streams(fake: FakeServer, kind: str) -> None:
+    client = client_for(fake.url, kind)
+    await client.start()
+    try:
+        headers = [("content-type", "application/json"), ("authorization", "Bearer sk-1")]
+        url = client.url_for("/v1/chat/completions", "")
+        response = await client.send("POST", url, headers, CHAT_BODY)
+        assert (response.status, response.is_event_stream) == (200, False)
+        assert b"Hello from the fake upstream" in await response.read()
+        response.close()
+        stream_body = CHAT_BODY[:-1] + b', "stream": true}'
+        response = await client.send("POST", url, headers, stream_body)
+        assert response.is_event_stream
+        raw = b"".join([chunk async for chunk in response.chunks()])
+        response.close()
+        assert raw.endswith(b"data: [DONE]\n\n")
+        assert await client.ready()
+    finally:
+        await client.close()
+    assert fake.fake.requests[0].headers["authorization"] == "Bearer sk-1"
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
+async def test_both_clients_time_out_and_fail_alike(fake: FakeServer, kind: str) -> None:
+    client = client_for(fake.url, kind, first_byte=0.2)
+    await client.start()
+    url = client.url_for("/v1/chat/completions", "")
+    try:
+        with pytest.raises(UpstreamTimeout):
+            await client.send("POST", url, [("x-fake-latency-ms", "1500")], CHAT_BODY)
+    finally:
+        await client.close()
+    closed = client_for("http://127.0.0.1:9/v1", kind)
+    await closed.start()
+    try:
+        with pytest.raises(UpstreamError, match="Cannot reach the upstream") as caught:
+            await closed.send("GET", closed.url_for("/v1/models", ""), [], b"")
+        assert type(caught.value) is UpstreamError
+    finally:
+        await closed.close()
