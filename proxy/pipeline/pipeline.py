@@ -57,6 +57,9 @@ class Run:
     budget: TokenBudget | None = None
     assembly: Assembly | None = None
     reasons: list[str] = field(default_factory=list)
+    # Cache writes wait until the response is out: they cost CPU (encoding) the client would
+    # otherwise wait for when the upstream answers fast.
+    deferred: list[Coroutine[Any, Any, None]] = field(default_factory=list)
 
     def degrade(self, reason: str) -> None:
         """Note why this request is degraded (several reasons may apply)."""
@@ -162,7 +165,7 @@ class Pipeline:
             vector = await self._embed(run, query)
             hits = await self._search(run, query, vector, sources)
             if cache is not None and key is not None:
-                self.spawn(cache.set_retrieval(key, hits))
+                run.deferred.append(cache.set_retrieval(key, hits))
         if cache is not None and cache.degraded:
             run.degrade("cache")
         run.assembly = assemble(
@@ -192,7 +195,7 @@ class Pipeline:
             if hit is None and name
         }
         if fresh:
-            self.spawn(cache.set_token_counts(run.tenant.id, encoding, fresh))
+            run.deferred.append(cache.set_token_counts(run.tenant.id, encoding, fresh))
         return budget
 
     async def _embed(self, run: Run, query: str) -> np.ndarray:
@@ -240,6 +243,8 @@ class Pipeline:
         status = DEGRADED if run.reasons else (INJECTED if block else EMPTY)
         headers = self._headers(run, status)
         self._record(run, EXPLAIN)
+        for write in run.deferred:
+            self.spawn(write)
         return Prepared(body=dict(body), response_headers=headers, reply=explain_response(document))
 
     def _finish(self, run: Run, body: dict[str, Any], status: str) -> Prepared:
@@ -279,10 +284,13 @@ class Pipeline:
             else []
         )
         capture = run.options.capture != "off" and self.service is not None
-        if not ids and not capture:
+        deferred = run.deferred
+        if not ids and not capture and not deferred:
             return None
 
         async def on_complete(completion: Completion) -> None:
+            for write in deferred:
+                await write
             if ids and self.counter is not None and completion.status < 400:
                 self.counter.add(run.tenant.id, ids)
             if capture:
