@@ -37,10 +37,14 @@ MAX_ID_CHARS = 256
 # Ids travel unescaped as one path segment of /v1/memories/{id}: URL-safe ASCII only.
 ID_PATTERN = r"^[A-Za-z0-9._:@+=~-]{1,256}$"
 # The ISO 8601 forms accepted (a date, or a date and time with optional seconds, fraction and
-# offset). The same pattern is in the OpenAPI document, so both always agree.
+# offset), years 1000-9999. The same pattern is in the OpenAPI document, so both agree; only
+# February 29 of a non-leap year passes the pattern and is then refused by the calendar.
 DATE_TIME_PATTERN = (
-    r"^[0-9]{4}-[0-9]{2}-[0-9]{2}"
-    r"([T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,9})?)?(Z|[+-][0-9]{2}:[0-9]{2})?)?$"
+    r"^[1-9][0-9]{3}-"
+    r"((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)"
+    r"|02-(0[1-9]|1[0-9]|2[0-9]))"
+    r"([T ]([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,9})?)?"
+    r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?)?$"
 )
 _ID_RE = re.compile(ID_PATTERN)
 _DATE_TIME_RE = re.compile(DATE_TIME_PATTERN)

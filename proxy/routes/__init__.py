@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from proxy.routes import chat, health, memories, passthrough
+from proxy.routes import chat, health, memories, openapi, passthrough
 
 
 def build_routes() -> list[BaseRoute]:
     """All routes; specific ``/v1/*`` routes (chat, memories) go before the passthrough."""
-    return [*chat.routes, *memories.routes, *health.routes, *passthrough.routes]
+    return [*chat.routes, *memories.routes, *health.routes, *openapi.routes, *passthrough.routes]

@@ -87,7 +87,7 @@ def reject_unknown(body: dict[str, Any], allowed: frozenset[str], what: str) -> 
 
 
 def parse_int(value: Any, param: str, default: int) -> int:
-    """An integer from a query string or JSON (booleans and floats refused)."""
+    """An integer from a query string or JSON (booleans and fractions refused)."""
     if value is None:
         return default
     if isinstance(value, str):
@@ -96,6 +96,8 @@ def parse_int(value: Any, param: str, default: int) -> int:
             return int(text)
     elif isinstance(value, int) and not isinstance(value, bool):
         return value
+    elif isinstance(value, float) and value.is_integer():
+        return int(value)  # JSON Schema's "integer" includes 104.0
     raise RequestError(f"'{param}' must be an integer.", param=param)
 
 

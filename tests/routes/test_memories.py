@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from proxy.app import create_app
+from proxy.context.limits import load_model_limits
 from proxy.context.tokens import count_tokens
 from proxy.memory.inputs import MAX_BATCH_MEMORIES
 from proxy.settings import LimitsSettings, Settings, StoreSettings, load_settings
@@ -24,7 +25,12 @@ BODY_LIMIT = 64 * 1024
 
 
 def memory_settings(upstream_url: str, data_dir: Path, **memory: Any) -> Settings:
-    """Settings with memory on, the embedded store in ``data_dir`` and small limits."""
+    """Settings with memory on, the embedded store in ``data_dir`` and small limits.
+
+    With memory on, the app's start imports litellm (model limits): seconds on a loaded machine,
+    longer than the test server waits. Importing it here first makes the start itself quick.
+    """
+    load_model_limits()
     base = load_settings(env={})
     return replace(
         base,

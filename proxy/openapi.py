@@ -1,0 +1,254 @@
+"""The OpenAPI 3.1 document of memproxy's own endpoints, served at ``/openapi.json``.
+
+Written by hand from the constants the validation itself uses (``proxy.memory.inputs``,
+``proxy.memory.service``) and the running settings (content size, auth mode), so the document
+and the server do not drift apart: ``tests/routes/test_openapi.py`` fuzzes the memories API
+against it with schemathesis. ``/v1/chat/completions`` is described by its memory headers (the
+body is OpenAI's); every other ``/v1/*`` path is forwarded upstream and not described here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proxy import __version__
+from proxy.context.records import SOURCES
+from proxy.memory.inputs import MAX_USER_CHARS
+from proxy.memory.service import DEFAULT_PAGE, MAX_PAGE
+from proxy.openapi_schemas import ref, schemas
+from proxy.settings import Settings
+
+OPENAPI_VERSION = "3.1.0"
+MEMORY_HEADERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("X-Memory-User", "End user whose memories are used (default: the body's `user`).", {}),
+    ("X-Memory-Session", "Conversation id, for capture and the `conversation` source.", {}),
+    (
+        "X-Memory-Mode",
+        "`inject` (default), `off`, or `explain` (no upstream call; returns what would be "
+        "injected, object `memory.explain`).",
+        {"enum": ["inject", "off", "explain"]},
+    ),
+    ("X-Memory-Max-Tokens", "Cap on memory tokens (never above the tenant's cap).", {}),
+    ("X-Memory-Top-K", "Candidates to fetch from the store.", {}),
+    ("X-Memory-Sources", f"Comma list of sources among {', '.join(SOURCES)}.", {}),
+    ("X-Memory-Capture", "`off`, `user` or `turn`: store this turn as memory.", {}),
+)
+RESPONSE_HEADERS: tuple[tuple[str, str], ...] = (
+    ("X-Memory-Status", "`injected`, `empty`, `off` or `degraded`."),
+    ("X-Memory-Injected", "Number of memories injected."),
+    ("X-Memory-Tokens", "Tokens of memory injected."),
+    ("X-Memory-Budget", "The memory token budget of this request."),
+    ("X-Memory-Overhead-Ms", "Time spent in the proxy before the upstream call."),
+)
+ERRORS: dict[str, str] = {
+    "400": "Invalid request (`message` and `param` name the problem).",
+    "401": "Missing or unknown memproxy key (keys mode).",
+    "404": "No such memory in the caller's tenant.",
+    "405": "Method not allowed on this path.",
+    "413": "Request body over limits.max_body_bytes.",
+    "503": "The memory backend is unavailable, or memory is disabled.",
+}
+COMMON_ERRORS = ("400", "401", "405", "503")
+
+
+def json_body(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    """A JSON request or response body."""
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def responses(ok: str, schema: dict[str, Any], description: str, *errors: str) -> dict[str, Any]:
+    """A success response plus error responses (always the common ones), in OpenAI's shape."""
+    out: dict[str, Any] = {ok: json_body(schema, description)}
+    for status in sorted({*COMMON_ERRORS, *errors}):
+        out[status] = {"$ref": f"#/components/responses/E{status}"}
+    return out
+
+
+def query(name: str, schema: dict[str, Any], description: str, **extra: Any) -> dict[str, Any]:
+    """A query parameter."""
+    return {"name": name, "in": "query", "schema": schema, "description": description, **extra}
+
+
+MEMORY_ID = {
+    "name": "memory_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "minLength": 1},
+    "description": "The memory's id (another tenant's id is simply not found).",
+}
+
+
+def memories_paths() -> dict[str, Any]:
+    """The memories API of DESIGN.md."""
+    user = {"type": "string", "maxLength": MAX_USER_CHARS}
+    return {
+        "/v1/memories": {
+            "post": {
+                "operationId": "createMemories",
+                "summary": "Store one memory, or a batch (all or nothing).",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {"oneOf": [ref("MemoryInput"), ref("MemoryBatch")]}
+                        }
+                    },
+                },
+                "responses": responses("201", ref("MemoryList"), "The stored memories.", "413"),
+            },
+            "get": {
+                "operationId": "listMemories",
+                "summary": "One page of the tenant's memories; follow `last_id` with `after`.",
+                "parameters": [
+                    query("user", user, 'Only this user\'s memories ("" = tenant-shared).'),
+                    query("source", {"enum": list(SOURCES)}, "Only this source."),
+                    query(
+                        "limit",
+                        {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+                        f"Page size (default {DEFAULT_PAGE}).",
+                    ),
+                    query("after", {"type": "string"}, "The previous page's `last_id`."),
+                ],
+                "responses": responses("200", ref("MemoryPage"), "A page of memories."),
+            },
+            "delete": {
+                "operationId": "deleteUserMemories",
+                "summary": "Forget every memory of one user (0 deleted is not an error).",
+                "parameters": [query("user", user, "The user to forget.", required=True)],
+                "responses": responses("200", ref("UserDeleted"), "How many were deleted."),
+            },
+        },
+        "/v1/memories/search": {
+            "post": {
+                "operationId": "searchMemories",
+                "summary": "The memories of `user` plus the tenant-shared ones closest to `query`.",
+                "requestBody": {"required": True, **json_body(ref("SearchRequest"), "Query.")},
+                "responses": responses("200", ref("SearchResult"), "Hits, best first.", "413"),
+            }
+        },
+        "/v1/memories/{memory_id}": {
+            "parameters": [MEMORY_ID],
+            "get": {
+                "operationId": "getMemory",
+                "summary": "One memory.",
+                "responses": responses("200", ref("Memory"), "The memory.", "404"),
+            },
+            "delete": {
+                "operationId": "deleteMemory",
+                "summary": "Delete one memory; a repeat answers 404 (nothing left to delete).",
+                "responses": responses("200", ref("MemoryDeleted"), "Deleted.", "404"),
+            },
+        },
+        "/v1/memories/{memory_id}/feedback": {
+            "parameters": [MEMORY_ID],
+            "post": {
+                "operationId": "memoryFeedback",
+                "summary": "Vote on a memory or set its usefulness.",
+                "requestBody": {"required": True, **json_body(ref("Feedback"), "Feedback.")},
+                "responses": responses("200", ref("Memory"), "The updated memory.", "404", "413"),
+            },
+        },
+    }
+
+
+def other_paths() -> dict[str, Any]:
+    """Chat (memory headers only), health, metrics and this document."""
+    headers = [
+        {"name": name, "in": "header", "schema": {"type": "string", **extra}, "description": text}
+        for name, text, extra in MEMORY_HEADERS
+    ]
+    chat_ok = json_body({"type": "object"}, "OpenAI's chat completion (or SSE when streaming).")
+    chat_ok["headers"] = {
+        name: {"schema": {"type": "string"}, "description": text} for name, text in RESPONSE_HEADERS
+    }
+    text = {"text/plain": {"schema": {"type": "string"}}}
+    return {
+        "/v1/chat/completions": {
+            "post": {
+                "operationId": "chatCompletions",
+                "summary": "OpenAI's chat completions, memories injected into the system prompt.",
+                "parameters": headers,
+                "requestBody": {
+                    "required": True,
+                    **json_body(
+                        {"type": "object", "required": ["model", "messages"]},
+                        "OpenAI's chat completion request, unchanged.",
+                    ),
+                },
+                "responses": {
+                    "200": chat_ok,
+                    "400": {"$ref": "#/components/responses/E400"},
+                    "401": {"$ref": "#/components/responses/E401"},
+                    "413": {"$ref": "#/components/responses/E413"},
+                    "default": {"description": "Upstream errors pass through unchanged."},
+                },
+            }
+        },
+        "/healthz": {
+            "get": {
+                "operationId": "healthz",
+                "security": [],
+                "responses": {"200": json_body({"type": "object"}, "Alive.")},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "operationId": "readyz",
+                "security": [],
+                "responses": {
+                    "200": json_body(
+                        {"type": "object"}, "Ready: upstream configured, backends up."
+                    ),
+                    "503": json_body({"type": "object"}, "Not ready; `checks` says why."),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "security": [],
+                "responses": {"200": {"description": "Prometheus text format.", "content": text}},
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "openapi",
+                "security": [],
+                "responses": {"200": json_body({"type": "object"}, "This document.")},
+            }
+        },
+    }
+
+
+def build_openapi(settings: Settings) -> dict[str, Any]:
+    """The document for these settings (content size, and whether a key is required)."""
+    bearer: dict[str, list[str]] = {"bearerAuth": []}
+    # passthrough mode accepts calls without a key (the "anonymous" tenant).
+    security = [bearer] if settings.auth.mode == "keys" else [{}, bearer]
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "memproxy",
+            "version": __version__,
+            "description": "OpenAI-compatible proxy with long-term memory: the memories API, "
+            "the memory headers of chat completions, and health endpoints. Errors use OpenAI's "
+            "shape. Every memory call is scoped to the tenant of the caller's key.",
+        },
+        "servers": [{"url": "/"}],
+        "security": security,
+        "paths": {**memories_paths(), **other_paths()},
+        "components": {
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "keys mode: a memproxy key naming the tenant; passthrough "
+                    "mode: the upstream key, whose hash is the tenant.",
+                }
+            },
+            "schemas": schemas(settings.memory.max_content_chars),
+            "responses": {
+                f"E{status}": json_body(ref("Error"), text) for status, text in ERRORS.items()
+            },
+        },
+    }
