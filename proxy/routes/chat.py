@@ -1,52 +1,74 @@
-"""``POST /v1/chat/completions``: parse, let the memory pipeline prepare, forward, relay."""
+"""``POST /v1/chat/completions``: parse, let the memory pipeline prepare, forward, relay.
+
+A raw ASGI endpoint (no Starlette ``Request``): it is the hot path, and the app also serves it
+without Starlette's router and middleware layers (``proxy/fastpath.py``, ADR-0008).
+"""
 
 from __future__ import annotations
 
 import time
 
 import orjson
-from starlette.requests import Request
-from starlette.responses import Response
+from starlette.datastructures import Headers
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from proxy.errors import MemproxyError
 from proxy.relay import Relay, error_response
-from proxy.routes.forward import parse_json_object, read_body, upstream_headers
+from proxy.routes.forward import (
+    AUTHORIZATION,
+    header,
+    parse_json_object,
+    receive_body,
+    upstream_headers,
+)
 from proxy.services import Services
 
 ROUTE = "chat"
+PATH = "/v1/chat/completions"
 
 
-async def chat_completions(request: Request) -> Response:
+async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     """Forward a chat completion, streaming or not, after the pipeline's ``prepare``."""
     started = time.perf_counter()
-    services: Services = request.app.state.services
+    services: Services = scope["app"].state.services
+    headers = Headers(scope=scope)
     try:
-        tenant = services.tenants.resolve(request.headers.get("authorization"))
-        raw = await read_body(request, services.settings.limits.max_body_bytes)
+        tenant = services.tenants.resolve(header(scope, AUTHORIZATION))
+        raw = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
         body = parse_json_object(raw)
         # The single plug-in point of the memory pipeline (see proxy/hooks.py).
-        prepared = await services.pipeline.prepare(tenant, request.headers, body)
+        prepared = await services.pipeline.prepare(tenant, headers, body)
     except MemproxyError as exc:
-        return error_response(exc)
+        await error_response(exc)(scope, receive, send)
+        return
     if prepared.reply is not None:
         prepared.reply.headers.update(prepared.response_headers)
-        return prepared.reply
+        await prepared.reply(scope, receive, send)
+        return
     # An untouched body goes upstream byte for byte; a changed one is re-encoded.
     forwarded = raw if prepared.body is body else orjson.dumps(prepared.body)
-    return Relay(
+    relay = Relay(
         services,
         method="POST",
-        url=services.upstream.url_for(
-            request.scope["path"], request.scope["query_string"].decode("latin-1")
-        ),
-        headers=upstream_headers(request, tenant),
+        url=services.upstream.url_for(scope["path"], scope["query_string"].decode("latin-1")),
+        headers=upstream_headers(scope, tenant),
         body=forwarded,
         route=ROUTE,
         extra_headers=prepared.response_headers,
         on_complete=prepared.on_complete,
         started=started,
     )
+    await relay(scope, receive, send)
 
 
-routes = [Route("/v1/chat/completions", chat_completions, methods=["POST"])]
+# A plain function would be wrapped as a Request handler: the class instance stays raw ASGI.
+class ChatEndpoint:
+    """``chat_completions`` as an ASGI app for Starlette's router."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one request."""
+        await chat_completions(scope, receive, send)
+
+
+routes = [Route(PATH, ChatEndpoint(), methods=["POST"])]

@@ -1,15 +1,56 @@
-"""Helpers shared by the forwarding routes: bounded body reading and upstream headers."""
+"""Helpers shared by the forwarding routes: bounded body reading and upstream headers.
+
+The forwarding routes are raw ASGI endpoints (no ``Request`` object): ``receive_body`` and
+``upstream_headers`` work on the ASGI scope and ``receive`` directly. ``read_body`` is the same
+for Starlette ``Request`` handlers (the memories API).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive, Scope
 
 from proxy.errors import PayloadTooLarge, RequestError
 from proxy.tenancy import Tenant
 from proxy.upstream import request_headers
+
+AUTHORIZATION = b"authorization"
+CONTENT_LENGTH = b"content-length"
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """The first value of request header ``name`` (lower-case bytes), or ``None``."""
+    for key, value in scope["headers"]:
+        if key == name:
+            text: str = value.decode("latin-1")
+            return text
+    return None
+
+
+async def receive_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """Read the request body, refusing (413) anything over ``limit`` bytes, declared or sent."""
+    declared = header(scope, CONTENT_LENGTH)
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk: bytes = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
+        if not message.get("more_body", False):
+            if not parts:
+                return chunk
+            parts.append(chunk)
+            return b"".join(parts)
+        parts.append(chunk)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -40,10 +81,10 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def upstream_headers(request: Request, tenant: Tenant) -> list[tuple[str, str]]:
+def upstream_headers(scope: Scope, tenant: Tenant) -> list[tuple[str, str]]:
     """The client's headers as they go upstream, with the request id and the tenant's auth."""
-    headers = request_headers(request.scope["headers"], tenant.upstream_authorization)
-    request_id = request.scope.get("state", {}).get("request_id")
+    headers = request_headers(scope["headers"], tenant.upstream_authorization)
+    request_id = scope.get("state", {}).get("request_id")
     if request_id and not any(name == "x-request-id" for name, _ in headers):
         headers.append(("x-request-id", request_id))
     return headers

@@ -2,38 +2,45 @@
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from proxy.errors import MemproxyError
 from proxy.relay import Relay, error_response
-from proxy.routes.forward import read_body, upstream_headers
+from proxy.routes.forward import AUTHORIZATION, header, receive_body, upstream_headers
 from proxy.services import Services
 
 ROUTE = "passthrough"
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
-async def forward(request: Request) -> Response:
+async def forward(scope: Scope, receive: Receive, send: Send) -> None:
     """Forward the request unchanged except for hop-by-hop headers and auth."""
-    services: Services = request.app.state.services
+    services: Services = scope["app"].state.services
     try:
-        tenant = services.tenants.resolve(request.headers.get("authorization"))
-        body = await read_body(request, services.settings.limits.max_body_bytes)
+        tenant = services.tenants.resolve(header(scope, AUTHORIZATION))
+        body = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
     except MemproxyError as exc:
-        return error_response(exc)
-    return Relay(
+        await error_response(exc)(scope, receive, send)
+        return
+    relay = Relay(
         services,
-        method=request.method,
-        url=services.upstream.url_for(
-            request.scope["path"], request.scope["query_string"].decode("latin-1")
-        ),
-        headers=upstream_headers(request, tenant),
+        method=scope["method"],
+        url=services.upstream.url_for(scope["path"], scope["query_string"].decode("latin-1")),
+        headers=upstream_headers(scope, tenant),
         body=body,
         route=ROUTE,
     )
+    await relay(scope, receive, send)
+
+
+class ForwardEndpoint:
+    """``forward`` as a raw ASGI app for Starlette's router (no ``Request`` per call)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one request."""
+        await forward(scope, receive, send)
 
 
 # Must stay last: routes added later (memories) are matched before this catch-all.
-routes = [Route("/v1/{path:path}", forward, methods=METHODS)]
+routes = [Route("/v1/{path:path}", ForwardEndpoint(), methods=METHODS)]
