@@ -14,6 +14,8 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 
+from proxy.cli_memories import register as register_memories
+from proxy.cli_memories import register_explain
 from proxy.errors import ConfigError
 from proxy.logs import configure_logging
 from proxy.settings import load_settings
@@ -71,7 +73,7 @@ def register_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
-COMMANDS: list[Registrar] = [register_serve]
+COMMANDS: list[Registrar] = [register_serve, register_memories, register_explain]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -71,6 +71,8 @@ class MemoryInput:
     created_at: datetime | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     id: str | None = None
+    # Only imports of exported memories set it; the API does not accept it.
+    retrieval_count: int = 0
 
 
 def _param(prefix: str, name: str) -> str:

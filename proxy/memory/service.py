@@ -84,6 +84,7 @@ def build_records(
                 created_at=item.created_at or now,
                 confidence=item.confidence,
                 usefulness=item.usefulness,
+                retrieval_count=item.retrieval_count,
                 tokens={},
                 metadata=dict(item.metadata),
             )
