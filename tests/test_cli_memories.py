@@ -1,0 +1,206 @@
+"""``memproxy memories import|export|search`` and ``memproxy explain``, run in-process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.cli import main
+from proxy.cli_memories import EXIT_BAD_INPUT, EXIT_LOCKED, Progress
+from proxy.memory.inputs import MemoryInput
+from proxy.memory.io import batches
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = [
+    {"id": "tea", "content": "Alice drinks green tea every morning", "user": "alice"},
+    {"id": "bike", "content": "Bob rides his bike to work", "user": "bob", "source": "playbook"},
+    {"content": "The office closes at 6 pm", "created_at": "2024-03-01T09:00:00Z"},
+]
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty embedded store for the command (settings come from the environment)."""
+    folder = tmp_path / "data"
+    for name in ("MEMPROXY_CONFIG", "MEMPROXY_QDRANT_URL", "MEMPROXY_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MEMPROXY_DATA_DIR", str(folder))
+    return folder
+
+
+def write_jsonl(path: Path, records: list[Any]) -> Path:
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    return path
+
+
+def export(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, Any]]:
+    capsys.readouterr()
+    assert main(["memories", "export", *args]) == 0
+    return [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_import_jsonl_then_export_and_search(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write_jsonl(tmp_path / "m.jsonl", RECORDS)
+    assert main(["memories", "import", str(source), "--batch-size", "2"]) == 0
+    captured = capsys.readouterr()
+    summary = orjson.loads(captured.out)
+    assert summary["imported"] == 3
+    assert summary["skipped"] == 0
+    assert summary["tenant"] == "anonymous"
+    assert "importing [" in captured.err
+    assert "3/3 (100%)" in captured.err
+    exported = export(capsys)
+    assert {m["content"] for m in exported} == {r["content"] for r in RECORDS}
+    assert {m["id"] for m in exported} >= {"tea", "bike"}
+    office = next(m for m in exported if m["content"].startswith("The office"))
+    assert office["created_at"] == "2024-03-01T09:00:00Z"
+    assert [m["id"] for m in export(capsys, "--user", "bob", "--source", "playbook")] == ["bike"]
+    assert main(["memories", "search", "which tea does alice drink", "--user", "alice"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[1] == "tea"
+    assert all("bike" not in line for line in lines)  # bob's memory is not alice's
+    assert main(["memories", "search", "tea", "--user", "alice", "--json", "--top-k", "1"]) == 0
+    hits = orjson.loads(capsys.readouterr().out)["data"]
+    assert [h["id"] for h in hits] == ["tea"]
+    assert 0 < hits[0]["similarity"] <= 1
+
+
+def test_json_array_import_is_idempotent_with_ids(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "m.json"
+    with_ids = [{**r, "id": f"r{i}"} for i, r in enumerate(RECORDS)]
+    source.write_bytes(b"  \n" + orjson.dumps(with_ids, option=orjson.OPT_INDENT_2))
+    for _ in range(2):
+        assert main(["memories", "import", str(source), "--quiet"]) == 0
+    assert "importing" not in capsys.readouterr().err
+    assert sorted(m["id"] for m in export(capsys)) == ["r0", "r1", "r2"]
+
+
+def test_export_imports_back_unchanged_into_another_tenant(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write_jsonl(tmp_path / "m.jsonl", [{**RECORDS[0], "usefulness": 0.9}])
+    assert main(["memories", "import", str(source), "--tenant", "one", "--quiet"]) == 0
+    first = export(capsys, "--tenant", "one")
+    dump = write_jsonl(tmp_path / "dump.jsonl", [{**first[0], "retrieval_count": 7}])
+    assert main(["memories", "import", str(dump), "--tenant", "two", "--quiet"]) == 0
+    (second,) = export(capsys, "--tenant", "two")
+    assert second == {**first[0], "retrieval_count": 7}
+    assert export(capsys, "--tenant", "three") == []
+
+
+def test_invalid_records_stop_the_import_before_any_write(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = [RECORDS[0], {"content": ""}, "text", {"content": "x", "created_at": "soon"}]
+    source = write_jsonl(tmp_path / "bad.jsonl", bad)
+    with source.open("ab") as handle:
+        handle.write(b"{not json\n")
+    assert main(["memories", "import", str(source)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    for where in ("line 2", "line 3", "line 4", "line 5"):
+        assert f"{where}:" in err
+    assert "nothing imported" in err
+    assert export(capsys) == []
+    assert main(["memories", "import", str(source), "--skip-invalid", "--quiet"]) == 0
+    assert orjson.loads(capsys.readouterr().out)["skipped"] == 4
+    assert [m["id"] for m in export(capsys)] == ["tea"]
+
+
+def test_a_store_held_by_another_process_is_a_clear_error(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import asyncio, sys\n"
+            "from proxy.memory.edge import EdgeStore\n"
+            "from proxy.memory.embedders import StaticEmbedder\n"
+            "async def hold():\n"
+            "    s = await EdgeStore.open(sys.argv[1], dimensions=StaticEmbedder().dimensions)\n"
+            "    print('open', flush=True)\n"
+            "    sys.stdin.readline()\n"
+            "    await s.close()\n"
+            "asyncio.run(hold())\n",
+            str(data_dir),
+        ],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == b"open"
+        source = write_jsonl(tmp_path / "m.jsonl", RECORDS)
+        assert main(["memories", "import", str(source), "--quiet"]) == EXIT_LOCKED
+    finally:
+        holder.communicate(b"\n", timeout=30)
+    err = capsys.readouterr().err
+    assert "in use by another process" in err
+    assert "POST /v1/memories" in err
+
+
+def test_keys_mode_needs_a_known_tenant(
+    data_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = tmp_path / "memproxy.yaml"
+    config.write_text("auth:\n  mode: keys\n  tenants:\n    acme:\n      keys: [env:ACME_KEY]\n")
+    monkeypatch.setenv("ACME_KEY", "sk-acme")
+    source = write_jsonl(tmp_path / "m.jsonl", RECORDS[:1])
+    base = ["memories", "import", str(source), "--quiet", "--config", str(config)]
+    assert main(base) == 2
+    assert main([*base, "--tenant", "nobody"]) == 2
+    assert "unknown tenant" in capsys.readouterr().err
+    assert main([*base, "--key", "sk-acme"]) == 0
+    assert orjson.loads(capsys.readouterr().out)["tenant"] == "acme"
+    assert [m["id"] for m in export(capsys, "--config", str(config), "--tenant", "acme")] == ["tea"]
+
+
+def test_explain_prints_what_would_be_injected(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write_jsonl(tmp_path / "m.jsonl", RECORDS)
+    assert main(["memories", "import", str(source), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["explain", "What does Alice drink?", "--user", "alice", "--json"]) == 0
+    document = orjson.loads(capsys.readouterr().out)
+    assert document["object"] == "memory.explain"
+    ids = [m["id"] for m in document["memories"]]
+    assert "tea" in ids
+    assert "bike" not in ids
+    assert "Alice drinks green tea" in document["block"]
+    assert main(["explain", "What does Alice drink?", "--user", "alice"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("model gpt-4o:")
+    assert "Alice drinks green tea" in text
+
+
+def test_batches_split_on_size_and_on_a_repeated_id() -> None:
+    items = [MemoryInput(content=str(i), id=i_d) for i, i_d in enumerate("abcadx")]
+    sizes = [[m.id for m in b] for b in batches(items, 3)]
+    assert sizes == [["a", "b", "c"], ["a", "d", "x"]]
+    assert [len(b) for b in batches([MemoryInput(content="x")] * 5, 2)] == [2, 2, 1]
+
+
+def test_progress_bar_reports_counts_and_rate(tmp_path: Path) -> None:
+    path = tmp_path / "err.txt"
+    with path.open("w") as stream:
+        bar = Progress(4, stream, enabled=True)
+        bar.advance(4)
+        bar.finish()
+    text = path.read_text()
+    assert "4/4 (100%)" in text
+    assert "memories/s" in text
+    assert text.endswith("\n")
