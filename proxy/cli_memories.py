@@ -27,7 +27,7 @@ from typing import IO, Any
 import orjson
 from starlette.datastructures import Headers
 
-from proxy.backends import open_embedder, open_request_cache
+from proxy.backends import open_embedder, open_request_cache, warm_up
 from proxy.errors import ConfigError, MemproxyError, StoreError
 from proxy.memory.inputs import MemoryInput, parse_source
 from proxy.memory.io import BadRecord, batches, export_line, read_inputs
@@ -80,6 +80,7 @@ async def open_service(settings: Settings) -> AsyncIterator[MemoryService]:
     """The configured embedder, store and (Redis only) cache, behind one ``MemoryService``."""
     async with AsyncExitStack() as stack:
         embedder = await open_embedder(settings, stack)
+        await warm_up(embedder)  # tokenizer tables and the model's first call, before timing
         try:
             store = await open_store(settings.store, dimensions=embedder.dimensions)
         except StoreError as exc:

@@ -1,0 +1,165 @@
+"""Import throughput: memories per second into the embedded store, three ways.
+
+1. ``service``: ``MemoryService.write`` in-process (the shared write path: validation already
+   done, token counts for two encodings, one static-embedding call per batch, EdgeStore ``add``),
+   the floor under both user-facing paths.
+2. ``cli``: ``memproxy memories import FILE`` as a subprocess on a JSONL file. Reported twice:
+   the command's own rate (timed from its first write) and the wall-clock rate including the
+   process start, model load and the validation pass.
+3. ``api``: ``POST /v1/memories`` batches against ``memproxy serve`` (a subprocess), from
+   ``--concurrency`` client threads.
+
+Each path imports the same synthetic memories (``bench/lib/memories.py``) into a fresh data
+dir. Run: ``.venv/bin/python bench/import.py`` (20,000 memories, ~a minute);
+``--smoke`` (500 memories, seconds). Results go to ``bench/results/import.json`` (not in smoke
+mode). The machine is shared with other work: figures are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.lib.memories import synthetic_memories  # noqa: E402
+from bench.lib.report import save_results  # noqa: E402
+from bench.lib.servers import memproxy, python_env  # noqa: E402
+
+DEFAULT_SIZE = 20_000
+SMOKE_SIZE = 500
+DEFAULT_BATCH = 500
+DEFAULT_CONCURRENCY = 2
+# The API is never asked to reach the upstream here; any URL will do.
+UNUSED_UPSTREAM = "http://127.0.0.1:9/v1"
+
+
+def bench_service(items: list[dict[str, Any]], batch: int, data_dir: Path) -> dict[str, Any]:
+    """In-process ``MemoryService.write`` on EdgeStore with the shipped static embedder."""
+    from proxy.memory.edge import EdgeStore
+    from proxy.memory.embedders import StaticEmbedder
+    from proxy.memory.inputs import parse_memories
+    from proxy.memory.service import MemoryService
+
+    async def run() -> float:
+        embedder = StaticEmbedder()
+        store = await EdgeStore.open(data_dir, dimensions=embedder.dimensions)
+        service = MemoryService(store, embedder, None)
+        inputs = [
+            parse_memories(items[i : i + batch], max_content_chars=8000, max_batch=batch)
+            for i in range(0, len(items), batch)
+        ]
+        await service.write("warm", inputs[0][:1])
+        started = time.perf_counter()
+        for chunk in inputs:
+            await service.write("bench", chunk)
+        elapsed = time.perf_counter() - started
+        await store.close()
+        return elapsed
+
+    elapsed = asyncio.run(run())
+    return {
+        "path": "service",
+        "memories": len(items),
+        "seconds": round(elapsed, 3),
+        "memories_per_s": round(len(items) / elapsed, 1),
+    }
+
+
+def bench_cli(
+    items: list[dict[str, Any]], batch: int, data_dir: Path, work: Path
+) -> dict[str, Any]:
+    """``memproxy memories import`` in a subprocess."""
+    source = work / "memories.jsonl"
+    source.write_text("".join(json.dumps(item) + "\n" for item in items))
+    env = python_env(MEMPROXY_DATA_DIR=str(data_dir))
+    argv = [sys.executable, "-m", "proxy", "memories", "import", str(source), "--quiet"]
+    started = time.perf_counter()
+    done = subprocess.run(
+        [*argv, "--batch-size", str(batch)], env=env, cwd=ROOT, capture_output=True, check=False
+    )
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"import failed ({done.returncode}): {done.stderr.decode()[-500:]}")
+    summary = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return {
+        "path": "cli",
+        "memories": summary["imported"],
+        "seconds_wall": round(wall, 3),
+        "memories_per_s": summary["memories_per_s"],
+        "memories_per_s_wall": round(summary["imported"] / wall, 1),
+    }
+
+
+def bench_api(
+    items: list[dict[str, Any]], batch: int, concurrency: int, data_dir: Path
+) -> dict[str, Any]:
+    """``POST /v1/memories`` batches from ``concurrency`` threads against ``memproxy serve``."""
+    chunks = [items[i : i + batch] for i in range(0, len(items), batch)]
+    with (
+        memproxy(UNUSED_UPSTREAM, data_dir) as server,
+        httpx.Client(base_url=server.base_url, timeout=300) as client,
+    ):
+        client.post("/v1/memories", json={"content": "warm up"}).raise_for_status()
+
+        def post(chunk: list[dict[str, Any]]) -> None:
+            response = client.post("/v1/memories", json={"memories": chunk})
+            if response.status_code != 201:
+                raise RuntimeError(f"{response.status_code}: {response.text[:300]}")
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(post, chunks))
+        elapsed = time.perf_counter() - started
+    return {
+        "path": "api",
+        "memories": len(items),
+        "concurrency": concurrency,
+        "seconds": round(elapsed, 3),
+        "memories_per_s": round(len(items) / elapsed, 1),
+    }
+
+
+def main() -> None:
+    """Run the three paths and print (and save) the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=DEFAULT_SIZE)
+    parser.add_argument("--batch", type=int, default=DEFAULT_BATCH)
+    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
+    parser.add_argument("--smoke", action="store_true", help="a few hundred memories, seconds")
+    args = parser.parse_args()
+    size = SMOKE_SIZE if args.smoke else args.size
+    items = synthetic_memories(size, user="bench-user")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="memproxy-import-") as tmp:
+        work = Path(tmp)
+        rows.append(bench_service(items, args.batch, work / "service"))
+        rows.append(bench_cli(items, args.batch, work / "cli", work))
+        rows.append(bench_api(items, args.batch, args.concurrency, work / "api"))
+    print(f"import throughput, {size:,} synthetic memories, batches of {args.batch}")
+    for row in rows:
+        extra = (
+            f"  (wall incl. start: {row['memories_per_s_wall']:,} /s)"
+            if row["path"] == "cli"
+            else ""
+        )
+        print(f"  {row['path']:<8} {row['memories_per_s']:>10,} memories/s{extra}")
+    if not args.smoke:
+        path = save_results("import", {"size": size, "batch": args.batch, "rows": rows})
+        print(f"saved {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
