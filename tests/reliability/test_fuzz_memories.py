@@ -1,0 +1,77 @@
+"""Fuzz the memories API with schemathesis against memproxy's own ``/openapi.json``.
+
+Every operation under ``/v1/memories`` gets generated requests (valid and invalid); each answer
+must pass schemathesis' checks (no 5xx, documented status codes, content types and response
+schemas; invalid data refused with a 4xx). Bounded: a few examples per operation so the suite
+stays fast; raise ``FUZZ_EXAMPLES`` for a longer hunt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+
+from proxy.app import create_app
+from tests.fakes.upstream import FakeServer
+from tests.reliability.support import MemoryProxy, memory_settings
+
+FUZZ_EXAMPLES = 12
+AUTH = {"Authorization": "Bearer sk-schemathesis"}
+
+
+@pytest.fixture(scope="module")
+def fuzzed_proxy(
+    fake_server: FakeServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MemoryProxy]:
+    """memproxy with memory on, for the fuzzer."""
+    settings_ = memory_settings(fake_server.url, tmp_path_factory.mktemp("fuzz-memories"))
+    with MemoryProxy(create_app(settings_)) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def memories_schema(fuzzed_proxy: MemoryProxy) -> schemathesis.BaseSchema:
+    """The served OpenAPI document, limited to the memories API."""
+    root = f"http://{fuzzed_proxy.host}:{fuzzed_proxy.port}"
+    schema = schemathesis.openapi.from_url(f"{root}/openapi.json")
+    return schema.include(path_regex="^/v1/memories")
+
+
+OPERATIONS = 7  # the memories API's operations; fewer means the filter or document broke
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_memories_api_survives_fuzzing(
+    memories_schema: schemathesis.BaseSchema, fuzzed_proxy: MemoryProxy, mode: GenerationMode
+) -> None:
+    root = f"http://{fuzzed_proxy.host}:{fuzzed_proxy.port}"
+    operations = [result.ok() for result in memories_schema.get_all_operations()]
+    assert len(operations) >= OPERATIONS, [op.label for op in operations]
+    calls = 0
+    skipped: list[str] = []
+    for operation in operations:
+
+        @given(case=operation.as_strategy(generation_mode=mode))
+        @settings(
+            max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck)
+        )
+        def fuzz(case: schemathesis.Case) -> None:
+            nonlocal calls
+            calls += 1
+            case.call_and_validate(base_url=root, headers=AUTH)
+
+        try:
+            fuzz()
+        except Unsatisfiable:
+            # Nothing invalid can be built for some operations (a free-form path id only).
+            assert mode is GenerationMode.NEGATIVE
+            skipped.append(operation.label)
+    assert len(skipped) < len(operations) // 2, skipped
+    assert calls >= len(operations) - len(skipped)
+    assert httpx.get(f"{root}/healthz").status_code == 200
