@@ -22,11 +22,12 @@ from starlette.responses import Response
 
 from proxy.backends import open_backends
 from proxy.errors import MemproxyError, NotFound, RequestError
+from proxy.fastpath import MemproxyApp
 from proxy.hooks import MemoryPipeline
 from proxy.logs import configure_logging
 from proxy.metrics import Metrics
 from proxy.middleware import RequestContextMiddleware
-from proxy.routes import build_routes
+from proxy.routes import build_routes, chat
 from proxy.services import Services
 from proxy.settings import Settings, load_settings
 from proxy.tenancy import TenantResolver
@@ -107,7 +108,10 @@ def create_app(
             )
             yield
 
-    return Starlette(
+    return MemproxyApp(
+        # The hot route skips Starlette's layers (ADR-0008); build_routes() still has it.
+        fast_routes={("POST", chat.PATH): chat.chat_completions},
+        metrics=metrics,
         routes=build_routes(),
         middleware=[Middleware(RequestContextMiddleware, metrics=metrics)],
         exception_handlers={

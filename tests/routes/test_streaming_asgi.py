@@ -77,6 +77,11 @@ async def test_first_chunk_arrives_before_upstream_finishes(fake: FakeServer) ->
         # The first chunk is with the client while the upstream is still writing the rest.
         assert not upstream_request.finished
         await asyncio.wait_for(call, timeout=10)
+        # The fake (another thread) marks the request finished just after its last write.
+        for _ in range(40):
+            if upstream_request.finished:
+                break
+            await asyncio.sleep(0.025)
     assert upstream_request.finished
     bodies = [m for _, m in client.messages if m["type"] == "http.response.body"]
     assert bodies[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
