@@ -13,6 +13,7 @@ mistake: 400 in OpenAI's shape, before any backend work.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -59,7 +60,8 @@ class Run:
     reasons: list[str] = field(default_factory=list)
     # Cache writes wait until the response is out: they cost CPU (encoding) the client would
     # otherwise wait for when the upstream answers fast.
-    deferred: list[Coroutine[Any, Any, None]] = field(default_factory=list)
+    # Thunks, not coroutines: a hook that never runs (upstream refused) leaves nothing unawaited.
+    deferred: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
 
     def degrade(self, reason: str) -> None:
         """Note why this request is degraded (several reasons may apply)."""
@@ -165,7 +167,7 @@ class Pipeline:
             vector = await self._embed(run, query)
             hits = await self._search(run, query, vector, sources)
             if cache is not None and key is not None:
-                run.deferred.append(cache.set_retrieval(key, hits))
+                run.deferred.append(functools.partial(cache.set_retrieval, key, hits))
         if cache is not None and cache.degraded:
             run.degrade("cache")
         run.assembly = assemble(
@@ -195,7 +197,9 @@ class Pipeline:
             if hit is None and name
         }
         if fresh:
-            run.deferred.append(cache.set_token_counts(run.tenant.id, encoding, fresh))
+            run.deferred.append(
+                functools.partial(cache.set_token_counts, run.tenant.id, encoding, fresh)
+            )
         return budget
 
     async def _embed(self, run: Run, query: str) -> np.ndarray:
@@ -244,7 +248,7 @@ class Pipeline:
         headers = self._headers(run, status)
         self._record(run, EXPLAIN)
         for write in run.deferred:
-            self.spawn(write)
+            self.spawn(write())
         return Prepared(body=dict(body), response_headers=headers, reply=explain_response(document))
 
     def _finish(self, run: Run, body: dict[str, Any], status: str) -> Prepared:
@@ -290,7 +294,7 @@ class Pipeline:
 
         async def on_complete(completion: Completion) -> None:
             for write in deferred:
-                await write
+                await write()
             if ids and self.counter is not None and completion.status < 400:
                 self.counter.add(run.tenant.id, ids)
             if capture:

@@ -9,13 +9,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 
 from proxy.app import create_app
 from proxy.cache.factory import create_cache
+from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
 from proxy.memory.inputs import MemoryInput
 from proxy.memory.service import MemoryService
+from proxy.metrics import Metrics
 from tests.e2e.conftest import API_KEY, Backends, MemoryProxy, memory_settings, tenant_of
 from tests.e2e.test_fail_open import FlakyStore, ask
 from tests.fakes.servers import ProxyServer
@@ -43,7 +46,10 @@ def test_repeat_served_from_cache_until_a_write(
     settings = memory_settings(fake.url, tmp_path)
     tenant = tenant_of(settings)
     backends.write(tenant, ["The user's dog is called Biscuit."])
-    app = create_app(settings, store=spy, embedder=backends.embedder, cache=backends.cache)
+    metrics = Metrics()
+    cache = RequestCache(LocalCache(1_000), on_lookup=metrics.count_cache_lookup)
+    backends.cache = cache  # the test's writes bump this cache's generations
+    app = create_app(settings, store=spy, embedder=backends.embedder, cache=cache, metrics=metrics)
     with ProxyServer(app) as server:
         first = ask(server.url)
         assert "search;dur=" in first["server-timing"]
@@ -56,6 +62,10 @@ def test_repeat_served_from_cache_until_a_write(
         assert spy.searches == 2  # the write bumped the generation
         assert after["x-memory-injected"] == "2"
         assert "thunder" in sent_text(fake)
+        metrics = httpx.get(server.url.removesuffix("/v1") + "/metrics").text
+        assert 'memproxy_cache_lookups_total{kind="retrieval",result="hit"} 1.0' in metrics
+        assert 'memproxy_memory_stage_seconds_count{stage="search"} 2.0' in metrics
+        assert 'memproxy_memory_requests_total{status="injected"} 3.0' in metrics
 
 
 def test_redis_cache_shared_by_replicas(
