@@ -156,47 +156,51 @@ def parse_timing(value: str) -> dict[str, float]:
 
 
 async def stage_latency(
-    embedder: StaticEmbedder, size: int, requests: int, top_k: int, data_dir: Path
-) -> dict[str, Any]:
-    """Run ``requests`` unique questions through ``Pipeline.prepare`` at ``size`` memories."""
+    embedder: StaticEmbedder, size: int, requests: int, top_ks: list[int], data_dir: Path
+) -> list[dict[str, Any]]:
+    """Seed ``size`` memories once, then time ``requests`` unique questions per top-k value."""
     tenant = bench_tenant()
     store = await EdgeStore.open(data_dir / f"n{size}", dimensions=embedder.dimensions)
+    rows = []
     try:
         seeded = await seed_store(store, embedder, tenant, size)
         settings = load_settings(env={})
-        pipeline = Pipeline(
-            settings.memory,
-            calculator=TokenBudgetCalculator(ModelLimits(), memory_cap=None),
-            store=store,
-            embedder=embedder,
-            cache=RequestCache(LocalCache(10_000)),
-            metrics=Metrics(),
-            spawn=lambda coro: coro.close(),  # after-response work is not measured here
-        )
         tenant_obj = TenantResolver(settings).resolve(f"Bearer {API_KEY}")
-        build = loadgen.unique_chat_bodies(False, model="gpt-4o-mini", base=size)
-        headers = {"x-memory-top-k": str(top_k)}
-        timings: dict[str, list[float]] = {stage: [] for stage in STAGES}
-        statuses: Counter[str] = Counter()
-        for n in range(requests + 20):
-            body = json.loads(build(n))
-            prepared = await pipeline.prepare(tenant_obj, headers, body)
-            if n < 20:  # warm-up
-                continue
-            statuses[prepared.response_headers["X-Memory-Status"]] += 1
-            for stage, ms in parse_timing(prepared.response_headers["Server-Timing"]).items():
-                timings.setdefault(stage, []).append(ms / 1000.0)
+        for top_k in top_ks:
+            pipeline = Pipeline(
+                settings.memory,
+                calculator=TokenBudgetCalculator(ModelLimits(), memory_cap=None),
+                store=store,
+                embedder=embedder,
+                cache=RequestCache(LocalCache(10_000)),
+                metrics=Metrics(),
+                spawn=lambda coro: coro.close(),  # after-response work is not measured here
+            )
+            build = loadgen.unique_chat_bodies(False, model="gpt-4o-mini", base=size + top_k)
+            headers = {"x-memory-top-k": str(top_k)}
+            timings: dict[str, list[float]] = {stage: [] for stage in STAGES}
+            statuses: Counter[str] = Counter()
+            for n in range(requests + 20):
+                body = json.loads(build(n))
+                prepared = await pipeline.prepare(tenant_obj, headers, body)
+                if n < 20:  # warm-up
+                    continue
+                statuses[prepared.response_headers["X-Memory-Status"]] += 1
+                timing = prepared.response_headers["Server-Timing"]
+                for stage, ms in parse_timing(timing).items():
+                    timings.setdefault(stage, []).append(ms / 1000.0)
+            row: dict[str, Any] = {"memories": size, "top_k": top_k, "seed_s": seeded}
+            for stage in STAGES:
+                if timings.get(stage):
+                    summary = stats.summarize_ms(timings[stage])
+                    row[f"{stage}_p50"] = summary["p50"]
+                    row[f"{stage}_p99"] = summary["p99"]
+            row["injected"] = stats.ratio(statuses["injected"], requests)
+            row["degraded"] = stats.ratio(statuses["degraded"], requests)
+            rows.append(row)
     finally:
         await store.close()
-    row: dict[str, Any] = {"memories": size, "top_k": top_k, "seed_s": seeded}
-    for stage in STAGES:
-        if timings.get(stage):
-            summary = stats.summarize_ms(timings[stage])
-            row[f"{stage}_p50"] = summary["p50"]
-            row[f"{stage}_p99"] = summary["p99"]
-    row["injected"] = stats.ratio(statuses["injected"], requests)
-    row["degraded"] = stats.ratio(statuses["degraded"], requests)
-    return row
+    return rows
 
 
 def verdicts(rows: list[dict[str, Any]]) -> list[str]:
@@ -238,11 +242,10 @@ def main() -> None:
     stage_rows = []
     with tempfile.TemporaryDirectory(prefix="memproxy-stages-") as data_dir:
         for size in sizes:
-            for top_k in top_ks:
-                stage_rows.append(
-                    asyncio.run(stage_latency(embedder, size, requests, top_k, Path(data_dir)))
-                )
-                print(f"  stages at {size} memories, top_k {top_k} done", file=sys.stderr)
+            stage_rows += asyncio.run(
+                stage_latency(embedder, size, requests, top_ks, Path(data_dir))
+            )
+            print(f"  stages at {size} memories done", file=sys.stderr)
     if e2e_rows:
         print(stats.format_table(e2e_rows))
         for line in verdicts(e2e_rows):
