@@ -40,13 +40,20 @@ BAD_AUTHORIZATIONS: list[str | None] = [
 ]
 
 
-def keys_settings(fake_url: str, tmp_path: Path) -> Settings:
+def keys_settings(fake_url: str, tmp_path: Path, memory: bool = False) -> Settings:
     """Keys mode with two tenants; the upstream key comes from the configuration."""
     config = tmp_path / "memproxy.yaml"
+    memory_conf = (
+        f"memory:\n  enabled: true\n  deadline_ms: 10000\n  capture: turn\n"
+        f"  stage_timeouts: {{embed_ms: 5000, search_ms: 5000, cache_ms: 1000}}\n"
+        f"store:\n  data_dir: {tmp_path / 'data'}\n"
+        if memory
+        else "memory:\n  enabled: false\n"
+    )
     config.write_text(
         f"upstream:\n  url: {fake_url}\n  api_key: env:UPSTREAM_KEY\n"
-        "memory:\n  enabled: false\n"
-        "auth:\n  mode: keys\n  tenants:\n"
+        + memory_conf
+        + "auth:\n  mode: keys\n  tenants:\n"
         "    acme:\n      keys: [env:ACME_KEY]\n"
         "    globex:\n      keys: [env:GLOBEX_KEY]\n"
     )
@@ -120,11 +127,12 @@ def every_log_text(caplog: pytest.LogCaptureFixture) -> str:
     return "\n".join(parts)
 
 
+@pytest.mark.parametrize("memory", [False, True], ids=["memory-off", "memory-on"])
 async def test_keys_never_appear_in_logs_errors_metrics_or_explain(
-    fake: FakeServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    fake: FakeServer, tmp_path: Path, caplog: pytest.LogCaptureFixture, memory: bool
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    app = create_app(keys_settings(fake.url, tmp_path))
+    app = create_app(keys_settings(fake.url, tmp_path, memory))
     good = {"Authorization": f"Bearer {MEMPROXY_KEY}"}
     bodies: list[str] = []
     async with running(app) as client:
@@ -139,7 +147,10 @@ async def test_keys_never_appear_in_logs_errors_metrics_or_explain(
                 {**CHAT, "stream": True},
                 {**good, "X-Fake-Reset-After": "1", "X-Fake-Chunks": "4"},
             ),
+            ("POST", "/v1/memories", {"content": f"my key is {UPSTREAM_KEY[:3]}"}, good),
             ("POST", "/v1/chat/completions", CHAT, {**good, "X-Memory-Mode": "explain"}),
+            ("POST", "/v1/chat/completions", CHAT, {**good, "X-Memory-Capture": "turn"}),
+            ("POST", "/v1/memories/search", {"query": "hi key"}, good),
             ("POST", "/v1/chat/completions", CHAT, {**good, "X-Memory-Max-Tokens": "-5"}),
             ("POST", "/v1/chat/completions", CHAT, {"Authorization": f"Bearer {MEMPROXY_KEY}z"}),
             ("POST", "/v1/chat/completions", b"{broken", good),
@@ -164,6 +175,12 @@ async def test_keys_never_appear_in_logs_errors_metrics_or_explain(
                 # asserts on; its logs are what this test is after.
                 pass
         metrics = (await client.get("/metrics")).text
+        if memory:
+            explained = await client.post(
+                "/v1/chat/completions", json=CHAT, headers={**good, "X-Memory-Mode": "explain"}
+            )
+            assert explained.json()["object"] == "memory.explain"
+            bodies.append(explained.text)
     # The test can fail: the upstream key really was used.
     assert any(
         r.headers.get("authorization") == f"Bearer {UPSTREAM_KEY}" for r in fake.fake.requests
