@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import certifi
 
@@ -26,6 +26,8 @@ from proxy.http1 import HEADER_TIMEOUT_MESSAGE, Http1Connection, Http1Response
 DEFAULT_PORTS = {"http": 80, "https": 443}
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+# RFC 3986 pchar and query characters, plus "%" (escapes the client already made stay as is).
+TARGET_SAFE = "/?#[]@!$&'()*+,;=:-._~%"
 
 
 def default_ssl_context() -> ssl.SSLContext:
@@ -57,6 +59,8 @@ class Http1Pool:
         default = self.port == DEFAULT_PORTS[parts.scheme]
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = host if default else f"{host}:{self.port}"
+        ascii_host = self.host_header.isascii()
+        self._host = self.host_header.encode("ascii" if ascii_host else "idna")
         self.max_connections = max_connections
         self.keepalive_s = keepalive_s
         self.connect_timeout = connect_timeout
@@ -80,26 +84,25 @@ class Http1Pool:
         return len(self._idle)
 
     def encode(
-        self, method: str, target: str, headers: list[tuple[str, str]], body: bytes
+        self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes
     ) -> bytes:
         """The request head on the wire (Host and Content-Length are ours)."""
-        lines = [f"{method} {target} HTTP/1.1\r\nhost: {self.host_header}\r\n"]
-        lines.extend(f"{name}: {value}\r\n" for name, value in headers)
+        if not target.isascii() or " " in target:
+            # ASGI paths arrive percent-decoded: re-quote what may not go on a request line.
+            target = quote(target, safe=TARGET_SAFE)
+        parts = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode(), target.encode(), self._host)]
+        for name, value in headers:
+            parts += (name, b": ", value, b"\r\n")
         if body or method in BODY_METHODS:
-            lines.append(f"content-length: {len(body)}\r\n")
-        lines.append("\r\n")
-        text = "".join(lines)
-        try:
-            # Header values arrive latin-1 decoded: this gives the client's bytes back.
-            return text.encode("latin-1")
-        except UnicodeEncodeError:
-            return text.encode("utf-8")
+            parts.append(b"content-length: %d\r\n" % len(body))
+        parts.append(b"\r\n")
+        return b"".join(parts)
 
     async def request(
         self,
         method: str,
         target: str,
-        headers: list[tuple[str, str]],
+        headers: list[tuple[bytes, bytes]],
         body: bytes,
         *,
         header_deadline: float,

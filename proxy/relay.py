@@ -60,7 +60,7 @@ class Relay(Response):
         *,
         method: str,
         url: str,
-        headers: list[tuple[str, str]],
+        headers: list[tuple[bytes, bytes]],
         body: bytes,
         route: str,
         extra_headers: Mapping[str, str] | None = None,

@@ -38,24 +38,36 @@ HOP_BY_HOP = frozenset(
     }
 )
 DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "authorization", "expect"}
+DROP_REQUEST_BYTES = frozenset(name.encode() for name in DROP_REQUEST)
 # The server sets its own framing, date and identity.
 DROP_RESPONSE = HOP_BY_HOP | {"content-length", "date", "server"}
-MEMORY_HEADER_PREFIX = "x-memory-"
+MEMORY_HEADER_PREFIX = b"x-memory-"
 V1_PREFIX = "/v1"
 
+Headers = list[tuple[bytes, bytes]]
 
-def request_headers(
-    raw: Iterable[tuple[bytes, bytes]], authorization: str | None
-) -> list[tuple[str, str]]:
-    """Headers to send upstream: hop-by-hop and memproxy's own removed, auth per tenant."""
+
+def header_bytes(value: str) -> bytes:
+    """A header value as bytes: latin-1 (what HTTP/1.1 carries), UTF-8 if it does not fit."""
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode("utf-8")
+
+
+def request_headers(raw: Iterable[tuple[bytes, bytes]], authorization: str | None) -> Headers:
+    """Headers to send upstream: hop-by-hop and memproxy's own removed, auth per tenant.
+
+    Bytes in, bytes out: the client's names and values go upstream exactly as received.
+    """
     out = []
-    for name_b, value_b in raw:
-        name = name_b.decode("latin-1").lower()
-        if name in DROP_REQUEST or name.startswith(MEMORY_HEADER_PREFIX):
+    for name, value in raw:
+        lower = name.lower()
+        if lower in DROP_REQUEST_BYTES or lower.startswith(MEMORY_HEADER_PREFIX):
             continue
-        out.append((name, value_b.decode("latin-1")))
+        out.append((lower, value))
     if authorization:
-        out.append(("authorization", authorization))
+        out.append((b"authorization", header_bytes(authorization)))
     return out
 
 
@@ -218,9 +230,7 @@ class UpstreamClient:
             url = f"{url}?{query}"
         return url
 
-    async def send(
-        self, method: str, url: str, headers: list[tuple[str, str]], body: bytes
-    ) -> UpstreamResponse:
+    async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
         """Send a request and wait for the response headers."""
         timeouts = self.settings.timeouts
         now = asyncio.get_running_loop().time()
@@ -243,7 +253,7 @@ class UpstreamClient:
                     method,
                     # encoded=True: the query is relayed byte for byte, not re-quoted.
                     URL(url, encoded=True),
-                    headers=headers,
+                    headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers],
                     data=body or None,
                     allow_redirects=False,
                 )

@@ -23,11 +23,20 @@ def test_request_headers_strip_hop_by_hop_memory_and_auth() -> None:
     ]
     out = request_headers(raw, "Bearer upstream")
     assert out == [
-        ("content-type", "application/json"),
-        ("openai-beta", "assistants=v2"),
-        ("authorization", "Bearer upstream"),
+        (b"content-type", b"application/json"),
+        (b"openai-beta", b"assistants=v2"),
+        (b"authorization", b"Bearer upstream"),
     ]
-    assert ("authorization", "Bearer upstream") not in request_headers(raw, None)
+    assert all(name != b"authorization" for name, _ in request_headers(raw, None))
+
+
+def test_request_header_values_pass_byte_for_byte() -> None:
+    raw = [(b"x-note", b"caf\xe9 \xff"), (b"X-Memory-Mode", b"off")]
+    assert request_headers(raw, "Bearer \u00e9") == [
+        (b"x-note", b"caf\xe9 \xff"),
+        (b"authorization", b"Bearer \xe9"),
+    ]
+    assert request_headers([], "Bearer \u20ac")[0][1] == "Bearer \u20ac".encode()
 
 
 def test_response_headers_keep_retry_after_and_drop_framing() -> None:
@@ -82,7 +91,7 @@ async def test_both_clients_relay_bodies_and_streams(fake: FakeServer, kind: str
     client = client_for(fake.url, kind)
     await client.start()
     try:
-        headers = [("content-type", "application/json"), ("authorization", "Bearer sk-1")]
+        headers = [(b"content-type", b"application/json"), (b"authorization", b"Bearer sk-1")]
         url = client.url_for("/v1/chat/completions", "")
         response = await client.send("POST", url, headers, CHAT_BODY)
         assert (response.status, response.is_event_stream) == (200, False)
@@ -107,7 +116,7 @@ async def test_both_clients_time_out_and_fail_alike(fake: FakeServer, kind: str)
     url = client.url_for("/v1/chat/completions", "")
     try:
         with pytest.raises(UpstreamTimeout):
-            await client.send("POST", url, [("x-fake-latency-ms", "1500")], CHAT_BODY)
+            await client.send("POST", url, [(b"x-fake-latency-ms", b"1500")], CHAT_BODY)
     finally:
         await client.close()
     closed = client_for("http://127.0.0.1:9/v1", kind)

@@ -15,10 +15,11 @@ from starlette.types import Receive, Scope
 
 from proxy.errors import PayloadTooLarge, RequestError
 from proxy.tenancy import Tenant
-from proxy.upstream import request_headers
+from proxy.upstream import Headers, request_headers
 
 AUTHORIZATION = b"authorization"
 CONTENT_LENGTH = b"content-length"
+REQUEST_ID = b"x-request-id"
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -81,10 +82,10 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def upstream_headers(scope: Scope, tenant: Tenant) -> list[tuple[str, str]]:
+def upstream_headers(scope: Scope, tenant: Tenant) -> Headers:
     """The client's headers as they go upstream, with the request id and the tenant's auth."""
     headers = request_headers(scope["headers"], tenant.upstream_authorization)
     request_id = scope.get("state", {}).get("request_id")
-    if request_id and not any(name == "x-request-id" for name, _ in headers):
-        headers.append(("x-request-id", request_id))
+    if request_id and not any(name == REQUEST_ID for name, _ in headers):
+        headers.append((REQUEST_ID, request_id.encode("latin-1")))
     return headers
