@@ -9,16 +9,25 @@ memory pipeline off (``MEMPROXY_MEMORY_ENABLED=false``) unless ``--memory`` is g
 Targets (issue 2, 2-core machine): added p50 <= 1 ms at concurrency 1; proxy throughput >= 40 %
 of direct at concurrency 50.
 
+The machine is shared, so besides requests/s each row gives the CPU time the server process
+spent per request (``cpu_us``, from ``/proc/PID/stat`` around each cell): it moves much less
+than throughput when other work competes for the cores.
+
     .venv/bin/python bench/overhead.py             # ~1 minute
     .venv/bin/python bench/overhead.py --smoke     # seconds, for CI
+    # also memproxy with the aiohttp client, and an older checkout, interleaved in the same run:
+    git archive d4a14b7 | tar -x -C /tmp/memproxy-before
+    .venv/bin/python bench/overhead.py --aiohttp --baseline-tree /tmp/memproxy-before --engine wrk
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +36,8 @@ if __package__ in (None, ""):
 
 from bench.lib import loadgen, stats
 from bench.lib.servers import ServerProcess, free_port, memproxy, python_env
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 TARGET_ADDED_P50_MS = 1.0
 TARGET_THROUGHPUT_SHARE = 0.40
@@ -41,17 +52,69 @@ def fake_process(chunks: int) -> ServerProcess:
     return ServerProcess("fake", argv, port=port, ready_path="/healthz", env=python_env())
 
 
-def summarize(results: dict[loadgen.Cell, loadgen.Sample]) -> list[dict[str, Any]]:
-    """One row per (concurrency, stream): direct vs proxy figures and the verdicts."""
+def process_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of ``pid`` and its reaped children (0 when unknown)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime, stime, cutime, cstime are fields 14-17 of stat(5); [0] here is field 3.
+    return sum(int(v) for v in fields[11:15]) / CLK_TCK
+
+
+def run_cells(
+    targets: list[tuple[loadgen.Target, int | None]],
+    *,
+    seconds: float,
+    rounds: int,
+    engine: str,
+) -> tuple[dict[loadgen.Cell, loadgen.Sample], dict[loadgen.Cell, float]]:
+    """``loadgen.run_interleaved`` plus the server's CPU seconds per cell."""
+    results: dict[loadgen.Cell, loadgen.Sample] = {}
+    cpu: dict[loadgen.Cell, float] = {}
+    for target, _ in targets:
+        loadgen.run_cell(target, concurrency=4, seconds=loadgen.WARMUP_S, stream=False)
+    for round_no in range(rounds):
+        for concurrency in CONCURRENCIES:
+            for stream in (False, True):
+                for target, pid in loadgen.rotated(targets, round_no):
+                    before = process_cpu_s(pid)
+                    sample = loadgen.run_cell(
+                        target,
+                        concurrency=concurrency,
+                        seconds=seconds,
+                        stream=stream,
+                        engine=engine,
+                    )
+                    cell = (target.name, concurrency, stream)
+                    cpu[cell] = cpu.get(cell, 0.0) + process_cpu_s(pid) - before
+                    results.setdefault(cell, loadgen.Sample()).merge(sample)
+                    print(
+                        f"  round {round_no + 1}/{rounds} {target.name:<16} c={concurrency:<3} "
+                        f"stream={stream!s:<5} {sample.summary()['rps']:8.0f} req/s",
+                        file=sys.stderr,
+                    )
+    return results, cpu
+
+
+def summarize(
+    results: dict[loadgen.Cell, loadgen.Sample], cpu: dict[loadgen.Cell, float]
+) -> list[dict[str, Any]]:
+    """One row per (proxy, concurrency, stream): direct vs proxy figures and the verdicts."""
     rows = []
     for (name, concurrency, stream), sample in sorted(results.items()):
-        if name != "memproxy":
+        if name == "direct":
             continue
         proxy = sample.summary()
-        direct = results[("direct", concurrency, stream)].summary()
+        direct_cell = ("direct", concurrency, stream)
+        direct = results[direct_cell].summary()
         share = stats.ratio(proxy["rps"], direct["rps"])
+        served = max(sample.requests, 1)
         rows.append(
             {
+                "proxy": name,
                 "c": concurrency,
                 "stream": str(stream).lower(),
                 "direct_rps": direct["rps"],
@@ -61,6 +124,8 @@ def summarize(results: dict[loadgen.Cell, loadgen.Sample]) -> list[dict[str, Any
                 "proxy_p50_ms": proxy["p50_ms"],
                 "added_p50_ms": proxy["p50_ms"] - direct["p50_ms"],
                 "added_p99_ms": proxy["p99_ms"] - direct["p99_ms"],
+                "direct_cpu_us": cpu[direct_cell] / max(results[direct_cell].requests, 1) * 1e6,
+                "proxy_cpu_us": cpu[(name, concurrency, stream)] / served * 1e6,
                 "errors": proxy["errors"] + direct["errors"],
             }
         )
@@ -71,7 +136,7 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     """The target checks, as printable lines."""
     lines = []
     for row in rows:
-        if row["stream"] != "false":
+        if row["stream"] != "false" or row["proxy"] != "memproxy":
             continue
         if row["c"] == 1:
             ok = row["added_p50_ms"] <= TARGET_ADDED_P50_MS
@@ -100,6 +165,17 @@ def main() -> None:
     parser.add_argument(
         "--no-access-log", action="store_true", help="MEMPROXY_ACCESS_LOG=false (default: on)"
     )
+    parser.add_argument(
+        "--engine", choices=loadgen.ENGINES, default="aiohttp", help="non-streaming load tool"
+    )
+    parser.add_argument(
+        "--aiohttp", action="store_true", help="also memproxy with upstream.client: aiohttp"
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also memproxy served from this source tree (e.g. an older commit, git archive)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     seconds, rounds = (0.4, 1) if args.smoke else (args.seconds, args.rounds)
@@ -108,28 +184,38 @@ def main() -> None:
         extra["MEMPROXY_ACCESS_LOG"] = "false"
     print(
         f"memproxy: workers={args.workers} memory={'on' if args.memory else 'off'} "
-        f"access_log={'off' if args.no_access_log else 'on'}",
+        f"access_log={'off' if args.no_access_log else 'on'} engine={args.engine}",
         file=sys.stderr,
     )
-    with (
-        tempfile.TemporaryDirectory(prefix="memproxy-bench-") as data_dir,
-        fake_process(args.chunks) as fake,
-        memproxy(
-            fake.base_url + "/v1", Path(data_dir), workers=args.workers, extra_env=extra
-        ) as proxy,
-    ):
-        targets = [
-            loadgen.Target("direct", fake.base_url),
-            loadgen.Target("memproxy", proxy.base_url),
-        ]
-        results = loadgen.run_interleaved(
-            targets,
-            concurrencies=CONCURRENCIES,
-            seconds=seconds,
-            rounds=rounds,
-            streams=(False, True),
+    with tempfile.TemporaryDirectory(prefix="memproxy-bench-") as tmp, ExitStack() as stack:
+        fake = stack.enter_context(fake_process(args.chunks))
+        upstream = fake.base_url + "/v1"
+        servers: dict[str, ServerProcess] = {"direct": fake}
+        servers["memproxy"] = memproxy(
+            upstream, Path(tmp, "fast"), workers=args.workers, extra_env=extra
         )
-    rows = summarize(results)
+        if args.aiohttp:
+            config = Path(tmp, "aiohttp.yaml")
+            config.write_text("upstream:\n  client: aiohttp\n")
+            env = {**extra, "MEMPROXY_CONFIG": str(config)}
+            servers["memproxy-aiohttp"] = memproxy(
+                upstream, Path(tmp, "aiohttp"), workers=args.workers, extra_env=env
+            )
+        if args.baseline_tree:
+            base = memproxy(upstream, Path(tmp, "base"), workers=args.workers, extra_env=extra)
+            tree = str(args.baseline_tree.resolve())
+            base.name, base.cwd = "memproxy-base", args.baseline_tree.resolve()
+            base.env["PYTHONPATH"] = tree
+            servers["memproxy-base"] = base
+        for name, server in servers.items():
+            if name != "direct":
+                stack.enter_context(server)
+        # The CPU of one worker process is the server's; with workers > 1 it is the parent's.
+        targets = [
+            (loadgen.Target(name, server.base_url), server.pid) for name, server in servers.items()
+        ]
+        results, cpu = run_cells(targets, seconds=seconds, rounds=rounds, engine=args.engine)
+    rows = summarize(results, cpu)
     print(stats.format_table(rows))
     for line in verdicts(rows):
         print(line)
