@@ -1,7 +1,8 @@
 """Which upstream HTTP client should memproxy use? (ADR-0002)
 
-Runs the same minimal Starlette proxy three times, once per client (plain httpx, httpx with the
-``httpx-aiohttp`` transport, aiohttp directly), each under uvicorn (uvloop + httptools), in front
+Runs the same minimal Starlette proxy once per client (plain httpx, httpx with the
+``httpx-aiohttp`` transport, aiohttp directly, and memproxy's lean HTTP/1.1 client
+``proxy.http1_pool.Http1Pool``, ADR-0008), each under uvicorn (uvloop + httptools), in front
 of the fake upstream, and loads it at 50 concurrent keep-alive connections, interleaved with the
 direct baseline. Non-streaming and streaming.
 
@@ -14,6 +15,7 @@ direct baseline. Non-streaming and streaming.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -27,7 +29,7 @@ if __package__ in (None, ""):
 from bench.lib import loadgen, stats
 from bench.lib.servers import ServerProcess, free_port, python_env
 
-CLIENTS = ("httpx", "httpx-aiohttp", "aiohttp")
+CLIENTS = ("httpx", "httpx-aiohttp", "aiohttp", "http1")
 POOL = 512
 
 
@@ -43,11 +45,18 @@ def build_proxy(client_name: str, upstream: str) -> Any:
     state: dict[str, Any] = {}
     url = upstream.rstrip("/") + "/chat/completions"
     headers = {"content-type": "application/json"}
+    origin, _, base_path = url.partition("/v1")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         limits = httpx.Limits(max_connections=POOL, max_keepalive_connections=POOL)
-        if client_name == "httpx":
+        if client_name == "http1":
+            from proxy.http1_pool import Http1Pool
+
+            state["client"] = Http1Pool(
+                origin, max_connections=POOL, keepalive_s=30.0, connect_timeout=5.0
+            )
+        elif client_name == "httpx":
             state["client"] = httpx.AsyncClient(limits=limits, timeout=60)
         elif client_name == "httpx-aiohttp":
             from httpx_aiohttp import HttpxAiohttpClient
@@ -57,11 +66,14 @@ def build_proxy(client_name: str, upstream: str) -> Any:
             connector = aiohttp.TCPConnector(limit=POOL)
             state["client"] = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         yield
-        await (state["client"].close() if client_name == "aiohttp" else state["client"].aclose())
+        client = state["client"]
+        await (client.close() if client_name in ("aiohttp", "http1") else client.aclose())
 
     async def chat(request: Request) -> Response:
         body = await request.body()
         client = state["client"]
+        if client_name == "http1":
+            return await relay_http1(client, body)
         if client_name == "aiohttp":
             resp = await client.post(url, data=body, headers=headers)
             if resp.content_type == "text/event-stream":
@@ -91,6 +103,31 @@ def build_proxy(client_name: str, upstream: str) -> Any:
         data = await resp.aread()
         await resp.aclose()
         return Response(data, status_code=resp.status_code, media_type="application/json")
+
+    async def relay_http1(pool: Any, body: bytes) -> Response:
+        now = asyncio.get_running_loop().time()
+        resp = await pool.request(
+            "POST",
+            "/v1" + base_path,
+            [(b"content-type", b"application/json")],
+            body,
+            header_deadline=now + 60,
+            idle=60.0,
+            deadline=now + 60,
+        )
+        if resp.is_event_stream:
+
+            async def relay_lean() -> AsyncIterator[bytes]:
+                try:
+                    async for chunk in resp.chunks():
+                        yield chunk
+                finally:
+                    resp.close()
+
+            return StreamingResponse(relay_lean(), media_type="text/event-stream")
+        data = await resp.read()
+        resp.close()
+        return Response(data, status_code=resp.status, media_type="application/json")
 
     async def health(request: Request) -> Response:
         return Response("ok")
