@@ -15,7 +15,8 @@ Rules (also in the OpenAPI document and adr/0070):
 - ``confidence``, ``usefulness``: numbers (not booleans) in [0, 1].
 - ``created_at``: ISO 8601 string (``DATE_TIME_PATTERN``: ``2024-05-01``,
   ``2024-05-01T12:00``, ``2024-05-01T12:00:00.5+02:00``, ...); a naive time means UTC; default: now.
-- ``metadata``: a JSON object of at most ``MAX_METADATA_BYTES`` encoded.
+- ``metadata``: a JSON object of at most ``MAX_METADATA_BYTES`` encoded, nested at most
+  ``MAX_METADATA_DEPTH`` levels.
 - Any other field is refused, so a typo (``conent``) never silently stores nothing useful.
 """
 
@@ -50,6 +51,9 @@ _ID_RE = re.compile(ID_PATTERN)
 _DATE_TIME_RE = re.compile(DATE_TIME_PATTERN)
 MAX_USER_CHARS = 256
 MAX_METADATA_BYTES = 16 * 1024
+# Qdrant decodes payloads with serde_json's recursion limit (128): deeper metadata was stored,
+# then made every read of the tenant fail. Real metadata is shallow.
+MAX_METADATA_DEPTH = 32
 # Most memories one write may carry: keeps a request's embedding and WAL append bounded
 # (about 0.2 s for 1,000 memories with the static embedder; adr/0071).
 MAX_BATCH_MEMORIES = 1000
@@ -166,7 +170,28 @@ def parse_metadata(value: Any, param: str = "metadata") -> dict[str, Any]:
         raise RequestError(
             f"'{param}' is {size} bytes encoded; the limit is {MAX_METADATA_BYTES}.", param=param
         )
+    if nesting_depth(value) > MAX_METADATA_DEPTH:
+        raise RequestError(
+            f"'{param}' is nested deeper than {MAX_METADATA_DEPTH} levels.", param=param
+        )
     return value
+
+
+def nesting_depth(value: Any) -> int:
+    """How many objects/arrays deep a JSON value goes (iterative: no recursion limit)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def parse_memory(data: Any, *, max_content_chars: int, prefix: str = "") -> MemoryInput:
