@@ -443,3 +443,16 @@ def test_memory_disabled_answers_503(fake_server: FakeServer, tmp_path: Path) ->
         response = client.list()
     assert_error(response, 503)
     assert response.json()["error"]["type"] == "memory_backend_error"
+
+
+def test_unreachable_store_at_start_answers_503(fake_server: FakeServer, tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the store's folder should be")
+    with ProxyServer(create_app(memory_settings(fake_server.url, blocked))) as proxy:
+        assert proxy.server.started
+        client = Api(f"http://{proxy.host}:{proxy.port}")
+        response = client.add({"content": "x"})
+        listed = client.list()
+    assert_error(response, 503)
+    assert "unavailable" in response.json()["error"]["message"]
+    assert_error(listed, 503)
