@@ -110,14 +110,12 @@ class Pipeline:
         """Inject the tenant's memories into ``body`` (a new object; ``body`` is never mutated)."""
         options = parse_options(tenant.memory, headers, body)
         messages = body.get("messages")
-        if not isinstance(messages, list):
-            messages = []
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            messages = []  # malformed: forwarded untouched, the upstream answers the 400
         run = Run(tenant, options, messages)
         if options.mode == "off":
             return self._finish(run, body, OFF)
-        if self.store is None or self.embedder is None:
-            run.degrade("store_unavailable")
-        elif messages:
+        if messages:
             try:
                 async with asyncio.timeout(self.deadline_s):
                     await self._retrieve(run, body)
@@ -147,6 +145,9 @@ class Pipeline:
         query = query_text(run.messages, self.settings.query_window)
         run.clock.mark("query")
         if not query or not options.sources:
+            return
+        if self.store is None or self.embedder is None:
+            run.degrade("store_unavailable")
             return
         sources = None if ALL_SOURCES.issubset(options.sources) else options.sources
         cache = self.cache
@@ -186,15 +187,18 @@ class Pipeline:
         if cache is None:
             return self.calculator.calculate_request(body, memory_cap=run.options.max_tokens)
         encoding = encoding_name_for_model(str(body.get("model") or ""))
-        names = [message_key(m, encoding) if isinstance(m, dict) else "" for m in run.messages]
-        cached = await cache.get_token_counts(run.tenant.id, encoding, names)
+        # Only well-formed (dict) messages are cached; others are counted every time.
+        names = [message_key(m, encoding) if isinstance(m, dict) else None for m in run.messages]
+        known = [name for name in names if name is not None]
+        found = iter(await cache.get_token_counts(run.tenant.id, encoding, known))
+        cached = [next(found) if name is not None else None for name in names]
         budget = self.calculator.calculate_request(
             body, memory_cap=run.options.max_tokens, cached_counts=cached
         )
         fresh = {
             name: count
             for name, hit, count in zip(names, cached, budget.message_counts, strict=False)
-            if hit is None and name
+            if hit is None and name is not None
         }
         if fresh:
             run.deferred.append(

@@ -1,0 +1,174 @@
+"""``Pipeline.prepare`` in process with fake backends: statuses, headers, no mutation, caching."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Coroutine, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+
+from proxy.cache.local import LocalCache
+from proxy.cache.request_cache import RequestCache
+from proxy.context.budget import TokenBudgetCalculator
+from proxy.context.records import Candidate, MemoryRecord
+from proxy.context.render import BLOCK_OPEN
+from proxy.hooks import Completion
+from proxy.metrics import Metrics
+from proxy.pipeline.pipeline import Pipeline
+from proxy.settings import MemorySettings
+from proxy.tenancy import Tenant
+
+DIMS = 4
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
+SETTINGS = MemorySettings()
+TENANT = Tenant("t1", None, SETTINGS)
+
+
+class FakeEmbedder:
+    name = "fake"
+    dimensions = DIMS
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.calls = 0
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls += 1
+        if self.fail:
+            raise ConnectionError("down")
+        return np.ones((len(texts), DIMS), dtype=np.float32) / 2
+
+
+class FakeStore:
+    def __init__(self, mode: str = "ok") -> None:
+        self.mode = mode
+        self.searches = 0
+
+    async def search(self, tenant: str, query: Any) -> list[Candidate]:
+        self.searches += 1
+        if self.mode == "raise":
+            raise RuntimeError("boom")
+        if self.mode == "hang":
+            await asyncio.sleep(10)
+        record = MemoryRecord(
+            id="m1",
+            tenant=tenant,
+            user="",
+            source="learnings",
+            content="The user's dog is called Biscuit.",
+            created_at=NOW,
+        )
+        return [Candidate(record, 0.9)]
+
+
+def build(
+    store: Any = None, embedder: Any = None, lookups: list[tuple[str, int, int]] | None = None
+) -> Pipeline:
+    def spawn(coro: Coroutine[Any, Any, None]) -> None:
+        coro.close()
+
+    def hook(kind: str, hits: int, misses: int) -> None:
+        if lookups is not None:
+            lookups.append((kind, hits, misses))
+
+    return Pipeline(
+        MemorySettings(deadline_ms=200.0),
+        calculator=TokenBudgetCalculator(memory_cap=None),
+        store=store,
+        embedder=embedder,
+        cache=RequestCache(LocalCache(100), on_lookup=hook),
+        metrics=Metrics(),
+        spawn=spawn,
+        clock=lambda: NOW,
+    )
+
+
+def body(*contents: Any) -> dict[str, Any]:
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": c} for c in contents]}
+
+
+async def test_injects_into_a_new_body() -> None:
+    original = body("what is my dog called?")
+    before = copy.deepcopy(original)
+    prepared = await build(FakeStore(), FakeEmbedder()).prepare(TENANT, {}, original)
+    assert original == before
+    assert prepared.body is not original
+    system = prepared.body["messages"][0]
+    assert system["role"] == "system"
+    assert BLOCK_OPEN in system["content"]
+    assert "Biscuit" in system["content"]
+    headers = prepared.response_headers
+    assert headers["X-Memory-Status"] == "injected"
+    assert headers["X-Memory-Injected"] == "1"
+    assert prepared.on_complete is not None
+
+
+@pytest.mark.parametrize(
+    ("store", "embedder", "reason"),
+    [
+        (FakeStore("raise"), FakeEmbedder(), "search_error"),
+        (FakeStore("hang"), FakeEmbedder(), "search_timeout"),
+        (FakeStore(), FakeEmbedder(fail=True), "embed_error"),
+        (None, FakeEmbedder(), "store_unavailable"),
+        (FakeStore(), None, "store_unavailable"),
+    ],
+)
+async def test_failures_forward_the_original_body(store: Any, embedder: Any, reason: str) -> None:
+    pipeline = build(store, embedder)
+    original = body("what is my dog called?")
+    prepared = await pipeline.prepare(TENANT, {}, original)
+    assert prepared.body is original  # the client's bytes go upstream unchanged
+    assert prepared.response_headers["X-Memory-Status"] == "degraded"
+    assert int(prepared.response_headers["X-Memory-Budget"]) > 0
+    value = pipeline.metrics.registry.get_sample_value(
+        "memproxy_memory_degraded_total", {"reason": reason}
+    )
+    assert value == 1
+
+
+async def test_the_deadline_bounds_the_whole_stage() -> None:
+    pipeline = build(FakeStore("hang"), FakeEmbedder())
+    pipeline.deadline_s, pipeline.search_s = 0.05, 5.0
+    prepared = await pipeline.prepare(TENANT, {}, body("dog?"))
+    assert prepared.response_headers["X-Memory-Status"] == "degraded"
+    value = pipeline.metrics.registry.get_sample_value(
+        "memproxy_memory_degraded_total", {"reason": "deadline"}
+    )
+    assert value == 1
+
+
+@pytest.mark.parametrize(
+    "messages", [["junk", {"role": "user", "content": "dog?"}], "not a list", None, [1, 2]]
+)
+async def test_malformed_messages_are_forwarded_untouched(messages: Any) -> None:
+    original = {"model": "gpt-4o", "messages": messages}
+    prepared = await build(FakeStore(), FakeEmbedder()).prepare(TENANT, {}, original)
+    assert prepared.body is original
+    assert prepared.response_headers["X-Memory-Status"] == "empty"
+
+
+async def test_a_conversation_counts_only_its_new_messages() -> None:
+    lookups: list[tuple[str, int, int]] = []
+    pipeline = build(FakeStore(), FakeEmbedder(), lookups)
+    first = await pipeline.prepare(TENANT, {}, body("a", "b", "dog?"))
+    assert first.on_complete is not None
+    await first.on_complete(Completion(200, False, True, "ok"))  # deferred cache writes
+    lookups.clear()
+    await pipeline.prepare(TENANT, {}, body("a", "b", "dog?", "and the cat?"))
+    tokens = [(hits, misses) for kind, hits, misses in lookups if kind == "tokens"]
+    assert tokens == [(3, 1)]
+
+
+async def test_no_messages_or_mode_off_do_no_backend_work() -> None:
+    store, embedder = FakeStore(), FakeEmbedder()
+    pipeline = build(store, embedder)
+    off = await pipeline.prepare(TENANT, {"x-memory-mode": "off"}, body("dog?"))
+    assert off.response_headers["X-Memory-Status"] == "off"
+    empty = await pipeline.prepare(TENANT, {}, {"model": "gpt-4o", "messages": []})
+    assert empty.response_headers["X-Memory-Status"] == "empty"
+    assert store.searches == 0
+    assert embedder.calls == 0
