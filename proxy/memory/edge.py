@@ -387,6 +387,9 @@ class EdgeStore:
                 if record is not None:
                     count = {"retrieval_count": record.retrieval_count + 1}
                     self._shard.update(qe.UpdateOperation.set_payload([point.id], count))
+        # Replaced payload blocks are reclaimed only by a flush: without this, a chat-only load
+        # (no adds) grew the payload storage without bound (tests/reliability/test_store_growth).
+        self._after_write(0)
 
     async def set_usefulness(
         self, tenant: str, memory_id: str, usefulness: float
