@@ -12,6 +12,7 @@ repeat). Backend failures answer 503; see adr/0070 for the rest of the contract.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from proxy.errors import MemproxyError, MethodNotAllowed, RequestError, StoreError
 from proxy.memory.inputs import parse_fraction, parse_source, parse_user, parse_write_body
@@ -31,7 +33,6 @@ from proxy.memory.service import (
 )
 from proxy.relay import error_response
 from proxy.routes.forward import parse_json_object, read_body
-from proxy.routes.passthrough import METHODS
 from proxy.services import Services
 from proxy.tenancy import Tenant
 
@@ -39,6 +40,7 @@ LOGGER = logging.getLogger("memproxy.memories")
 LIST_PARAMS = frozenset({"user", "source", "limit", "after"})
 SEARCH_FIELDS = frozenset({"query", "user", "top_k", "sources"})
 FEEDBACK_FIELDS = frozenset({"useful", "usefulness"})
+INTEGER_RE = re.compile(r"-?[0-9]{1,9}")
 Handler = Callable[[Request, Services, Tenant], Awaitable[Response]]
 
 
@@ -91,9 +93,9 @@ def parse_int(value: Any, param: str, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, str):
-        text = value.strip()
-        if text.lstrip("-").isdigit():
-            return int(text)
+        # ASCII digits only: str.isdigit() also accepts "³", which int() refuses.
+        if INTEGER_RE.fullmatch(value.strip()):
+            return int(value)
     elif isinstance(value, int) and not isinstance(value, bool):
         return value
     elif isinstance(value, float) and value.is_integer():
@@ -235,13 +237,24 @@ async def memory_path(request: Request) -> Response:
     return await _item(request)
 
 
-# Every method is routed here so none reaches the passthrough (memproxy owns these paths).
+class AnyMethod:
+    """An ASGI app around an endpoint: Starlette routes every method, even non-standard ones
+    (``QUERY``), to an ASGI app, so each unsupported method gets our 405 with ``Allow``."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = await self.endpoint(Request(scope, receive))
+        await response(scope, receive, send)
+
+
+# No method on these paths reaches the passthrough: memproxy owns them.
 routes = [
     Route(
         "/v1/memories",
-        dispatch({"POST": _create, "GET": _list, "HEAD": _list, "DELETE": _delete_user}),
-        methods=METHODS,
+        AnyMethod(dispatch({"POST": _create, "GET": _list, "HEAD": _list, "DELETE": _delete_user})),
     ),
-    Route("/v1/memories/{memory_id}", memory_path, methods=METHODS),
-    Route("/v1/memories/{memory_id}/feedback", dispatch({"POST": _feedback}), methods=METHODS),
+    Route("/v1/memories/{memory_id}", AnyMethod(memory_path)),
+    Route("/v1/memories/{memory_id}/feedback", AnyMethod(dispatch({"POST": _feedback}))),
 ]

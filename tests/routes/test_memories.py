@@ -198,6 +198,8 @@ def test_list_filters_by_user_and_source(api: Api) -> None:
         ({"limit": 0}, "limit"),
         ({"limit": 101}, "limit"),
         ({"limit": "ten"}, "limit"),
+        ({"limit": "³"}, "limit"),
+        ({"limit": "1e3"}, "limit"),
         ({"source": "gossip"}, "source"),
         ({"order": "asc"}, "order"),
     ],
@@ -384,6 +386,10 @@ def test_unsupported_methods_are_405_and_never_forwarded(api: Api, fake: FakeSer
     assert "POST" in response.headers["allow"]
     assert_error(api.http.patch("/v1/memories/x"), 405)
     assert_error(api.http.get("/v1/memories/x/feedback"), 405)
+    for method in ("TRACE", "QUERY"):
+        other = api.http.request(method, "/v1/memories/x")
+        assert_error(other, 405)
+        assert other.headers["allow"] == "DELETE, GET, HEAD"
     assert list(fake.fake.requests) == []
 
 
