@@ -10,12 +10,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
 from proxy.context.budget import TokenBudgetCalculator
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.render import BLOCK_OPEN
+from proxy.context.tokens import count_tokens
 from proxy.hooks import Completion
 from proxy.metrics import Metrics
 from proxy.pipeline.pipeline import Pipeline
@@ -172,3 +175,46 @@ async def test_no_messages_or_mode_off_do_no_backend_work() -> None:
     assert empty.response_headers["X-Memory-Status"] == "empty"
     assert store.searches == 0
     assert embedder.calls == 0
+
+
+class ContentStore:
+    """Returns the given contents as candidates."""
+
+    def __init__(self, contents: Sequence[str]) -> None:
+        self.contents = contents
+
+    async def search(self, tenant: str, query: Any) -> list[Candidate]:
+        return [
+            Candidate(
+                MemoryRecord(
+                    id=f"m{i}",
+                    tenant=tenant,
+                    user="",
+                    source="learnings",
+                    content=text,
+                    created_at=NOW,
+                ),
+                0.5,
+            )
+            for i, text in enumerate(self.contents)
+        ]
+
+
+@settings(max_examples=40)
+@given(
+    st.lists(st.text(min_size=1, max_size=200), max_size=30),
+    st.integers(min_value=0, max_value=400),
+)
+def test_the_block_never_exceeds_the_budget(contents: list[str], cap: int) -> None:
+    pipeline = build(ContentStore(contents), FakeEmbedder())
+    headers = {"x-memory-max-tokens": str(cap)}
+    prepared = asyncio.run(pipeline.prepare(TENANT, headers, body("tell me everything")))
+    status = prepared.response_headers["X-Memory-Status"]
+    budget = int(prepared.response_headers["X-Memory-Budget"])
+    assert budget == cap
+    if status != "injected":
+        assert prepared.body["messages"] == body("tell me everything")["messages"]
+        return
+    block = prepared.body["messages"][0]["content"]
+    assert count_tokens(block, "o200k_base") == int(prepared.response_headers["X-Memory-Tokens"])
+    assert int(prepared.response_headers["X-Memory-Tokens"]) <= budget
