@@ -161,6 +161,11 @@ class Http1Connection(asyncio.Protocol):
             self.transport.write(body)
 
     @property
+    def usable(self) -> bool:
+        """Open, and not closing (the peer may have hung up before we heard of it)."""
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
+    @property
     def received(self) -> bool:
         """Whether any response byte arrived for the current exchange."""
         return self._received
@@ -220,7 +225,10 @@ class Http1Connection(asyncio.Protocol):
         """End the exchange: back to the pool if fully read and reusable, else close."""
         self._active = False
         self._body = []
-        if self._complete and self._keep_alive and self._error is None and not self.closed:
+        if self._complete and self._keep_alive and self._error is None and self.usable:
+            if self._paused and self.transport is not None:
+                self._paused = False
+                self.transport.resume_reading()
             self.pool.release(self)
         else:
             self.close()

@@ -141,7 +141,7 @@ class Http1Pool:
             now = loop.time()
             while self._idle and not fresh:
                 conn = self._idle.pop()
-                if conn.closed or now - conn.idle_since >= self.keepalive_s:
+                if not conn.usable or now - conn.idle_since >= self.keepalive_s:
                     conn.close()
                     continue
                 conn.reused = True
@@ -156,11 +156,15 @@ class Http1Pool:
             try:
                 async with asyncio.timeout_at(deadline):
                     await waiter
-            except TimeoutError as exc:
-                raise UpstreamTimeout("No upstream connection became free in time.") from exc
-            finally:
+            except BaseException as exc:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
+                elif waiter.done() and not waiter.cancelled():
+                    # Woken as we time out or are cancelled: hand the free slot on.
+                    self._wake_one()
+                if isinstance(exc, TimeoutError):
+                    raise UpstreamTimeout("No upstream connection became free in time.") from exc
+                raise
 
     async def _connect(self, deadline: float) -> Http1Connection:
         loop = asyncio.get_running_loop()

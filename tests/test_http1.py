@@ -398,6 +398,34 @@ async def test_large_bodies_both_ways_with_a_slow_reader() -> None:
         await pool.close()
 
 
+async def test_complete_unread_body_is_reused_with_reading_resumed() -> None:
+    size = 1024 * 1024  # over the pause threshold: reading pauses while nobody reads
+
+    async def handler(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
+    ) -> None:
+        while await s.read_request(reader) is not None:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+            writer.write(b"z" * size)
+            await writer.drain()
+
+    async with serving(handler) as server:
+        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        first = await request(pool)
+        assert len(await anext(first.chunks())) > 0
+        first.close()  # not complete yet: the connection must go
+        assert pool.size == 0
+        second = await request(pool)
+        assert len(await second.read()) == size
+        second.close()
+        assert pool.idle == 1
+        third = await request(pool)
+        assert len(await third.read()) == size
+        third.close()
+        assert server.connections == 2
+        await pool.close()
+
+
 async def test_head_response_has_no_body_and_closes() -> None:
     async def handler(
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
