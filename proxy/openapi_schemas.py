@@ -11,6 +11,7 @@ from proxy.memory.inputs import (
     MAX_BATCH_MEMORIES,
     MAX_ID_CHARS,
     MAX_USER_CHARS,
+    SEARCH_ID,
 )
 from proxy.memory.service import API_TOKEN_ENCODING, DEFAULT_TOP_K, MAX_TOP_K
 
@@ -60,8 +61,10 @@ def _memory_input(max_content_chars: int) -> dict[str, Any]:
                 "type": "string",
                 "pattern": ID_PATTERN,
                 "maxLength": MAX_ID_CHARS,
+                "not": {"const": SEARCH_ID},
                 "description": "Your id; writing it again replaces the memory (idempotent "
-                "imports). Generated (`mem_...`) when absent. Unique within one batch.",
+                "imports). Generated (`mem_...`) when absent. Unique within one batch; `search` is "
+                "reserved.",
             },
             "user": {
                 "type": "string",

@@ -7,8 +7,8 @@ with its batch position (``memories[3].created_at``) in OpenAI's ``param``.
 Rules (also in the OpenAPI document and adr/0070):
 
 - ``content``: a string with at least one non-blank character, at most ``max_content_chars``.
-- ``id``: optional string of 1..``MAX_ID_CHARS`` URL-safe ASCII characters (``ID_PATTERN``);
-  generated when absent.
+- ``id``: optional string of 1..``MAX_ID_CHARS`` URL-safe ASCII characters (``ID_PATTERN``),
+  not ``search`` (reserved); generated when absent.
   Records carrying their own id are upserts, which makes imports idempotent.
 - ``user``: string of at most ``MAX_USER_CHARS``; ``""`` (the default) is tenant-shared.
 - ``source``: one of ``SOURCES`` (default ``learnings``).
@@ -47,6 +47,8 @@ DATE_TIME_PATTERN = (
     r"([T ]([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,9})?)?"
     r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?)?$"
 )
+# /v1/memories/search is the search endpoint, so no memory may be called "search".
+SEARCH_ID = "search"
 _ID_RE = re.compile(ID_PATTERN)
 _DATE_TIME_RE = re.compile(DATE_TIME_PATTERN)
 MAX_USER_CHARS = 256
@@ -125,6 +127,8 @@ def _string(value: Any, param: str, max_chars: int) -> str:
 def parse_id(value: Any, param: str = "id") -> str:
     """Return a client-given memory id, or raise: 1..MAX_ID_CHARS printable characters."""
     text = _string(value, param, MAX_ID_CHARS)
+    if text == SEARCH_ID:
+        raise RequestError(f"'{param}' may not be '{SEARCH_ID}' (reserved).", param=param)
     if not _ID_RE.fullmatch(text):
         raise RequestError(
             f"'{param}' must be 1 to {MAX_ID_CHARS} characters among A-Z a-z 0-9 . _ : @ + = ~ -"

@@ -23,7 +23,13 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import MemproxyError, MethodNotAllowed, RequestError, StoreError
-from proxy.memory.inputs import parse_fraction, parse_source, parse_user, parse_write_body
+from proxy.memory.inputs import (
+    SEARCH_ID,
+    parse_fraction,
+    parse_source,
+    parse_user,
+    parse_write_body,
+)
 from proxy.memory.service import (
     DEFAULT_PAGE,
     DEFAULT_TOP_K,
@@ -230,9 +236,8 @@ _search_route = dispatch({"POST": _search})
 
 
 async def memory_path(request: Request) -> Response:
-    """``/v1/memories/{id}``; ``POST /v1/memories/search`` is the search (a memory whose id is
-    "search" is still reachable with GET and DELETE)."""
-    if request.path_params["memory_id"] == "search" and request.method == "POST":
+    """``/v1/memories/{id}``, where the id ``search`` (reserved, never stored) is the search."""
+    if request.path_params["memory_id"] == SEARCH_ID:
         return await _search_route(request)
     return await _item(request)
 

@@ -393,10 +393,11 @@ def test_unsupported_methods_are_405_and_never_forwarded(api: Api, fake: FakeSer
     assert list(fake.fake.requests) == []
 
 
-def test_a_memory_called_search_is_still_addressable(api: Api) -> None:
-    api.ok_add(id="search", content="a memory named search")
-    assert api.http.get("/v1/memories/search").json()["id"] == "search"
-    assert api.http.delete("/v1/memories/search").status_code == 200
+def test_search_is_a_reserved_id(api: Api) -> None:
+    assert_error(api.add({"id": "search", "content": "x"}), 400, "id")
+    response = api.http.get("/v1/memories/search")
+    assert_error(response, 405)
+    assert response.headers["allow"] == "POST"
 
 
 def test_writes_bump_the_tenant_generation(fake_server: FakeServer, tmp_path: Path) -> None:
