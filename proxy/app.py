@@ -23,6 +23,7 @@ from starlette.responses import Response
 from proxy.backends import open_backends
 from proxy.errors import MemproxyError, NotFound, RequestError
 from proxy.fastpath import MemproxyApp
+from proxy.gc_tuning import tune_gc_for_serving
 from proxy.hooks import MemoryPipeline
 from proxy.logs import configure_logging
 from proxy.metrics import Metrics
@@ -127,4 +128,6 @@ def create_app_from_env() -> Starlette:
     """Factory for uvicorn workers: settings from ``MEMPROXY_*`` / the config file."""
     settings = load_settings()
     configure_logging(settings.server)
-    return create_app(settings)
+    app = create_app(settings)
+    tune_gc_for_serving()
+    return app
