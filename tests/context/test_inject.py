@@ -95,5 +95,17 @@ def test_never_mutates_and_adds_the_block_once(messages: list[dict[str, Any]], b
     result = inject(messages, block)
     assert messages == before
     assert len(result) in (len(messages), len(messages) + 1)
-    flat = repr(result)
-    assert flat.count(repr(block)[1:-1]) >= 1
+    # Compare the texts themselves: repr() escapes quotes differently once text is joined.
+    assert all_text(result).count(block) > all_text(messages).count(block)
+
+
+def all_text(messages: list[dict[str, Any]]) -> str:
+    """Every text of ``messages`` (string contents and text parts), one per line."""
+    parts: list[str] = []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, str):
+            parts.append(content)
+        else:
+            parts.extend(part["text"] for part in content)
+    return "\n".join(parts)
