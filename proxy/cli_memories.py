@@ -105,12 +105,12 @@ class Progress:
     def __init__(self, total: int, stream: IO[str], enabled: bool) -> None:
         self.total, self.stream, self.enabled = total, stream, enabled
         self.done = 0
-        self.started = self._last = time.perf_counter()
+        self.started = self._last = self._ended = time.perf_counter()
 
     def advance(self, count: int) -> None:
         """Add ``count`` finished items and redraw at most every ``PROGRESS_EVERY_S``."""
         self.done += count
-        now = time.perf_counter()
+        now = self._ended = time.perf_counter()
         if now - self._last >= PROGRESS_EVERY_S or self.done >= self.total:
             self._last = now
             self.draw(end="")
@@ -137,8 +137,8 @@ class Progress:
 
     @property
     def rate(self) -> float:
-        """Memories per second so far."""
-        return self.done / max(time.perf_counter() - self.started, 1e-9)
+        """Memories per second, up to the last write (closing the store is not import)."""
+        return self.done / max(self._ended - self.started, 1e-9)
 
 
 def load_file(path: str, max_content_chars: int) -> tuple[list[MemoryInput], list[BadRecord]]:
