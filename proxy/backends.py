@@ -120,7 +120,7 @@ async def open_backends(services: Services, stack: AsyncExitStack) -> None:
 
 
 async def load_limits() -> ModelLimits:
-    """litellm's model table, imported once in a worker thread (seconds; never per request)."""
+    """litellm's model table, read once in a worker thread at start (never per request)."""
     try:
         return await asyncio.to_thread(load_model_limits)
     except Exception as exc:  # an unknown model then gets the conservative 8k window

@@ -2,8 +2,9 @@
 
 Integration contract (stable):
 
-- ``load_model_limits()`` imports litellm (seconds) and returns a frozen ``ModelLimits`` table
-  (context window, max output) for every model litellm knows, with ``MODEL_OVERRIDES`` on top.
+- ``load_model_limits()`` reads litellm's shipped model map (no import of litellm) and returns a
+  frozen ``ModelLimits`` table (context window, max output) for every model litellm knows, with
+  ``MODEL_OVERRIDES`` on top and ``MODEL_FAMILIES`` for common models it lacks.
   Call it once in the app lifespan and hand the table to ``TokenBudgetCalculator(limits)``;
   without it the calculator uses the overrides alone. Nothing here imports litellm per request.
 - ``TokenBudgetCalculator.calculate_request(body, ...)`` counts an OpenAI chat request body as

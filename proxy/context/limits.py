@@ -1,13 +1,17 @@
 """Model limits: context window and max output per model, from litellm's map plus the seed's.
 
-``load_model_limits()`` imports litellm (seconds) and builds a frozen ``ModelLimits`` table from
-``litellm.model_cost``; ``MODEL_OVERRIDES`` (the budget seed's table) wins over it. Call it once in
-the app lifespan; without it ``ModelLimits()`` holds the overrides alone. Lookups never raise:
+``load_model_limits()`` builds a frozen ``ModelLimits`` table from litellm's model map;
+``MODEL_OVERRIDES`` (the budget seed's table) wins over it. Call it once in the app lifespan;
+without it ``ModelLimits()`` holds the overrides alone. With ``LITELLM_LOCAL_MODEL_COST_MAP``
+set, ``litellm.model_cost`` is exactly the JSON file its wheel ships, so that file is read
+directly (tens of milliseconds) instead of importing litellm (seconds). Lookups never raise:
 unknown models get ``UNKNOWN_MODEL`` (8,192 tokens, the seed's conservative fallback).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +35,25 @@ MODEL_MAX_OUTPUT: dict[str, int] = {
     "gpt-3.5-turbo-16k": 4_096,
 }
 DEFAULT_CONTEXT_WINDOW = 8_192  # conservative fallback for unknown models
+# Families that litellm's map lacks under the names OpenAI-compatible gateways use (it keys them
+# by provider, e.g. "anthropic.claude-..."). Matched by prefix after exact names fail, longest
+# first, so dated releases ("claude-sonnet-4-20250514") and size suffixes find their family.
+MODEL_FAMILIES: dict[str, tuple[int, int | None]] = {
+    "claude-opus-4": (200_000, 32_000),
+    "claude-sonnet-4": (200_000, 64_000),
+    "claude-haiku-4": (200_000, 64_000),
+    "claude-3-7-sonnet": (200_000, 64_000),
+    "claude-3-5-sonnet": (200_000, 8_192),
+    "claude-3-5-haiku": (200_000, 8_192),
+    "llama-3.1": (131_072, None),
+    "llama3.1": (131_072, None),
+    "llama-3.3": (131_072, None),
+    "llama3.3": (131_072, None),
+    "mistral-large": (131_072, None),
+    "qwen2.5": (32_768, None),
+    "gpt-oss": (131_072, 131_072),
+}
+LITELLM_MODEL_MAP_FILE = "model_prices_and_context_window_backup.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +76,15 @@ def override_limits() -> dict[str, ModelLimit]:
 
 
 MODEL_OVERRIDES: Mapping[str, ModelLimit] = override_limits()
+FAMILY_LIMITS: Mapping[str, ModelLimit] = {
+    prefix: ModelLimit(window, output) for prefix, (window, output) in MODEL_FAMILIES.items()
+}
+FAMILIES_LONGEST_FIRST: tuple[str, ...] = tuple(sorted(MODEL_FAMILIES, key=len, reverse=True))
+
+
+def family_of(bare_model: str) -> str:
+    """The longest ``MODEL_FAMILIES`` prefix of a lower-case model name, or ``""``."""
+    return next((f for f in FAMILIES_LONGEST_FIRST if bare_model.startswith(f)), "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +94,13 @@ class ModelLimits:
     table: Mapping[str, ModelLimit] = field(default_factory=lambda: dict(MODEL_OVERRIDES))
 
     def lookup(self, model: str) -> ModelLimit:
-        """Exact name, then lower case, then without a provider prefix; else ``UNKNOWN_MODEL``."""
-        for name in (model, model.lower(), model.rsplit("/", 1)[-1].lower()):
+        """Exact name, lower case, without a provider prefix, then a known family; else unknown."""
+        bare = model.rsplit("/", 1)[-1].lower()
+        for name in (model, model.lower(), bare):
             limit = self.table.get(name)
             if limit is not None:
                 return limit
-        return UNKNOWN_MODEL
+        return FAMILY_LIMITS.get(family_of(bare), UNKNOWN_MODEL)
 
 
 def limits_from_model_map(model_map: Mapping[str, Mapping[str, Any]]) -> ModelLimits:
@@ -83,9 +116,26 @@ def limits_from_model_map(model_map: Mapping[str, Mapping[str, Any]]) -> ModelLi
     return ModelLimits(table)
 
 
-def load_model_limits() -> ModelLimits:
-    """Import litellm once (about 4 s) and return its limits; call at startup, not per request."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm  # deliberately lazy: the import takes seconds
+def read_litellm_model_map() -> dict[str, Any] | None:
+    """Read the model map litellm's wheel ships, without importing litellm; None if absent."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        path = os.path.join(folder, LITELLM_MODEL_MAP_FILE)
+        if os.path.isfile(path):
+            with open(path, "rb") as handle:
+                data = json.load(handle)
+            return data if isinstance(data, dict) else None
+    return None
 
-    return limits_from_model_map(litellm.model_cost)
+
+def load_model_limits() -> ModelLimits:
+    """Return litellm's limits (its shipped map; an import only as a fallback); call at startup."""
+    model_map = read_litellm_model_map()
+    if model_map is None:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm  # deliberately lazy: the import takes seconds
+
+        model_map = litellm.model_cost
+    return limits_from_model_map(model_map)

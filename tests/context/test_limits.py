@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from proxy.context import limits
@@ -35,3 +38,33 @@ def test_limits_from_model_map_skips_bad_entries() -> None:
     assert table.lookup("b") == ModelLimit(500, None)
     assert table.lookup("c") == limits.UNKNOWN_MODEL
     assert table.lookup("gpt-4").context_window == 8_192
+
+
+@pytest.mark.parametrize(
+    ("model", "window"),
+    [
+        ("claude-sonnet-4-20250514", 200_000),
+        ("anthropic/claude-3-5-sonnet-20241022", 200_000),
+        ("meta-llama/Llama-3.1-8B-Instruct", 131_072),
+        ("llama3.3:70b", 131_072),
+        ("gpt-oss-120b", 131_072),
+        ("totally-unknown-model", limits.DEFAULT_CONTEXT_WINDOW),
+    ],
+)
+def test_families_cover_models_litellm_lacks(
+    litellm_limits: ModelLimits, model: str, window: int
+) -> None:
+    assert litellm_limits.lookup(model).context_window == window
+
+
+def test_model_map_is_read_without_importing_litellm() -> None:
+    model_map = limits.read_litellm_model_map()
+    assert model_map is not None
+    assert model_map["gpt-4o"]["max_input_tokens"] == 128_000
+    # A fresh interpreter: other tests of this session may have imported litellm already.
+    code = (
+        "import sys; from proxy.context.limits import load_model_limits; "
+        "table = load_model_limits().table; "
+        "assert len(table) > 1000 and 'litellm' not in sys.modules, sorted(sys.modules)[:5]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
