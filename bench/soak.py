@@ -23,7 +23,7 @@ the first after warm-up).
 
     .venv/bin/python bench/soak.py                  # 10 minutes per phase
     .venv/bin/python bench/soak.py --minutes 3      # shorter
-    .venv/bin/python bench/soak.py --smoke          # ~15 s per phase, for CI
+    .venv/bin/python bench/soak.py --smoke          # ~8 s per phase, for CI
 
 Not part of the test run (minutes). The machine is shared: figures carry that noise.
 """
@@ -56,6 +56,7 @@ GROWTH_LIMIT_MIB_PER_MIN = 5.0
 FD_SLACK = 16
 SAMPLE_EVERY_S = 5.0
 SMOKE_SAMPLE_EVERY_S = 1.0
+SMOKE_SECONDS = 8.0
 USERS = 32
 QUESTIONS = 64
 CONCURRENCY = 16
@@ -361,14 +362,14 @@ def run_phase(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="per phase (default 10)")
-    parser.add_argument("--smoke", action="store_true", help="~15 s per phase, for CI")
+    parser.add_argument("--smoke", action="store_true", help="~8 s per phase, for CI")
     parser.add_argument("--phase", choices=("healthy", "failing", "both"), default="both")
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         serve_failing(args.serve)
         return 0
-    seconds = 15.0 if args.smoke else args.minutes * 60
+    seconds = SMOKE_SECONDS if args.smoke else args.minutes * 60
     every = SMOKE_SAMPLE_EVERY_S if args.smoke else SAMPLE_EVERY_S
     phases = ("healthy", "failing") if args.phase == "both" else (args.phase,)
     port = free_port()
