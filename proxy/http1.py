@@ -110,8 +110,13 @@ class Http1Connection(asyncio.Protocol):
     # -- httptools callbacks ----------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        """Collect one response header (httptools hands over complete names and values)."""
-        self._headers.append((name, value))
+        """Collect one response header (httptools hands over complete names and values).
+
+        Trailer fields of a chunked body arrive here too, after the headers: dropped, as
+        aiohttp did (the relay has sent the headers by then).
+        """
+        if not self._headers_done:
+            self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         """Status and headers are known; a HEAD answer is complete here (no body follows)."""

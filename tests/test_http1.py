@@ -186,6 +186,27 @@ async def test_chunked_stream_arrives_incrementally() -> None:
         await pool.close()
 
 
+async def test_chunked_trailers_are_dropped() -> None:
+    async def handler(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
+    ) -> None:
+        while await s.read_request(reader) is not None:
+            writer.write(
+                OK_HEAD + b"transfer-encoding: chunked\r\ntrailer: x-checksum\r\n\r\n"
+                b"2\r\nok\r\n0\r\nx-checksum: abc\r\n\r\n"
+            )
+            await writer.drain()
+
+    async with serving(handler) as server:
+        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        response = await request(pool)
+        assert await response.read() == b"ok"
+        assert response.raw_headers_get(b"x-checksum") is None
+        response.close()
+        assert pool.idle == 1
+        await pool.close()
+
+
 async def test_body_until_close_is_complete_and_not_reused() -> None:
     async def handler(
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
