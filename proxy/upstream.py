@@ -41,6 +41,7 @@ DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "authorization", "expect"
 DROP_REQUEST_BYTES = frozenset(name.encode() for name in DROP_REQUEST)
 # The server sets its own framing, date and identity.
 DROP_RESPONSE = HOP_BY_HOP | {"content-length", "date", "server"}
+DROP_RESPONSE_BYTES = frozenset(name.encode() for name in DROP_RESPONSE)
 MEMORY_HEADER_PREFIX = b"x-memory-"
 V1_PREFIX = "/v1"
 
@@ -73,7 +74,7 @@ def request_headers(raw: Iterable[tuple[bytes, bytes]], authorization: str | Non
 
 def response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """Upstream response headers safe to relay to the client."""
-    return [(k, v) for k, v in headers if k.decode("latin-1").lower() not in DROP_RESPONSE]
+    return [(k, v) for k, v in headers if k.lower() not in DROP_RESPONSE_BYTES]
 
 
 class UpstreamResponse(Protocol):
