@@ -21,7 +21,8 @@ from urllib.parse import quote, urlsplit
 import certifi
 
 from proxy.errors import UpstreamError, UpstreamTimeout
-from proxy.http1 import HEADER_TIMEOUT_MESSAGE, Http1Connection, Http1Response
+from proxy.http1 import HEADER_TIMEOUT_MESSAGE, Http1Connection
+from proxy.http1_response import Http1Response
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})

@@ -1,4 +1,4 @@
-"""The lean HTTP/1.1 client (``proxy/http1.py``, ``proxy/http1_pool.py``) over real sockets.
+"""The lean HTTP/1.1 client (``proxy/http1*.py``) over real sockets.
 
 Each test runs a scripted asyncio server that reads requests and answers byte for byte, so
 framing, reuse, timeouts and failures are exercised exactly as on the wire.
@@ -15,8 +15,8 @@ import pytest
 import trustme
 
 from proxy.errors import UpstreamError, UpstreamTimeout
-from proxy.http1 import Http1Response
 from proxy.http1_pool import Http1Pool
+from proxy.http1_response import Http1Response
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Server"], Awaitable[None]]
 OK_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
