@@ -22,6 +22,7 @@ import builtins
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,9 +35,11 @@ from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
 from proxy.memory.store import (
+    COUNT_FIELDS,
     DENSE_VECTOR,
     HYBRID_OVERSAMPLE,
     INDEXED_KEYS,
+    RETRIEVAL_COUNT_KEY,
     RRF_K,
     SHARED_USER,
     SOURCE_KEY,
@@ -50,6 +53,7 @@ from proxy.memory.store import (
     check_vectors,
     clip_similarity,
     dense_of,
+    group_new_counts,
     owned,
     owned_or_fail,
     point_id,
@@ -374,19 +378,19 @@ class EdgeStore:
         ]
 
     async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:
-        """Add one to the retrieval count of each of the tenant's memories in ``ids``."""
+        """Add one to a memory's retrieval count per occurrence of its id in ``ids``."""
         require_tenant(tenant)
         if ids:
-            await self._run(self._increment_sync, tenant, list(dict.fromkeys(ids)))
+            deltas = Counter(point_id(tenant, i) for i in ids)
+            await self._run(self._increment_sync, tenant, deltas)
 
-    def _increment_sync(self, tenant: str, ids: builtins.list[str]) -> None:
+    def _increment_sync(self, tenant: str, deltas: Counter[str]) -> None:
         with self._rmw_lock:
-            found = self._shard.retrieve([point_id(tenant, i) for i in ids], True, False)
-            for point in found:
-                record = owned(point.payload, tenant)
-                if record is not None:
-                    count = {"retrieval_count": record.retrieval_count + 1}
-                    self._shard.update(qe.UpdateOperation.set_payload([point.id], count))
+            found = self._shard.retrieve(list(deltas), list(COUNT_FIELDS), False)
+            groups = group_new_counts(tenant, deltas, ((p.id, p.payload) for p in found))
+            for count, pids in groups.items():
+                operation = qe.UpdateOperation.set_payload(pids, {RETRIEVAL_COUNT_KEY: count})
+                self._shard.update(operation)
         # Replaced payload blocks are reclaimed only by a flush: without this, a chat-only load
         # (no adds) grew the payload storage without bound (tests/reliability/test_store_growth).
         self._after_write(0)

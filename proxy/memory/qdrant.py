@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,9 +22,11 @@ from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import ConfigError
 from proxy.memory import lexical
 from proxy.memory.store import (
+    COUNT_FIELDS,
     DENSE_VECTOR,
     HYBRID_OVERSAMPLE,
     INDEXED_KEYS,
+    RETRIEVAL_COUNT_KEY,
     RRF_K,
     SHARED_USER,
     SOURCE_KEY,
@@ -37,6 +40,7 @@ from proxy.memory.store import (
     check_vectors,
     clip_similarity,
     dense_of,
+    group_new_counts,
     owned,
     owned_or_fail,
     point_id,
@@ -291,17 +295,19 @@ class QdrantStore:
         ]
 
     async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:
-        """Add one to the retrieval count of each of the tenant's memories in ``ids``."""
+        """Add one to a memory's retrieval count per occurrence of its id in ``ids``."""
         require_tenant(tenant)
         if not ids:
             return
+        deltas = Counter(point_id(tenant, i) for i in ids)
         async with self._rmw_lock:
-            for record in await self._retrieve(tenant, list(dict.fromkeys(ids))):
+            found = await self._client.retrieve(
+                self._collection, ids=list(deltas), with_payload=list(COUNT_FIELDS)
+            )
+            groups = group_new_counts(tenant, deltas, ((p.id, p.payload) for p in found))
+            for count, pids in groups.items():
                 await self._client.set_payload(
-                    self._collection,
-                    payload={"retrieval_count": record.retrieval_count + 1},
-                    points=[point_id(tenant, record.id)],
-                    wait=True,
+                    self._collection, payload={RETRIEVAL_COUNT_KEY: count}, points=pids, wait=True
                 )
 
     async def set_usefulness(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -97,7 +97,7 @@ class MemoryStore(Protocol):
         ...
 
     async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:
-        """Add one to the retrieval count of each memory (unknown ids are ignored)."""
+        """Add one to a memory's retrieval count per occurrence of its id (unknown ids ignored)."""
         ...
 
     async def set_usefulness(
@@ -140,6 +140,29 @@ async def open_store(settings: StoreSettings, *, dimensions: int) -> MemoryStore
     from proxy.memory.edge import EdgeStore
 
     return await EdgeStore.open(settings.data_dir, dimensions=dimensions, hybrid=settings.hybrid)
+
+
+RETRIEVAL_COUNT_KEY = "retrieval_count"
+# What an increment reads back of each point: just enough to check the owner and add.
+COUNT_FIELDS: tuple[str, ...] = (TENANT_KEY, RETRIEVAL_COUNT_KEY)
+
+
+def group_new_counts(
+    tenant: str, deltas: Mapping[str, int], found: Iterable[tuple[Any, Mapping[str, Any] | None]]
+) -> dict[int, builtins.list[Any]]:
+    """Group the tenant's found points by their new retrieval count.
+
+    ``deltas`` maps point ids to increments, ``found`` yields (point id, payload). Points that
+    share a new count are written with one ``set_payload``: counts are small integers, so a
+    batch of hundreds of increments becomes a handful of writes instead of one per point.
+    """
+    groups: dict[int, builtins.list[Any]] = {}
+    for pid, payload in found:
+        if payload is None or payload.get(TENANT_KEY) != tenant:
+            continue
+        new = int(payload.get(RETRIEVAL_COUNT_KEY) or 0) + deltas.get(str(pid), 0)
+        groups.setdefault(new, []).append(pid)
+    return groups
 
 
 def point_id(tenant: str, memory_id: str) -> str:

@@ -2,10 +2,11 @@
 
 Every injected memory gets ``retrieval_count += 1``, but one store round trip per request would
 cost a write per chat request. Increments are collected per tenant and flushed together after
-``FLUSH_DELAY_S`` (or at ``MAX_PENDING`` ids, or on shutdown). The store's
-``increment_retrievals`` adds one per *distinct* id per call, so an id injected n times in one
-batch is sent in n rounds. The retrieval cache generation is not bumped: a count changes the
-frequency score slightly, which a result cached for seconds may ignore (adr/0050).
+``FLUSH_DELAY_S`` (or at ``MAX_PENDING`` ids, or on shutdown), one store call per tenant: the
+store adds one per occurrence of an id and writes points that share a new count together, so a
+batch costs a handful of writes, not one per injected memory. The retrieval cache generation is
+not bumped: a count changes the frequency score slightly, which a result cached for seconds may
+ignore (adr/0050).
 """
 
 from __future__ import annotations
@@ -60,12 +61,8 @@ class RetrievalCounter:
         """Send every pending increment now."""
         pending, self._pending, self._size = self._pending, {}, 0
         for tenant, counts in pending.items():
-            rounds = max(counts.values(), default=0)
             try:
-                for r in range(rounds):
-                    await self._store.increment_retrievals(
-                        tenant, [i for i, n in counts.items() if n > r]
-                    )
+                await self._store.increment_retrievals(tenant, list(counts.elements()))
             except Exception as exc:  # the store is down: counts are best effort
                 LOGGER.warning("retrieval counts of tenant %s lost: %s", tenant, exc)
                 self._report("error")

@@ -258,6 +258,16 @@ async def test_increment_retrievals(store: MemoryStore) -> None:
     assert m1.content == record("m1").content  # the rest of the payload is untouched
 
 
+async def test_increment_counts_every_occurrence(store: MemoryStore) -> None:
+    await put(store, record("m1"), record("m2"), record("m3"))
+    # m1 and m3 end at the same new count: the store writes them together.
+    await store.increment_retrievals("t1", ["m1", "m2", "m1", "m3", "m3", "m2", "m2"])
+    counts = {r.id: r.retrieval_count for r in await list_all(store, "t1")}
+    assert counts == {"m1": 2, "m2": 3, "m3": 2}
+    await store.increment_retrievals("t2", ["m1", "m1"])  # another tenant's ids: nothing
+    assert {r.id: r.retrieval_count for r in await list_all(store, "t1")} == counts
+
+
 async def test_concurrent_increments_are_not_lost(store: MemoryStore) -> None:
     await put(store, record("m1"))
     await asyncio.gather(*(store.increment_retrievals("t1", ["m1"]) for _ in range(10)))
