@@ -365,7 +365,8 @@ class EdgeStore:
                     qe.Prefetch(limit=branch, query=lexical_query, filter=scope),
                 ],
                 query=qe.Fusion.Rrf(k=RRF_K),  # type: ignore[arg-type]  # stub omits Rrf
-                filter=scope,
+                # No outer filter: both branches are scoped, and re-checking the fused points
+                # cost ~0.2 ms a search at 10k memories (tie order aside, the same hits).
                 with_payload=True,
                 with_vector=[DENSE_VECTOR],
             )
