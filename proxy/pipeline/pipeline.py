@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
 
 LOGGER = logging.getLogger("memproxy.pipeline")
+T = TypeVar("T")
 INJECTED, EMPTY, OFF, DEGRADED, EXPLAIN = "injected", "empty", "off", "degraded", "explain"
 ALL_SOURCES = frozenset(SOURCES)
 
@@ -67,6 +68,32 @@ class Run:
         """Note why this request is degraded (several reasons may apply)."""
         if reason not in self.reasons:
             self.reasons.append(reason)
+
+
+async def guarded_stage(run: Run, stage: str, timeout_s: float, work: Awaitable[T]) -> T:
+    """Await one backend stage under its timeout; any failure degrades the run.
+
+    A timeout or an error is recorded as ``{stage}_timeout`` / ``{stage}_error`` and raised as
+    ``StageFailed``, so the request goes on without memories; the stage clock always stops.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await work
+    except TimeoutError:
+        run.degrade(f"{stage}_timeout")
+        raise StageFailed from None
+    except Exception as exc:
+        LOGGER.warning("memory %s failed: %s", stage, type(exc).__name__)
+        run.degrade(f"{stage}_error")
+        raise StageFailed from exc
+    finally:
+        run.clock.mark(stage)
+
+
+async def first_row(vectors: Awaitable[np.ndarray]) -> np.ndarray:
+    """The first row of an embedding batch (the query's vector)."""
+    row: np.ndarray = (await vectors)[0]
+    return row
 
 
 class Pipeline:
@@ -207,21 +234,11 @@ class Pipeline:
         return budget
 
     async def _embed(self, run: Run, query: str) -> np.ndarray:
-        try:
-            async with asyncio.timeout(self.embed_s):
-                if self.cache is not None:
-                    vector: np.ndarray = await self.cache.embed(run.tenant.id, self.embedder, query)
-                else:
-                    vector = (await self.embedder.embed([query]))[0]
-        except TimeoutError:
-            run.degrade("embed_timeout")
-            raise StageFailed from None
-        except Exception as exc:
-            LOGGER.warning("embedding the query failed: %s", type(exc).__name__)
-            run.degrade("embed_error")
-            raise StageFailed from exc
-        finally:
-            run.clock.mark("embed")
+        if self.cache is not None:
+            work = self.cache.embed(run.tenant.id, self.embedder, query)
+        else:
+            work = first_row(self.embedder.embed([query]))
+        vector: np.ndarray = await guarded_stage(run, "embed", self.embed_s, work)
         return vector
 
     async def _search(
@@ -229,18 +246,9 @@ class Pipeline:
     ) -> list[Candidate]:
         options = run.options
         search = SearchQuery(vector, query, options.user, sources, options.top_k)
-        try:
-            async with asyncio.timeout(self.search_s):
-                hits: list[Candidate] = await self.store.search(run.tenant.id, search)
-        except TimeoutError:
-            run.degrade("search_timeout")
-            raise StageFailed from None
-        except Exception as exc:
-            LOGGER.warning("memory search failed: %s", type(exc).__name__)
-            run.degrade("search_error")
-            raise StageFailed from exc
-        finally:
-            run.clock.mark("search")
+        hits: list[Candidate] = await guarded_stage(
+            run, "search", self.search_s, self.store.search(run.tenant.id, search)
+        )
         return hits
 
     def _explain(self, run: Run, body: Mapping[str, Any]) -> Prepared:
