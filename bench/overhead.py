@@ -14,6 +14,10 @@ spent per request (``cpu_us``, from ``/proc/PID/stat`` around each cell): it mov
 than throughput when other work competes for the cores.
 
     .venv/bin/python bench/overhead.py             # ~1 minute
+
+The four-way run of issue 6 (direct, memproxy with memory off and on with 10k memories, and
+LiteLLM's proxy, interleaved in one run) reuses the same load generator and servers:
+``.venv/bin/python bench/peers/litellm_proxy.py --targets direct memproxy-off memproxy-on litellm``.
     .venv/bin/python bench/overhead.py --smoke     # seconds, for CI
     # also memproxy with the aiohttp client, and an older checkout, interleaved in the same run:
     git archive d4a14b7 | tar -x -C /tmp/memproxy-before
