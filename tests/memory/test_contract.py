@@ -354,7 +354,10 @@ async def test_hybrid_search_finds_rare_words_the_vector_misses(open_store: Stor
     )
     hits = await store.search("t1", query)
     assert "t" in [h.record.id for h in hits]
-    assert all(0.0 <= h.similarity <= 1.0 for h in hits)
+    # Every fused hit, the lexical-only one included, carries its true (clipped) cosine.
+    for hit in hits:
+        cosine = float(np.dot(query.vector, vector_for(hit.record.content)))
+        assert hit.similarity == pytest.approx(max(0.0, cosine), abs=1e-4)
     exact = await store.search("t1", query_for(target.content, top_k=3))
     assert exact[0].record.id == "t"
     assert exact[0].similarity == pytest.approx(1.0, abs=1e-4)
