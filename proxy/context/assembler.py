@@ -58,7 +58,6 @@ from proxy.context.synthesizer import (
     idf_weights,
     normalise_words,
     query_matcher,
-    weighted_overlap,
 )
 from proxy.context.tokens import get_encoding
 from proxy.errors import ConfigError
@@ -216,19 +215,31 @@ def assemble(
     query_words = normalise_words(query, stopwords=stopwords, stemmed=cfg.stemmed)
     found_in = query_matcher(query_words, stemmed=cfg.stemmed)
     matches = [found_in(candidate.record.content) for candidate in candidates]
-    weights = idf_weights(matches) if cfg.idf_overlap else {}
+    idf = cfg.idf_overlap
+    weights = idf_weights(matches) if idf else {}
+    weight_of = weights.__getitem__
+    mass = sum(weights.values())  # ``weighted_overlap``'s denominator, summed once
     size = max(1, len(query_words))
     score = MemoryScorer.score_candidate
-    rows: list[tuple[float, int, ScoredMemory, float, float, int, int]] = []
+    composite_weight, keyword_weight = cfg.composite_weight, cfg.keyword_weight
+    base_of = BASE_RELEVANCE.get
+    finals: list[float] = []
+    unsorted: list[tuple[float, int, ScoredMemory, float, float, int, int]] = []
     for position, candidate in enumerate(candidates):
         record = candidate.record
         scored = score(candidate, now=now)
         found = matches[position]
-        overlap = weighted_overlap(found, weights) if cfg.idf_overlap else len(found) / size
-        synth = fragment_score(BASE_RELEVANCE.get(record.source, DEFAULT_BASE_RELEVANCE), overlap)
-        final = cfg.composite_weight * scored.composite_score + cfg.keyword_weight * synth
+        if not idf:
+            overlap = len(found) / size
+        elif mass > 0:
+            overlap = sum(map(weight_of, found)) / mass
+        else:
+            overlap = 0.0
+        synth = fragment_score(base_of(record.source, DEFAULT_BASE_RELEVANCE), overlap)
+        final = composite_weight * scored.composite_score + keyword_weight * synth
         tokens = record.token_count(encoding)
-        rows.append(
+        finals.append(final)
+        unsorted.append(
             (
                 final,
                 position,
@@ -239,18 +250,19 @@ def assemble(
                 tokens + label_cost(record.source, encoding),
             )
         )
-    # Highest final score first; ties keep the store's order.
-    rows.sort(key=lambda row: (-row[0], row[1]))
+    # Highest final score first; ties keep the store's order (the sort is stable, also reversed).
+    rows = [unsorted[i] for i in sorted(range(len(finals)), key=finals.__getitem__, reverse=True)]
     status = [PACKER] * len(rows)
 
-    values_all = [row[0] ** cfg.value_exponent for row in rows]
+    exponent = cfg.value_exponent
+    values_all = [row[0] ** exponent for row in rows]
     records = [row[2].memory.record for row in rows]
 
     accumulator = BundleAccumulator(cfg.bundle, now=now)
+    add = accumulator.add
     for i, row in enumerate(rows):
-        if not accumulator.add(
-            ContextItem(records[i].id, "", row[0], records[i].created_at, payload=i)
-        ).accepted:
+        record = records[i]
+        if not add(ContextItem(record.id, "", row[0], record.created_at, payload=i)).accepted:
             status[i] = BUNDLE
     for item, _ in accumulator.dropped():
         status[item.payload] = BUNDLE
@@ -281,8 +293,9 @@ def assemble(
         for i, row in enumerate(rows)
     )
     packed = tuple(explained[i] for i in chosen if i not in trimmed)
+    ids = [record.id for record in records]
     dropped = {
-        name: tuple(r.id for r in explained if r.status == name)
+        name: tuple([ids[i] for i, fate in enumerate(status) if fate == name])
         for name in (BUNDLE, DUPLICATE, PACKER, TRIMMED)
     }
     return Assembly(

@@ -133,6 +133,13 @@ def frequency(count: Any) -> float:
     return unit(unit_count(count), 0.0)
 
 
+def fast_frequency(count: Any) -> float:
+    """``frequency`` with a shortcut for the common case, a non-negative int count."""
+    if type(count) is int and count >= 0:
+        return min(1.0, count / ACCESS_FREQUENCY_CAP)
+    return frequency(count)
+
+
 def unit_count(count: Any) -> float:
     """Return ``count / 50`` or 0.0 when ``count`` is not a usable number."""
     try:
@@ -249,7 +256,7 @@ class MemoryScorer:
             recency_score,
             fast_unit(record.usefulness, DEFAULT_USEFULNESS),
             fast_unit(record.confidence, DEFAULT_CONFIDENCE),
-            frequency(record.retrieval_count),
+            fast_frequency(record.retrieval_count),
         )
         tokens = record.token_count(encoding) if encoding is not None else None
         return build(candidate, parts, tokens)

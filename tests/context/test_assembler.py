@@ -165,3 +165,52 @@ def test_rendered_block_fits_exactly(
     statuses = {m.status for m in result.candidates}
     assert statuses <= {"packed", "bundle", "duplicate", "packer", "trimmed"}
     assert len(result.packed) == sum(m.status == "packed" for m in result.candidates)
+
+
+WORDS = ["docker", "yaml", "json", "port", "networking", "config", "the", "deploys", "rsync"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(WORDS), max_size=8),
+            st.sampled_from([0.2, 0.5, 0.5, 0.9]),
+            st.sampled_from(["learnings", "playbook", "conversation", "summaries"]),
+        ),
+        max_size=30,
+    ),
+    st.booleans(),
+)
+def test_ranking_matches_the_reference_formulas(
+    specs: list[tuple[list[str], float, str]], idf: bool
+) -> None:
+    # The assembler inlines the overlap and sorts indices; it must equal the plain formulas.
+    from proxy.context.scorer import MemoryScorer
+    from proxy.context.synthesizer import (
+        BASE_RELEVANCE,
+        STOPWORDS,
+        fragment_score,
+        idf_weights,
+        normalise_words,
+        query_matcher,
+        weighted_overlap,
+    )
+
+    query = "docker networking deploy config ports"
+    pool = [cand(f"m{i}", " ".join(w), sim, src) for i, (w, sim, src) in enumerate(specs)]
+    config = AssemblerConfig(idf_overlap=idf)
+    result = assemble(pool, query, 4_500, now=NOW, encoding=ENC, config=config)
+    query_words = normalise_words(query, stopwords=STOPWORDS, stemmed=True)
+    matches = [query_matcher(query_words, stemmed=True)(c.record.content) for c in pool]
+    weights = idf_weights(matches)
+    expected = []
+    for position, (candidate, found) in enumerate(zip(pool, matches, strict=True)):
+        overlap = weighted_overlap(found, weights) if idf else len(found) / len(query_words)
+        synth = fragment_score(BASE_RELEVANCE[candidate.record.source], overlap)
+        composite = MemoryScorer.score_candidate(candidate, now=NOW).composite_score
+        final = 0.2 * composite + 0.8 * synth
+        expected.append((-final, position, candidate.record.id, overlap, synth))
+    expected.sort()
+    got = [(-m.final_score, m.id, m.overlap, m.synth_score) for m in result.candidates]
+    assert got == [(f, name, o, s) for f, _, name, o, s in expected]

@@ -210,3 +210,15 @@ def test_older_never_scores_higher(age_a: int, age_b: int) -> None:
     assert scorer.recency(NOW - timedelta(days=older), NOW) <= scorer.recency(
         NOW - timedelta(days=newer), NOW
     )
+
+
+@pytest.mark.parametrize(
+    "count", [0, 1, 25, 49, 50, 51, 10**6, 2**60, -1, -(10**6), None, float("nan"), 3.5, "7", "x"]
+)
+def test_fast_frequency_equals_frequency(count: Any) -> None:
+    assert scorer.fast_frequency(count) == scorer.frequency(count)
+
+
+@given(st.integers(min_value=-(10**20), max_value=10**20))
+def test_fast_frequency_equals_frequency_for_ints(count: int) -> None:
+    assert scorer.fast_frequency(count) == scorer.frequency(count)
