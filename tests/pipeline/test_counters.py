@@ -67,3 +67,15 @@ async def test_flush_sends_pending_at_once() -> None:
     assert store.calls == [("t", ["x"])]
     await counter.flush()
     assert store.calls == [("t", ["x"])]
+
+
+async def test_large_batches_go_in_small_calls_without_losing_counts() -> None:
+    store, spawn = CountingStore(), Spawner()
+    counter = RetrievalCounter(store, spawn, delay_s=0.01)
+    ids = [f"m{i}" for i in range(150)]
+    counter.add("t", ids)
+    counter.add("t", ids[:10])
+    await spawn.wait()
+    assert len(store.calls) == 3  # 150 distinct ids in calls of at most 64
+    assert all(len(set(call)) <= 64 for _, call in store.calls)
+    assert store.counts == {("t", i): (2 if n < 10 else 1) for n, i in enumerate(ids)}
