@@ -111,6 +111,12 @@ PUNCTUATION_TO_SPACE = str.maketrans(
         " ",
     )
 )
+# The same mapping for ASCII text as one byte table, with case folding (ASCII casefold is lower).
+ASCII_FOLD = (
+    bytes(range(256))
+    .translate(bytes.maketrans(string.punctuation.encode(), b" " * len(string.punctuation)))
+    .lower()
+)
 
 
 def stem(word: str) -> str:
@@ -135,8 +141,11 @@ def dedup_words(text: str) -> frozenset[str]:
     """Case-folded words split at whitespace and punctuation: the sets dedup compares.
 
     ``str.translate`` plus ``split`` run in C, several times faster than the word regex; they
-    split at ASCII and common typographic punctuation only.
+    split at ASCII and common typographic punctuation only. ASCII text (the common case) takes
+    a byte-table translation, which folds case in the same pass and is about twice as fast.
     """
+    if text.isascii():
+        return frozenset(text.encode().translate(ASCII_FOLD).decode().split())
     return frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
 
 

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.context.words import (
+    PUNCTUATION_TO_SPACE,
     STOPWORDS,
     dedup_words,
     idf_weights,
@@ -66,3 +67,9 @@ def test_idf_weights_favour_rare_words() -> None:
     assert weighted_overlap({"caroline", "lgbtq"}, weights) == pytest.approx(1.0)
     assert weighted_overlap({"lgbtq"}, weights) > 0.5 > weighted_overlap({"caroline"}, weights)
     assert weighted_overlap(set(), {}) == 0.0
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)))
+def test_dedup_words_ascii_fast_path_equals_the_unicode_path(text: str) -> None:
+    expected = frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
+    assert dedup_words(text) == expected
