@@ -33,7 +33,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from proxy.context.bundle import BundleAccumulator, BundleConfig, BundleStats, ContextItem
+from proxy.context.bundle import (
+    BundleAccumulator,
+    BundleConfig,
+    BundleStats,
+    ContextItem,
+    keep_all_stats,
+)
 from proxy.context.packer import PackerKind, select_greedy, select_optimal
 from proxy.context.records import Candidate
 from proxy.context.render import (
@@ -258,15 +264,20 @@ def assemble(
     values_all = [row[0] ** exponent for row in rows]
     records = [row[2].memory.record for row in rows]
 
-    accumulator = BundleAccumulator(cfg.bundle, now=now)
-    add = accumulator.add
-    for i, row in enumerate(rows):
-        record = records[i]
-        if not add(ContextItem(record.id, "", row[0], record.created_at, payload=i)).accepted:
-            status[i] = BUNDLE
-    for item, _ in accumulator.dropped():
-        status[item.payload] = BUNDLE
-    survivors = sorted(item.payload for item in accumulator.to_bundle())  # final score order
+    bundle_stats = keep_all_stats(cfg.bundle, finals)
+    if bundle_stats is not None:
+        survivors = list(range(len(rows)))  # all kept, in final score order
+    else:
+        accumulator = BundleAccumulator(cfg.bundle, now=now)
+        add = accumulator.add
+        for i, row in enumerate(rows):
+            record = records[i]
+            if not add(ContextItem(record.id, "", row[0], record.created_at, payload=i)).accepted:
+                status[i] = BUNDLE
+        for item, _ in accumulator.dropped():
+            status[item.payload] = BUNDLE
+        survivors = sorted(item.payload for item in accumulator.to_bundle())  # final score order
+        bundle_stats = accumulator.stats()
 
     word_sets = [frozenset[str]()] * len(rows)
     for i in survivors:
@@ -313,6 +324,6 @@ def assemble(
         proven_optimal=solution.proven_optimal and not trimmed,
         packed=packed,
         candidates=explained,
-        bundle_stats=accumulator.stats(),
+        bundle_stats=bundle_stats,
         dropped=dropped,
     )
