@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,6 +16,7 @@ from proxy.context.words import (
     keyword_overlap,
     normalise_words,
     overlap_matcher,
+    query_matcher,
     weighted_overlap,
 )
 
@@ -73,3 +76,22 @@ def test_idf_weights_favour_rare_words() -> None:
 def test_dedup_words_ascii_fast_path_equals_the_unicode_path(text: str) -> None:
     expected = frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
     assert dedup_words(text) == expected
+
+
+ASCII_PIECES = ["go", "goes", "bus", "bu", "ses", "ing", "ed", "s", "X", "_", "-", " ", "9", "é"]
+
+
+@given(
+    st.lists(st.sampled_from(ASCII_PIECES), max_size=20).map("".join),
+    st.frozensets(st.sampled_from(["go", "goes", "bus", "bu", "b", "x9", "é"]), max_size=4),
+    st.booleans(),
+)
+def test_query_matcher_ascii_lookup_equals_the_regex(
+    text: str, query_words: frozenset[str], stemmed: bool
+) -> None:
+    # Reference: the regex scan the matcher uses for non-ASCII text.
+    alternatives = "|".join(sorted(map(re.escape, query_words), key=len, reverse=True))
+    suffix = "(?:ing|ed|es|s)?" if stemmed else ""
+    pattern = re.compile(rf"(?<![^\W_])({alternatives}){suffix}(?![^\W_])")
+    expected = set(pattern.findall(text.casefold())) if query_words else set()
+    assert query_matcher(query_words, stemmed=stemmed)(text) == expected
