@@ -32,6 +32,11 @@ class Server:
         self.closed = asyncio.Event()
         self.port = 0
 
+    @property
+    def origin(self) -> str:
+        """The plain-HTTP origin the pool connects to."""
+        return f"http://127.0.0.1:{self.port}"
+
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
@@ -121,7 +126,7 @@ async def keep_alive_json(
 
 async def test_content_length_body_and_keep_alive_reuse() -> None:
     async with serving(keep_alive_json) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         for expected in (b'{"n": 1}', b'{"n": 2}', b'{"n": 3}'):
             response = await request(pool)
             assert response.status == 200
@@ -136,7 +141,7 @@ async def test_content_length_body_and_keep_alive_reuse() -> None:
 
 async def test_request_on_the_wire() -> None:
     async with serving(keep_alive_json) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         headers = [(b"authorization", b"Bearer k"), (b"x-note", b"cr\xe8me")]
         response = await request(pool, target="/v1/files?a=%20b&c", body=b"abc", headers=headers)
         await response.read()
@@ -173,7 +178,7 @@ async def test_chunked_stream_arrives_incrementally() -> None:
         await s.read_request(reader)
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         response = await request(pool)
         assert response.is_event_stream
         chunks = response.chunks()
@@ -198,7 +203,7 @@ async def test_chunked_trailers_are_dropped() -> None:
             await writer.drain()
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         response = await request(pool)
         assert await response.read() == b"ok"
         assert response.raw_headers_get(b"x-checksum") is None
@@ -216,7 +221,7 @@ async def test_body_until_close_is_complete_and_not_reused() -> None:
         await writer.drain()
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         response = await request(pool)
         assert await response.read() == b"all of it"
         response.close()
@@ -231,7 +236,7 @@ async def test_closed_before_headers_is_502() -> None:
         await s.read_request(reader)
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         with pytest.raises(UpstreamError, match="Cannot reach the upstream") as caught:
             await request(pool)
         assert caught.value.status == 502
@@ -258,7 +263,7 @@ async def test_reset_mid_body_raises_and_drops_the_connection() -> None:
         writer.transport.abort()
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         response = await request(pool)
         with pytest.raises(UpstreamError, match="connection broke") as caught:
             await response.read()
@@ -282,7 +287,7 @@ async def test_stream_delivers_received_bytes_before_the_break() -> None:
         writer.transport.abort()
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         response = await request(pool)
         got: list[bytes] = []
         with pytest.raises(UpstreamError, match="connection broke"):
@@ -300,7 +305,7 @@ async def test_slow_first_byte_is_a_timeout() -> None:
         await asyncio.sleep(5)
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         loop = asyncio.get_running_loop()
         started = loop.time()
         with pytest.raises(UpstreamTimeout, match="did not answer") as caught:
@@ -321,7 +326,7 @@ async def test_idle_gap_in_a_stream_is_a_timeout() -> None:
         await asyncio.sleep(5)
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         response = await request(pool, idle=0.2)
         chunks = response.chunks()
         assert await anext(chunks) == b"abc"
@@ -344,7 +349,7 @@ async def test_total_deadline_caps_a_stream() -> None:
             await asyncio.sleep(0.05)
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         response = await request(pool, idle=1.0, total=0.4)
         got: list[bytes] = []
         with pytest.raises(UpstreamTimeout):
@@ -356,7 +361,7 @@ async def test_total_deadline_caps_a_stream() -> None:
 
 async def test_pool_exhaustion_waits_then_times_out_or_gets_the_connection() -> None:
     async with serving(keep_alive_json) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}", max_connections=1, connect_timeout=0.2)
+        pool = make_pool(server.origin, max_connections=1, connect_timeout=0.2)
         held = await request(pool)
         with pytest.raises(UpstreamTimeout, match="No upstream connection"):
             await request(pool)
@@ -381,7 +386,7 @@ async def test_unfinished_response_is_not_reused() -> None:
             await writer.drain()
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         response = await request(pool)
         response.close()  # the client went away before the body was complete
         assert (pool.size, pool.idle) == (0, 0)
@@ -403,7 +408,7 @@ async def test_large_bodies_both_ways_with_a_slow_reader() -> None:
                 await writer.drain()
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         sent = bytes(range(256)) * (size // 256)
         response = await request(pool, body=sent)
         received = bytearray()
@@ -431,7 +436,7 @@ async def test_complete_unread_body_is_reused_with_reading_resumed() -> None:
             await writer.drain()
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         first = await request(pool)
         assert len(await anext(first.chunks())) > 0
         first.close()  # not complete yet: the connection must go
@@ -457,7 +462,7 @@ async def test_head_response_has_no_body_and_closes() -> None:
         await asyncio.sleep(5)
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         response = await request(pool, "HEAD", "/v1/models", b"", idle=0.5)
         assert response.raw_headers_get(b"content-length") == b"1234"
         assert await response.read() == b""
@@ -476,7 +481,7 @@ async def test_interim_100_continue_is_skipped() -> None:
         await s.read_request(reader)
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         response = await request(pool)
         assert response.status == 200
         assert response.raw_headers_get(b"content-length") == b"2"
@@ -495,7 +500,7 @@ async def test_invalid_http_is_502() -> None:
         await asyncio.sleep(1)
 
     async with serving(handler) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         with pytest.raises(UpstreamError, match="invalid HTTP"):
             await request(pool)
         assert pool.size == 0
@@ -504,7 +509,7 @@ async def test_invalid_http_is_502() -> None:
 
 async def test_idle_connections_expire() -> None:
     async with serving(keep_alive_json) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}", keepalive_s=0.1)
+        pool = make_pool(server.origin, keepalive_s=0.1)
         response = await request(pool)
         await response.read()
         response.close()
@@ -539,7 +544,7 @@ def stale_after_first(
 async def test_stale_reused_connection_retries_only_idempotent(method: str, retried: bool) -> None:
     answered: list[int] = []
     async with serving(stale_after_first(answered)) as server:
-        pool = make_pool(f"http://127.0.0.1:{server.port}")
+        pool = make_pool(server.origin)
         first = await request(pool, method)
         await first.read()
         first.close()

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.context.knapsack import select_greedy, select_optimal
+from tests.context.strategies import knapsack_instances as instances
 
 
 def brute_force(values: list[float], weights: list[int], capacity: int) -> float:
@@ -20,15 +21,6 @@ def brute_force(values: list[float], weights: list[int], capacity: int) -> float
             if sum(weights[i] for i in combo) <= capacity:
                 best = max(best, sum(values[i] for i in combo))
     return best
-
-
-instances = st.integers(min_value=0, max_value=10).flatmap(
-    lambda n: st.tuples(
-        st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=n, max_size=n),
-        st.lists(st.integers(min_value=0, max_value=120), min_size=n, max_size=n),
-        st.integers(min_value=-5, max_value=400),
-    )
-)
 
 
 @settings(max_examples=300, deadline=None)

@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from proxy.context.budget import TokenBudgetCalculator
 from proxy.context.packer import (
@@ -16,6 +15,7 @@ from proxy.context.packer import (
 )
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.scorer import ScoredMemory
+from tests.context.strategies import knapsack_instances as instances
 
 
 def scored(score: float, tokens: int, name: str = "") -> ScoredMemory:
@@ -136,15 +136,6 @@ def test_make_packer(kind: str, cls: type) -> None:
     packer = make_packer(kind)  # type: ignore[arg-type]
     assert type(packer) is cls
     assert packer.kind == kind
-
-
-instances = st.integers(min_value=0, max_value=10).flatmap(
-    lambda n: st.tuples(
-        st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=n, max_size=n),
-        st.lists(st.integers(min_value=0, max_value=120), min_size=n, max_size=n),
-        st.integers(min_value=-5, max_value=400),
-    )
-)
 
 
 @settings(max_examples=300, deadline=None)
