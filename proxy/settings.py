@@ -185,6 +185,8 @@ class StoreSettings:
     qdrant_api_key: Secret | None = None
     collection: str = "memproxy"
     hybrid: bool = True  # dense + sparse (BM25-style) search
+    # Decoded records the embedded store keeps for searches (~1 KB each); 0 disables.
+    record_cache_entries: int = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +427,7 @@ def _check(settings: Settings, source: str) -> None:
         (settings.limits.max_body_bytes > 0, "limits.max_body_bytes", "must be > 0"),
         (settings.memory.max_tokens >= 0, "memory.max_tokens", "must be >= 0"),
         (settings.memory.top_k >= 1, "memory.top_k", "must be >= 1"),
+        (settings.store.record_cache_entries >= 0, "store.record_cache_entries", "must be >= 0"),
         (
             settings.upstream.url.startswith(("http://", "https://")),
             "upstream.url",

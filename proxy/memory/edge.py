@@ -34,18 +34,15 @@ import qdrant_edge as qe
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
+from proxy.memory.edge_query import list_filter, search_hits, tenant_filter
+from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
 from proxy.memory.store import (
     COUNT_FIELDS,
     DENSE_VECTOR,
-    HYBRID_OVERSAMPLE,
     INDEXED_KEYS,
     RETRIEVAL_COUNT_KEY,
-    RRF_K,
-    SHARED_USER,
-    SOURCE_KEY,
     SPARSE_VECTOR,
     TENANT_KEY,
-    USER_KEY,
     Page,
     SearchQuery,
     check_query,
@@ -68,38 +65,6 @@ FLUSH_INTERVAL_S = 5.0
 OPTIMIZE_AFTER_POINTS = 20_000
 T = TypeVar("T")
 LOGGER = logging.getLogger("memproxy.store")
-
-
-def match(key: str, value: str) -> qe.FieldCondition:
-    """Return the condition ``key == value``."""
-    return qe.FieldCondition(key, match=qe.MatchValue(value))
-
-
-def tenant_filter(tenant: str) -> qe.Filter:
-    """Return the filter of one tenant's memories."""
-    return qe.Filter(must=[match(TENANT_KEY, tenant)])
-
-
-def scope_filter(tenant: str, query: SearchQuery) -> qe.Filter:
-    """Return the filter of a search: tenant, the user plus shared memories, the sources."""
-    users = [SHARED_USER] if query.user == SHARED_USER else [query.user, SHARED_USER]
-    must: list[Any] = [
-        match(TENANT_KEY, tenant),
-        qe.FieldCondition(USER_KEY, match=qe.MatchAny(users)),
-    ]
-    if query.sources is not None:
-        must.append(qe.FieldCondition(SOURCE_KEY, match=qe.MatchAny(list(query.sources))))
-    return qe.Filter(must=must)
-
-
-def list_filter(tenant: str, user: str | None, source: str | None) -> qe.Filter:
-    """Return the filter of ``list``: the tenant, optionally one user and one source."""
-    must: list[Any] = [match(TENANT_KEY, tenant)]
-    if user is not None:
-        must.append(match(USER_KEY, user))
-    if source is not None:
-        must.append(match(SOURCE_KEY, source))
-    return qe.Filter(must=must)
 
 
 def shard_config(dimensions: int) -> qe.EdgeConfig:
@@ -145,6 +110,7 @@ class EdgeStore:
         dimensions: int,
         hybrid: bool,
         optimize_after: int | None = OPTIMIZE_AFTER_POINTS,
+        record_cache_entries: int = DEFAULT_MAX_ENTRIES,
     ) -> None:
         self.dimensions = dimensions
         self.hybrid = hybrid
@@ -160,6 +126,8 @@ class EdgeStore:
         self._rmw_lock = threading.Lock()
         self._unindexed = 0
         self._last_flush = time.monotonic()
+        self.record_cache_entries = record_cache_entries
+        self._records = RecordCache(record_cache_entries)
 
     @classmethod
     async def open(
@@ -170,6 +138,7 @@ class EdgeStore:
         hybrid: bool = True,
         workers: int = DEFAULT_WORKERS,
         optimize_after: int | None = OPTIMIZE_AFTER_POINTS,
+        record_cache_entries: int = DEFAULT_MAX_ENTRIES,
     ) -> EdgeStore:
         """Open (or create) the store under ``data_dir``; loading runs off the event loop.
 
@@ -189,7 +158,12 @@ class EdgeStore:
             executor.shutdown(wait=False)
             raise
         return cls(
-            shard, executor, dimensions=dimensions, hybrid=hybrid, optimize_after=optimize_after
+            shard,
+            executor,
+            dimensions=dimensions,
+            hybrid=hybrid,
+            optimize_after=optimize_after,
+            record_cache_entries=record_cache_entries,
         )
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
@@ -213,6 +187,7 @@ class EdgeStore:
             vector = {DENSE_VECTOR: row, SPARSE_VECTOR: qe.SparseVector(indices, values)}
             points.append(qe.Point(point_id(full.tenant, full.id), vector, to_payload(full)))
         self._shard.update(qe.UpdateOperation.upsert_points(points))
+        self._records.invalidate(point_id(r.tenant, r.id) for r in records)
         self._after_write(len(points))
 
     def _after_write(self, points: int) -> None:
@@ -316,6 +291,7 @@ class EdgeStore:
             if not found or owned(found[0].payload, tenant) is None:
                 return False
             self._shard.update(qe.UpdateOperation.delete_points([pid]))
+            self._records.invalidate([pid])
         return True
 
     async def delete_user(self, tenant: str, user: str) -> int:
@@ -329,6 +305,7 @@ class EdgeStore:
             count = self._shard.count(qe.CountRequest(exact=True, filter=scope))
             if count:
                 self._shard.update(qe.UpdateOperation.delete_points_by_filter(scope))
+                self._records.clear()
         return count
 
     async def search(self, tenant: str, query: SearchQuery) -> builtins.list[Candidate]:
@@ -343,48 +320,28 @@ class EdgeStore:
         self, tenant: str, query: SearchQuery, vector: np.ndarray
     ) -> builtins.list[Candidate]:
         """Blocking ``search`` (the benchmark uses it to measure the cost of offloading)."""
-        scope = scope_filter(tenant, query)
-        dense = qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR)
-        indices, values = lexical.encode_query(query.text) if self.hybrid else ([], [])
-        if not indices:
-            hits = self._shard.query(
-                qe.QueryRequest(limit=query.top_k, query=dense, filter=scope, with_payload=True)
-            )
-            return [
-                Candidate(owned_or_fail(h.payload, tenant), clip_similarity(h.score)) for h in hits
-            ]
-        branch = query.top_k * HYBRID_OVERSAMPLE
-        lexical_query = qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_VECTOR)
-        hits = self._shard.query(
-            qe.QueryRequest(
-                limit=query.top_k,
-                prefetches=[
-                    qe.Prefetch(limit=branch, query=dense, filter=scope),
-                    qe.Prefetch(limit=branch, query=lexical_query, filter=scope),
-                ],
-                query=qe.Fusion.Rrf(k=RRF_K),  # type: ignore[arg-type]  # stub omits Rrf
-                # No outer filter: both branches are scoped, and re-checking the fused points
-                # cost ~0.2 ms a search at 10k memories (tie order aside, the same hits).
-                with_payload=True,
-            )
-        )
-        # Fused scores are rank sums; callers get the dense cosine as the similarity. Scoring
-        # just the fused points with a second dense query is exact and ~0.35 ms cheaper than
-        # returning their vectors to Python and taking the cosines here.
-        ids = {h.id for h in hits}
-        rescored = self._shard.query(
-            qe.QueryRequest(
-                limit=len(ids),
-                query=dense,
-                filter=qe.Filter(must=[qe.HasIdCondition(ids)]),
-                with_payload=False,
-            )
-        )
-        cosine = {p.id: p.score for p in rescored}
+        hits = search_hits(self._shard, tenant, query, vector, hybrid=self.hybrid)
+        records = self._records_of(tenant, [pid for pid, _ in hits])
+        # A hit deleted between the search and the payload read is simply gone.
         return [
-            Candidate(owned_or_fail(h.payload, tenant), clip_similarity(cosine.get(h.id, 0.0)))
-            for h in hits
+            Candidate(records[pid], clip_similarity(score)) for pid, score in hits if pid in records
         ]
+
+    def _records_of(self, tenant: str, pids: builtins.list[str]) -> dict[str, MemoryRecord]:
+        """The records of ``pids``: cached ones, the rest read from the shard (then cached)."""
+        found, generation = self._records.lookup(pids)
+        missing: builtins.list[Any] = [pid for pid in pids if pid not in found]
+        if missing:
+            fetched = {
+                str(point.id): owned_or_fail(point.payload, tenant)
+                for point in self._shard.retrieve(missing, True, False)
+            }
+            self._records.store(fetched, generation)
+            found.update(fetched)
+        for record in found.values():
+            if record.tenant != tenant:  # defence in depth, as for payloads read from the shard
+                raise StoreError("a search returned another tenant's memory")
+        return found
 
     async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:
         """Add one to a memory's retrieval count per occurrence of its id in ``ids``."""
@@ -400,6 +357,7 @@ class EdgeStore:
             for count, pids in groups.items():
                 operation = qe.UpdateOperation.set_payload(pids, {RETRIEVAL_COUNT_KEY: count})
                 self._shard.update(operation)
+                self._records.update(map(str, pids), retrieval_count=count)
         # Replaced payload blocks are reclaimed only by a flush: without this, a chat-only load
         # (no adds) grew the payload storage without bound (tests/reliability/test_store_growth).
         self._after_write(0)
@@ -421,6 +379,7 @@ class EdgeStore:
             if not found or owned(found[0].payload, tenant) is None:
                 return None
             self._shard.update(qe.UpdateOperation.set_payload([pid], {"usefulness": usefulness}))
+            self._records.invalidate([pid])
             after = self._shard.retrieve([pid], True, False)
         return owned(after[0].payload, tenant)
 

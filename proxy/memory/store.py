@@ -139,7 +139,12 @@ async def open_store(settings: StoreSettings, *, dimensions: int) -> MemoryStore
         )
     from proxy.memory.edge import EdgeStore
 
-    return await EdgeStore.open(settings.data_dir, dimensions=dimensions, hybrid=settings.hybrid)
+    return await EdgeStore.open(
+        settings.data_dir,
+        dimensions=dimensions,
+        hybrid=settings.hybrid,
+        record_cache_entries=settings.record_cache_entries,
+    )
 
 
 RETRIEVAL_COUNT_KEY = "retrieval_count"

@@ -398,3 +398,40 @@ async def test_reopening_with_another_vector_size_is_a_config_error(
         await open_store(dimensions=DIM * 2)
     reopened = await open_store(dimensions=DIM)
     assert await reopened.count("t1") == 1
+
+
+async def search_ids(
+    store: MemoryStore, text: str = "memory", top_k: int = 10
+) -> dict[str, MemoryRecord]:
+    return {h.record.id: h.record for h in await store.search("t1", query_for(text, top_k=top_k))}
+
+
+async def test_searches_see_every_kind_of_write(store: MemoryStore) -> None:
+    # Search first, so a store that keeps decoded records has them; every write must show.
+    await put(store, record("m1"), record("m2"), record("m3"), record("x", user="u2"))
+    assert set(await search_ids(store)) == {"m1", "m2", "m3"}
+    await put(store, record("m1", content="memory m1, rewritten"))
+    await store.increment_retrievals("t1", ["m2", "m2"])
+    await store.set_usefulness("t1", "m3", 0.9)
+    seen = await search_ids(store)
+    assert seen["m1"].content == "memory m1, rewritten"
+    assert seen["m2"].retrieval_count == 2
+    assert seen["m3"].usefulness == pytest.approx(0.9)
+    await store.delete("t1", "m2")
+    assert set(await search_ids(store)) == {"m1", "m3"}
+    await put(store, record("m4"))
+    await store.delete_user("t1", "u1")
+    assert set(await search_ids(store)) == set()
+
+
+async def test_concurrent_searches_and_writes_end_consistent(store: MemoryStore) -> None:
+    await put(store, *(record(f"m{i}") for i in range(20)))
+
+    async def bump() -> None:
+        for _ in range(5):
+            await store.increment_retrievals("t1", [f"m{i}" for i in range(20)])
+
+    searches = [search_ids(store, top_k=20) for _ in range(20)]
+    await asyncio.gather(bump(), *searches)
+    final = await search_ids(store, top_k=20)
+    assert {r.retrieval_count for r in final.values()} == {5}

@@ -158,12 +158,15 @@ def test_clip_similarity_stays_in_unit_range(score: float) -> None:
 
 
 async def test_open_store_opens_the_configured_edge_store(tmp_path: Path) -> None:
-    settings = StoreSettings(kind="edge", data_dir=str(tmp_path), hybrid=False)
+    settings = StoreSettings(
+        kind="edge", data_dir=str(tmp_path), hybrid=False, record_cache_entries=123
+    )
     store = await open_store(settings, dimensions=8)
     try:
         assert isinstance(store, EdgeStore)
         assert store.hybrid is False
         assert store.dimensions == 8
+        assert store.record_cache_entries == 123
     finally:
         await store.close()
     assert (tmp_path / "memories").is_dir()

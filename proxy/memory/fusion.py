@@ -1,0 +1,39 @@
+"""Reciprocal rank fusion: the merge step of a hybrid (dense + BM25) search.
+
+``score(d) = sum over rankings of 1 / (k + rank)``, rank counted from 0: Qdrant's own RRF
+formula, checked against Qdrant Edge's fused scores on 300 queries (equal to 1e-6). The embedded
+store fuses in Python instead of asking the shard for a fused query: the two plain branch
+queries plus this merge cost 0.7 ms at 10k memories where the shard's fused query cost 1.0 ms
+(adr/0082). Equal scores keep the order of first appearance, earlier rankings first, so the
+result is deterministic and a dense hit wins a tie with a lexical one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
+
+from proxy.errors import ConfigError
+
+K = TypeVar("K", bound=Hashable)
+
+
+def fuse_ranks(rankings: Sequence[Sequence[K]], *, k: int, limit: int) -> list[tuple[K, float]]:
+    """Return the best ``limit`` keys by reciprocal rank fusion, with their fused scores.
+
+    Each ranking lists keys best first; a key repeated within one ranking counts at its first
+    (best) rank only.
+    """
+    if k < 1:
+        raise ConfigError(f"the RRF constant must be >= 1, got {k}")
+    scores: dict[K, float] = {}
+    for ranking in rankings:
+        seen: set[K] = set()
+        for rank, key in enumerate(ranking):
+            if key in seen:
+                continue
+            seen.add(key)
+            scores[key] = scores.get(key, 0.0) + 1.0 / (k + rank)
+    # sorted() is stable and dicts keep insertion order: ties stay in order of first appearance.
+    ordered = sorted(scores.items(), key=lambda item: -item[1])
+    return ordered[: max(0, limit)]

@@ -1,0 +1,93 @@
+"""``RecordCache``: decoded memory records by point id, so a search skips payloads it has seen.
+
+Reading 50 payloads from the shard and decoding them cost 0.4 ms of a 10k-memory search; a
+cache hit costs a dict lookup (adr/0082). Only a store that sees every write may keep one: the
+embedded store (one process, enforced at start). Each write replaces or drops its entries and
+bumps a generation; a reader that fetched records from the shard keeps them only if no write
+happened since it looked (``lookup`` returns the generation), so a slow reader never puts back
+a record a concurrent write replaced.
+
+Bounded: least recently used entries go first. ``max_entries`` 0 disables the cache. Safe to
+share between the store's threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from proxy.context.records import MemoryRecord
+from proxy.errors import ConfigError
+
+DEFAULT_MAX_ENTRIES = 20_000  # ~1 KB each decoded: ~20 MB
+
+
+class RecordCache:
+    """A thread-safe LRU of ``MemoryRecord`` by point id with write generations."""
+
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        if max_entries < 0:
+            raise ConfigError(
+                f"store.record_cache_entries must be >= 0, got {max_entries}",
+                param="store.record_cache_entries",
+            )
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, MemoryRecord] = OrderedDict()
+        self._lock = threading.Lock()
+        self._generation = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, keys: Iterable[str]) -> tuple[dict[str, MemoryRecord], int]:
+        """Return the cached records among ``keys`` and the generation to pass to ``store``."""
+        found: dict[str, MemoryRecord] = {}
+        with self._lock:
+            entries = self._entries
+            for key in keys:
+                record = entries.get(key)
+                if record is not None:
+                    entries.move_to_end(key)
+                    found[key] = record
+            return found, self._generation
+
+    def store(self, records: Mapping[str, MemoryRecord], generation: int) -> bool:
+        """Keep ``records`` unless a write happened since ``generation``; True if kept."""
+        if not self.max_entries or not records:
+            return False
+        with self._lock:
+            if generation != self._generation:
+                return False
+            entries = self._entries
+            entries.update(records)
+            for key in records:
+                entries.move_to_end(key)
+            while len(entries) > self.max_entries:
+                entries.popitem(last=False)
+            return True
+
+    def invalidate(self, keys: Iterable[str]) -> None:
+        """Drop ``keys`` (they were written or deleted); readers in flight keep nothing."""
+        with self._lock:
+            self._generation += 1
+            for key in keys:
+                self._entries.pop(key, None)
+
+    def update(self, keys: Iterable[str], **changes: Any) -> None:
+        """Apply a payload change the store just wrote (e.g. a retrieval count) to cached copies."""
+        with self._lock:
+            self._generation += 1
+            entries = self._entries
+            for key in keys:
+                record = entries.get(key)
+                if record is not None:
+                    entries[key] = replace(record, **changes)
+
+    def clear(self) -> None:
+        """Drop everything (a write whose points are not known one by one)."""
+        with self._lock:
+            self._generation += 1
+            self._entries.clear()

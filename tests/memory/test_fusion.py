@@ -1,0 +1,103 @@
+"""Reciprocal rank fusion: Qdrant's formula, deterministic ties, and agreement with the shard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import qdrant_edge as qe
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.errors import ConfigError
+from proxy.memory import lexical
+from proxy.memory.edge import EdgeStore
+from proxy.memory.edge_query import scope_filter
+from proxy.memory.fusion import fuse_ranks
+from proxy.memory.store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, SearchQuery
+from tests.memory.support import record, vector_for, vectors_for
+
+K = 60
+
+
+@pytest.mark.parametrize(
+    ("rankings", "limit", "expected"),
+    [
+        ([], 5, []),
+        ([["a", "b"]], 5, [("a", 1 / 60), ("b", 1 / 61)]),
+        ([["a", "b"], ["b", "a"]], 5, [("a", 1 / 60 + 1 / 61), ("b", 1 / 61 + 1 / 60)]),
+        ([["a", "b"], ["c", "b"]], 5, [("b", 2 / 61), ("a", 1 / 60), ("c", 1 / 60)]),
+        ([["a", "b", "c"], ["d"]], 2, [("a", 1 / 60), ("d", 1 / 60)]),
+        ([["a", "a", "b"]], 5, [("a", 1 / 60), ("b", 1 / 62)]),  # a repeat counts once
+        ([["a"]], 0, []),
+    ],
+)
+def test_fuse_ranks(
+    rankings: list[list[str]], limit: int, expected: list[tuple[str, float]]
+) -> None:
+    got = fuse_ranks(rankings, k=K, limit=limit)
+    assert [key for key, _ in got] == [key for key, _ in expected]
+    assert [score for _, score in got] == pytest.approx([score for _, score in expected])
+
+
+def test_the_constant_must_be_positive() -> None:
+    with pytest.raises(ConfigError):
+        fuse_ranks([["a"]], k=0, limit=1)
+
+
+rankings_strategy = st.lists(st.lists(st.integers(0, 30), max_size=20, unique=True), max_size=4)
+
+
+@given(rankings_strategy, st.integers(0, 40))
+def test_fusion_properties(rankings: list[list[int]], limit: int) -> None:
+    got = fuse_ranks(rankings, k=K, limit=limit)
+    keys = [key for key, _ in got]
+    everything = {key for ranking in rankings for key in ranking}
+    assert len(keys) == len(set(keys)) == min(limit, len(everything))
+    scores = [score for _, score in got]
+    assert scores == sorted(scores, reverse=True)
+    for key, score in got:
+        expected = sum(1 / (K + r.index(key)) for r in rankings if key in r)
+        assert score == pytest.approx(expected)
+    # Nothing left out scores higher than what was kept.
+    if got:
+        full = dict(fuse_ranks(rankings, k=K, limit=len(everything)))
+        assert all(full[key] <= scores[-1] + 1e-12 for key in everything - set(keys))
+
+
+async def test_python_fusion_scores_equal_the_shards_fused_query(tmp_path: Path) -> None:
+    store = await EdgeStore.open(tmp_path, dimensions=32)
+    try:
+        topics = ["weather", "music", "travel to Nairobi", "dogs", "the deadline with Ben"]
+        records = [
+            record(f"m{i}", content=f"note {i} about {topics[i % len(topics)]} and item {i % 7}")
+            for i in range(120)
+        ]
+        await store.add(records, vectors_for(records))
+        shard = store._shard  # comparing against the engine itself
+        for text in ["what about Nairobi", "Ben deadline", "item 3 music", "dogs and weather"]:
+            query = SearchQuery(vector_for(text), text, "u1", None, 20)
+            scope = scope_filter("t1", query)
+            dense = qe.Query.Nearest(query.vector.tolist(), using=DENSE_VECTOR)
+            indices, values = lexical.encode_query(text)
+            sparse = qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_VECTOR)
+            fused = shard.query(
+                qe.QueryRequest(
+                    limit=20,
+                    prefetches=[
+                        qe.Prefetch(limit=20, query=dense, filter=scope),
+                        qe.Prefetch(limit=20, query=sparse, filter=scope),
+                    ],
+                    query=qe.Fusion.Rrf(k=RRF_K),  # type: ignore[arg-type]
+                )
+            )
+            branches = [
+                [str(p.id) for p in shard.query(qe.QueryRequest(limit=20, query=q, filter=scope))]
+                for q in (dense, sparse)
+            ]
+            mine = dict(fuse_ranks(branches, k=RRF_K, limit=10_000))
+            assert fused
+            for point in fused:  # every fused score equals ours (ties may order differently)
+                assert mine[str(point.id)] == pytest.approx(point.score, abs=1e-6)
+    finally:
+        await store.close()
