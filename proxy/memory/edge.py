@@ -68,10 +68,17 @@ LOGGER = logging.getLogger("memproxy.store")
 
 
 def shard_config(dimensions: int) -> qe.EdgeConfig:
-    """Return the shard layout: a cosine dense vector and an IDF-weighted sparse text vector."""
+    """Return the shard layout: a cosine dense vector and an IDF-weighted sparse text vector.
+
+    The dense vectors also get an int8 copy in RAM. Below ~10k memories a tenant's search scans
+    every vector (Qdrant's full-scan threshold), which is memory-bound: the int8 copy is a
+    quarter of the bytes, and the best candidates are rescored with the originals, so results
+    and scores stay exact. Dense branch at 10k memories: 0.73 -> 0.45 ms (adr/0082).
+    """
     return qe.EdgeConfig(
         vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=dimensions, distance=qe.Distance.Cosine)},
         sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        quantization_config=qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, always_ram=True),
     )
 
 

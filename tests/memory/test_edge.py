@@ -10,11 +10,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
+import qdrant_edge as qe
 
 from proxy.memory import edge
 from proxy.memory.edge import EdgeStore
-from proxy.memory.store import SearchQuery
+from proxy.memory.store import DENSE_VECTOR, SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,6 +115,59 @@ async def test_optimize_builds_the_index_and_search_still_agrees(tmp_path: Path)
         after = await store.search("t1", query)
         assert before[0].record.id == after[0].record.id == "m42"
         assert await store.count("t1") == 2000
+    finally:
+        await store.close()
+
+
+# Enough vector bytes (10 MB) for an index build to make an indexed, int8-quantized segment.
+QUANTIZED_DIM, QUANTIZED_POINTS = 1024, 2600
+
+
+def quantized_scores_differ(store: EdgeStore, vector: np.ndarray) -> bool:
+    """True if the shard holds int8 copies: scores without rescoring are then approximate."""
+    nearest = qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR)
+    raw, exact = (
+        store._shard.query(  # the engine itself, below the store's API
+            qe.QueryRequest(
+                limit=1,
+                query=nearest,
+                params=qe.SearchParams(quantization=qe.QuantizationSearchParams(**options)),
+            )
+        )[0].score
+        for options in ({"rescore": False}, {"ignore": True})
+    )
+    return abs(raw - exact) > 1e-6
+
+
+@pytest.mark.parametrize("hybrid", [False, True], ids=["dense", "hybrid"])
+async def test_quantized_segments_still_give_exact_cosines(
+    tmp_path: Path, hybrid: bool
+) -> None:
+    """After an index build the dense branch reads int8 copies; cosines must stay exact."""
+    store = await EdgeStore.open(tmp_path, dimensions=QUANTIZED_DIM, hybrid=hybrid)
+    try:
+        records = [
+            record(f"m{i}", content=f"note {i} about item {i % 13}")
+            for i in range(QUANTIZED_POINTS)
+        ]
+        matrix = vectors_for(records, QUANTIZED_DIM)
+        await store.add(records, matrix)
+        await store.optimize()
+        probe = vector_for("probe", QUANTIZED_DIM)
+        assert quantized_scores_differ(store, probe)  # else this test would prove nothing
+        for text in ("note 7", "item 3", "something else entirely", "note 2599 about item 12"):
+            query = SearchQuery(vector_for(text, QUANTIZED_DIM), text, "u1", None, 20)
+            hits = await store.search("t1", query)
+            exact = matrix @ query.vector
+            for hit in hits:
+                row = int(hit.record.id[1:])
+                assert hit.similarity == pytest.approx(max(0.0, float(exact[row])), abs=1e-5)
+        # A stored vector finds itself first, at cosine 1 (HNSW order is approximate beyond that).
+        for row in (7, 1234, QUANTIZED_POINTS - 1):
+            query = SearchQuery(matrix[row], records[row].content, "u1", None, 5)
+            hits = await store.search("t1", query)
+            assert hits[0].record.id == f"m{row}"
+            assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
     finally:
         await store.close()
 
