@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
+from uuid import UUID
 
 import numpy as np
 import qdrant_edge as qe
@@ -34,7 +35,7 @@ import qdrant_edge as qe
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
-from proxy.memory.edge_query import list_filter, search_hits, tenant_filter
+from proxy.memory.edge_query import list_filter, search_hits, tenant_filter, uuid_of
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
 from proxy.memory.store import (
     COUNT_FIELDS,
@@ -194,7 +195,7 @@ class EdgeStore:
             vector = {DENSE_VECTOR: row, SPARSE_VECTOR: qe.SparseVector(indices, values)}
             points.append(qe.Point(point_id(full.tenant, full.id), vector, to_payload(full)))
         self._shard.update(qe.UpdateOperation.upsert_points(points))
-        self._records.invalidate(point_id(r.tenant, r.id) for r in records)
+        self._records.invalidate(UUID(point_id(r.tenant, r.id)) for r in records)
         self._after_write(len(points))
 
     def _after_write(self, points: int) -> None:
@@ -298,7 +299,7 @@ class EdgeStore:
             if not found or owned(found[0].payload, tenant) is None:
                 return False
             self._shard.update(qe.UpdateOperation.delete_points([pid]))
-            self._records.invalidate([pid])
+            self._records.invalidate([UUID(pid)])
         return True
 
     async def delete_user(self, tenant: str, user: str) -> int:
@@ -334,13 +335,13 @@ class EdgeStore:
             Candidate(records[pid], clip_similarity(score)) for pid, score in hits if pid in records
         ]
 
-    def _records_of(self, tenant: str, pids: builtins.list[str]) -> dict[str, MemoryRecord]:
+    def _records_of(self, tenant: str, pids: builtins.list[UUID]) -> dict[UUID, MemoryRecord]:
         """The records of ``pids``: cached ones, the rest read from the shard (then cached)."""
         found, generation = self._records.lookup(pids)
         missing: builtins.list[Any] = [pid for pid in pids if pid not in found]
         if missing:
             fetched = {
-                str(point.id): owned_or_fail(point.payload, tenant)
+                uuid_of(point.id): owned_or_fail(point.payload, tenant)
                 for point in self._shard.retrieve(missing, True, False)
             }
             self._records.store(fetched, generation)
@@ -364,7 +365,7 @@ class EdgeStore:
             for count, pids in groups.items():
                 operation = qe.UpdateOperation.set_payload(pids, {RETRIEVAL_COUNT_KEY: count})
                 self._shard.update(operation)
-                self._records.update(map(str, pids), retrieval_count=count)
+                self._records.update(map(uuid_of, pids), retrieval_count=count)
         # Replaced payload blocks are reclaimed only by a flush: without this, a chat-only load
         # (no adds) grew the payload storage without bound (tests/reliability/test_store_growth).
         self._after_write(0)
@@ -386,7 +387,7 @@ class EdgeStore:
             if not found or owned(found[0].payload, tenant) is None:
                 return None
             self._shard.update(qe.UpdateOperation.set_payload([pid], {"usefulness": usefulness}))
-            self._records.invalidate([pid])
+            self._records.invalidate([UUID(pid)])
             after = self._shard.retrieve([pid], True, False)
         return owned(after[0].payload, tenant)
 

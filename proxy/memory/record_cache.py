@@ -1,4 +1,4 @@
-"""``RecordCache``: decoded memory records by point id, so a search skips payloads it has seen.
+"""``RecordCache``: decoded memory records by point UUID, so a search skips payloads it has seen.
 
 Reading 50 payloads from the shard and decoding them cost 0.4 ms of a 10k-memory search; a
 cache hit costs a dict lookup (adr/0082). Only a store that sees every write may keep one: the
@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
+from uuid import UUID
 
 from proxy.context.records import MemoryRecord
 from proxy.errors import ConfigError
@@ -35,16 +36,16 @@ class RecordCache:
                 param="store.record_cache_entries",
             )
         self.max_entries = max_entries
-        self._entries: OrderedDict[str, MemoryRecord] = OrderedDict()
+        self._entries: OrderedDict[UUID, MemoryRecord] = OrderedDict()
         self._lock = threading.Lock()
         self._generation = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, keys: Iterable[str]) -> tuple[dict[str, MemoryRecord], int]:
+    def lookup(self, keys: Iterable[UUID]) -> tuple[dict[UUID, MemoryRecord], int]:
         """Return the cached records among ``keys`` and the generation to pass to ``store``."""
-        found: dict[str, MemoryRecord] = {}
+        found: dict[UUID, MemoryRecord] = {}
         with self._lock:
             entries = self._entries
             for key in keys:
@@ -54,7 +55,7 @@ class RecordCache:
                     found[key] = record
             return found, self._generation
 
-    def store(self, records: Mapping[str, MemoryRecord], generation: int) -> bool:
+    def store(self, records: Mapping[UUID, MemoryRecord], generation: int) -> bool:
         """Keep ``records`` unless a write happened since ``generation``; True if kept."""
         if not self.max_entries or not records:
             return False
@@ -69,14 +70,14 @@ class RecordCache:
                 entries.popitem(last=False)
             return True
 
-    def invalidate(self, keys: Iterable[str]) -> None:
+    def invalidate(self, keys: Iterable[UUID]) -> None:
         """Drop ``keys`` (they were written or deleted); readers in flight keep nothing."""
         with self._lock:
             self._generation += 1
             for key in keys:
                 self._entries.pop(key, None)
 
-    def update(self, keys: Iterable[str], **changes: Any) -> None:
+    def update(self, keys: Iterable[UUID], **changes: Any) -> None:
         """Apply a payload change the store just wrote (e.g. a retrieval count) to cached copies."""
         with self._lock:
             self._generation += 1

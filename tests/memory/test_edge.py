@@ -140,9 +140,7 @@ def quantized_scores_differ(store: EdgeStore, vector: np.ndarray) -> bool:
 
 
 @pytest.mark.parametrize("hybrid", [False, True], ids=["dense", "hybrid"])
-async def test_quantized_segments_still_give_exact_cosines(
-    tmp_path: Path, hybrid: bool
-) -> None:
+async def test_quantized_segments_still_give_exact_cosines(tmp_path: Path, hybrid: bool) -> None:
     """After an index build the dense branch reads int8 copies; cosines must stay exact."""
     store = await EdgeStore.open(tmp_path, dimensions=QUANTIZED_DIM, hybrid=hybrid)
     try:
