@@ -54,6 +54,7 @@ from proxy.memory.store import (
     owned,
     owned_or_fail,
     point_id,
+    point_uuid,
     require_tenant,
     to_payload,
     with_tokens,
@@ -195,7 +196,7 @@ class EdgeStore:
             vector = {DENSE_VECTOR: row, SPARSE_VECTOR: qe.SparseVector(indices, values)}
             points.append(qe.Point(point_id(full.tenant, full.id), vector, to_payload(full)))
         self._shard.update(qe.UpdateOperation.upsert_points(points))
-        self._records.invalidate(UUID(point_id(r.tenant, r.id)) for r in records)
+        self._records.invalidate(point_uuid(r.tenant, r.id) for r in records)
         self._after_write(len(points))
 
     def _after_write(self, points: int) -> None:
@@ -299,7 +300,7 @@ class EdgeStore:
             if not found or owned(found[0].payload, tenant) is None:
                 return False
             self._shard.update(qe.UpdateOperation.delete_points([pid]))
-            self._records.invalidate([UUID(pid)])
+            self._records.invalidate([uuid_of(pid)])
         return True
 
     async def delete_user(self, tenant: str, user: str) -> int:
@@ -355,17 +356,17 @@ class EdgeStore:
         """Add one to a memory's retrieval count per occurrence of its id in ``ids``."""
         require_tenant(tenant)
         if ids:
-            deltas = Counter(point_id(tenant, i) for i in ids)
+            deltas = Counter(point_uuid(tenant, i) for i in ids)
             await self._run(self._increment_sync, tenant, deltas)
 
-    def _increment_sync(self, tenant: str, deltas: Counter[str]) -> None:
+    def _increment_sync(self, tenant: str, deltas: Counter[UUID]) -> None:
         with self._rmw_lock:
             found = self._shard.retrieve(list(deltas), list(COUNT_FIELDS), False)
-            groups = group_new_counts(tenant, deltas, ((p.id, p.payload) for p in found))
-            for count, pids in groups.items():
+            points = ((uuid_of(p.id), p.payload) for p in found)
+            for count, pids in group_new_counts(tenant, deltas, points).items():
                 operation = qe.UpdateOperation.set_payload(pids, {RETRIEVAL_COUNT_KEY: count})
                 self._shard.update(operation)
-                self._records.update(map(uuid_of, pids), retrieval_count=count)
+                self._records.update(pids, retrieval_count=count)
         # Replaced payload blocks are reclaimed only by a flush: without this, a chat-only load
         # (no adds) grew the payload storage without bound (tests/reliability/test_store_growth).
         self._after_write(0)
@@ -387,7 +388,7 @@ class EdgeStore:
             if not found or owned(found[0].payload, tenant) is None:
                 return None
             self._shard.update(qe.UpdateOperation.set_payload([pid], {"usefulness": usefulness}))
-            self._records.invalidate([UUID(pid)])
+            self._records.invalidate([uuid_of(pid)])
             after = self._shard.retrieve([pid], True, False)
         return owned(after[0].payload, tenant)
 

@@ -304,7 +304,7 @@ class QdrantStore:
             found = await self._client.retrieve(
                 self._collection, ids=list(deltas), with_payload=list(COUNT_FIELDS)
             )
-            groups = group_new_counts(tenant, deltas, ((p.id, p.payload) for p in found))
+            groups = group_new_counts(tenant, deltas, ((str(p.id), p.payload) for p in found))
             for count, pids in groups.items():
                 await self._client.set_payload(
                     self._collection, payload={RETRIEVAL_COUNT_KEY: count}, points=pids, wait=True

@@ -10,6 +10,7 @@ on a point that does not exist.
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -148,16 +149,18 @@ async def open_store(settings: StoreSettings, *, dimensions: int) -> MemoryStore
 
 
 RETRIEVAL_COUNT_KEY = "retrieval_count"
+POINT_ID_CACHE_SIZE = 32_768  # ~200 B an entry
 # What an increment reads back of each point: just enough to check the owner and add.
 COUNT_FIELDS: tuple[str, ...] = (TENANT_KEY, RETRIEVAL_COUNT_KEY)
 
 
 def group_new_counts(
-    tenant: str, deltas: Mapping[str, int], found: Iterable[tuple[Any, Mapping[str, Any] | None]]
+    tenant: str, deltas: Mapping[Any, int], found: Iterable[tuple[Any, Mapping[str, Any] | None]]
 ) -> dict[int, builtins.list[Any]]:
     """Group the tenant's found points by their new retrieval count.
 
-    ``deltas`` maps point ids to increments, ``found`` yields (point id, payload). Points that
+    ``deltas`` maps point ids to increments, ``found`` yields (point id, payload), ids of one
+    type (the backend's: UUIDs for the embedded store, strings for qdrant-client). Points that
     share a new count are written with one ``set_payload``: counts are small integers, so a
     batch of hundreds of increments becomes a handful of writes instead of one per point.
     """
@@ -165,15 +168,25 @@ def group_new_counts(
     for pid, payload in found:
         if payload is None or payload.get(TENANT_KEY) != tenant:
             continue
-        new = int(payload.get(RETRIEVAL_COUNT_KEY) or 0) + deltas.get(str(pid), 0)
+        new = int(payload.get(RETRIEVAL_COUNT_KEY) or 0) + deltas.get(pid, 0)
         groups.setdefault(new, []).append(pid)
     return groups
 
 
-def point_id(tenant: str, memory_id: str) -> str:
-    """Return the backend point id of (tenant, memory id): a uuid5, so tenants never collide."""
+@functools.lru_cache(maxsize=POINT_ID_CACHE_SIZE)
+def point_uuid(tenant: str, memory_id: str) -> uuid.UUID:
+    """Return the backend point id of (tenant, memory id): a uuid5, so tenants never collide.
+
+    Memoised (a pure function): every injected memory's id is mapped again for its retrieval
+    count, and uuid5 cost ~2.7 us a call, ~0.1 ms of each chat request.
+    """
     # Length-prefixing the tenant keeps ("a", "b:c") and ("a:b", "c") apart.
-    return str(uuid.uuid5(POINT_NAMESPACE, f"{len(tenant)}:{tenant}:{memory_id}"))
+    return uuid.uuid5(POINT_NAMESPACE, f"{len(tenant)}:{tenant}:{memory_id}")
+
+
+def point_id(tenant: str, memory_id: str) -> str:
+    """Return ``point_uuid`` as the string the backends take."""
+    return str(point_uuid(tenant, memory_id))
 
 
 def require_tenant(tenant: str) -> str:
