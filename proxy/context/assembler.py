@@ -46,6 +46,7 @@ from proxy.context.render import (
     BLOCK_CLOSE,
     BLOCK_NOTICE,
     BLOCK_OPEN,
+    LineRenderer,
     fence_cost,
     label_cost,
     render_block,
@@ -65,7 +66,6 @@ from proxy.context.synthesizer import (
     normalise_words,
     query_matcher,
 )
-from proxy.context.tokens import get_encoding
 from proxy.errors import ConfigError
 
 __all__ = [
@@ -212,10 +212,14 @@ def assemble(
     now: datetime,
     encoding: str,
     config: AssemblerConfig | None = None,
+    line: LineRenderer | None = None,
 ) -> Assembly:
-    """Score, bundle, dedup, pack and render ``candidates`` within ``budget`` tokens."""
+    """Score, bundle, dedup, pack and render ``candidates`` within ``budget`` tokens.
+
+    ``line`` renders and counts one memory's line (``render.line_renderer(encoding)`` unless
+    given); a caller serving many requests passes a memoised one.
+    """
     cfg = config if config is not None else AssemblerConfig()
-    enc = get_encoding(encoding)
     limit = max(0, budget if cfg.max_tokens is None else min(budget, cfg.max_tokens))
     stopwords = STOPWORDS if cfg.drop_stopwords else frozenset()
     query_words = normalise_words(query, stopwords=stopwords, stemmed=cfg.stemmed)
@@ -293,7 +297,7 @@ def assemble(
     chosen = [kept[j] for j in solution.indices]
 
     block, rendered, trimmed = render_within(
-        records, values_all, [r[6] for r in rows], chosen, limit, enc
+        records, values_all, [r[6] for r in rows], chosen, limit, encoding, line
     )
     for i in chosen:
         status[i] = TRIMMED if i in trimmed else PACKED

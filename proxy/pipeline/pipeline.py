@@ -27,6 +27,7 @@ from proxy.context.billing import message_key
 from proxy.context.budget import TokenBudget, TokenBudgetCalculator
 from proxy.context.inject import inject
 from proxy.context.records import SOURCES, Candidate
+from proxy.context.render import LineRenderer, line_renderer
 from proxy.context.tokens import encoding_name_for_model
 from proxy.hooks import Completion, Prepared
 from proxy.memory.service import MemoryService
@@ -44,6 +45,9 @@ LOGGER = logging.getLogger("memproxy.pipeline")
 T = TypeVar("T")
 INJECTED, EMPTY, OFF, DEGRADED, EXPLAIN = "injected", "empty", "off", "degraded", "explain"
 ALL_SOURCES = frozenset(SOURCES)
+# Rendered, counted memory lines kept per encoding (~0.5 KB each): a memory injected again
+# skips sanitising and encoding its line, which cost 0.3 ms of a 50-memory block.
+LINE_CACHE_ENTRIES = 16_384
 
 Spawner = Callable[[Coroutine[Any, Any, None]], None]
 
@@ -130,6 +134,15 @@ class Pipeline:
         self.configs = {
             kind: AssemblerConfig(packer=kind, max_tokens=None) for kind in ("optimal", "greedy")
         }
+        self._lines: dict[str, LineRenderer] = {}
+
+    def _line_renderer(self, encoding: str) -> LineRenderer:
+        """This pipeline's memoised line renderer for ``encoding`` (bounded, per instance)."""
+        renderer = self._lines.get(encoding)
+        if renderer is None:
+            memo = functools.lru_cache(maxsize=LINE_CACHE_ENTRIES)(line_renderer(encoding))
+            renderer = self._lines[encoding] = memo
+        return renderer
 
     async def prepare(
         self, tenant: Tenant, headers: Mapping[str, str], body: dict[str, Any]
@@ -205,6 +218,7 @@ class Pipeline:
             now=self.clock(),
             encoding=budget.encoding,
             config=self.configs[run.tenant.memory.packer],
+            line=self._line_renderer(budget.encoding),
         )
         run.clock.mark("assemble")
 

@@ -218,3 +218,30 @@ def test_the_block_never_exceeds_the_budget(contents: list[str], cap: int) -> No
     block = prepared.body["messages"][0]["content"]
     assert count_tokens(block, "o200k_base") == int(prepared.response_headers["X-Memory-Tokens"])
     assert int(prepared.response_headers["X-Memory-Tokens"]) <= budget
+
+
+async def test_a_memory_line_is_rendered_once_across_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import proxy.pipeline.pipeline as module
+
+    rendered: list[tuple[str, str]] = []
+    plain = module.line_renderer
+
+    def counting(encoding: str) -> Any:
+        render = plain(encoding)
+
+        def spy(source: str, content: str) -> tuple[str, int]:
+            rendered.append((source, content))
+            return render(source, content)
+
+        return spy
+
+    monkeypatch.setattr(module, "line_renderer", counting)
+    pipeline = build(FakeStore(), FakeEmbedder())
+    first = await pipeline.prepare(TENANT, {}, body("what is my dog called?"))
+    second = await pipeline.prepare(TENANT, {}, body("and what does my dog eat?"))
+    assert rendered == [("learnings", "The user's dog is called Biscuit.")]
+    assert first.response_headers["X-Memory-Tokens"] == second.response_headers["X-Memory-Tokens"]
+    block = second.body["messages"][0]["content"]
+    assert int(second.response_headers["X-Memory-Tokens"]) == count_tokens(block, "o200k_base")
