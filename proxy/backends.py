@@ -146,7 +146,9 @@ async def build_pipeline(services: Services, stack: AsyncExitStack) -> Pipeline:
     settings = services.settings
     store, embedder, cache = services.store, services.embedder, services.cache
     await warm_up(embedder)
-    counter = RetrievalCounter(store, services.spawn, services.metrics)
+    counter = RetrievalCounter(
+        store, services.spawn, services.metrics, delay_s=settings.memory.count_flush_s
+    )
     stack.push_async_callback(counter.flush)
     service = None
     if store is not None and embedder is not None:

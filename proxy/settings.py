@@ -139,6 +139,9 @@ class MemorySettings:
     deadline_ms: float = 50.0  # whole pipeline; past it the request goes without memories
     stage_timeouts: StageTimeouts = StageTimeouts()
     max_content_chars: int = 8000
+    # Retrieval counts of injected memories are summed in memory and written this often: a hot
+    # memory injected 100 times in the window costs one write, not 100 (adr/0082).
+    count_flush_s: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,6 +431,7 @@ def _check(settings: Settings, source: str) -> None:
         (settings.memory.max_tokens >= 0, "memory.max_tokens", "must be >= 0"),
         (settings.memory.top_k >= 1, "memory.top_k", "must be >= 1"),
         (settings.store.record_cache_entries >= 0, "store.record_cache_entries", "must be >= 0"),
+        (settings.memory.count_flush_s >= 0, "memory.count_flush_s", "must be >= 0"),
         (
             settings.upstream.url.startswith(("http://", "https://")),
             "upstream.url",

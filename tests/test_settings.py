@@ -97,6 +97,7 @@ def test_qdrant_url_switches_to_server_store() -> None:
         ("upstream:\n  api_key: env:MEMPROXY_TEST_UNSET_VAR\n", "upstream.api_key"),
         ("store:\n  kind: qdrant\n", "store.qdrant_url"),
         ("store:\n  record_cache_entries: -1\n", "store.record_cache_entries"),
+        ("memory:\n  count_flush_s: -1\n", "memory.count_flush_s"),
         ("auth:\n  tenants:\n    a:\n      memory: {top_k: many}\n", "auth.tenants.a.memory.top_k"),
     ],
 )

@@ -1,12 +1,15 @@
 """Retrieval counts of injected memories, incremented in batches after the responses.
 
 Every injected memory gets ``retrieval_count += 1``, but one store round trip per request would
-cost a write per chat request. Increments are collected per tenant and flushed together after
-``FLUSH_DELAY_S`` (or at ``MAX_PENDING`` ids, or on shutdown), one store call per tenant: the
-store adds one per occurrence of an id and writes points that share a new count together, so a
-batch costs a handful of writes, not one per injected memory. The retrieval cache generation is
-not bumped: a count changes the frequency score slightly, which a result cached for seconds may
-ignore (adr/0050).
+cost a write per chat request. Increments are summed per tenant and id and flushed together
+after ``delay_s`` (``memory.count_flush_s``, default ``FLUSH_DELAY_S``; or at ``MAX_PENDING``
+distinct ids, or on shutdown): the store adds one per occurrence of an id and writes points that
+share a new count together, so a hot memory injected by many requests in the window costs one
+write. The write work per injected memory was as large as the search's: at 10k memories and
+~230 requests/s, 0.5 s windows wrote ~50 points a request, 5 s windows at most ~9 (adr/0082).
+Counts still pending when the process dies are lost; they only nudge the frequency score. The
+retrieval cache generation is not bumped: a count changes the frequency score slightly, which a
+result cached for seconds may ignore (adr/0050).
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-FLUSH_DELAY_S = 0.5
-MAX_PENDING = 5_000
+FLUSH_DELAY_S = 5.0
+MAX_PENDING = 20_000  # distinct (tenant, id) pairs held before an early flush
 # Distinct ids per store call. A store write briefly blocks searches of the same shard, so one
 # large write per flush showed up as 10-30 ms search stalls; small calls let searches in between.
 IDS_PER_CALL = 64
@@ -45,8 +48,10 @@ class RetrievalCounter:
         """Count one retrieval of each id; a flush runs shortly after."""
         if not ids or self._store is None:
             return
-        self._pending.setdefault(tenant, Counter()).update(ids)
-        self._size += len(ids)
+        counts = self._pending.setdefault(tenant, Counter())
+        before = len(counts)
+        counts.update(ids)
+        self._size += len(counts) - before
         if self._size >= MAX_PENDING:
             self._spawn(self.flush())
         elif not self._scheduled:

@@ -8,7 +8,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from proxy.metrics import Metrics
-from proxy.pipeline.counters import RetrievalCounter
+from proxy.pipeline.counters import MAX_PENDING, RetrievalCounter
 
 
 class CountingStore:
@@ -79,3 +79,17 @@ async def test_large_batches_go_in_small_calls_without_losing_counts() -> None:
     assert len(store.calls) == 3  # 150 distinct ids in calls of at most 64
     assert all(len(set(call)) <= 64 for _, call in store.calls)
     assert store.counts == {("t", i): (2 if n < 10 else 1) for n, i in enumerate(ids)}
+
+
+async def test_repeats_of_one_id_do_not_force_an_early_flush() -> None:
+    store, spawn = CountingStore(), Spawner()
+    counter = RetrievalCounter(store, spawn, delay_s=60)
+    for _ in range(MAX_PENDING + 10):
+        counter.add("t", ["hot"])
+    assert store.calls == []  # one distinct id pending: wait for the window
+    counter.add("t", [f"m{i}" for i in range(MAX_PENDING)])  # now past the distinct bound
+    later, *early = spawn.tasks  # the window's timer, then the early flush
+    await asyncio.gather(*early)
+    later.cancel()
+    assert store.counts[("t", "hot")] == MAX_PENDING + 10
+    assert len(store.counts) == MAX_PENDING + 1
