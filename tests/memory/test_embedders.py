@@ -89,6 +89,20 @@ async def test_static_is_deterministic_across_calls_instances_and_batches(
     np.testing.assert_allclose(first, alone, atol=1e-6)
 
 
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.text(max_size=200) | st.sampled_from(["", "  ", "zzqqxx", "x" * 3000, "日本語"]))
+def test_static_single_text_fast_path_equals_the_batch_path(
+    static: StaticEmbedder, text: str
+) -> None:
+    alone = static.embed_sync([text])
+    in_batch = static.embed_sync([text, "another sentence to make it a batch"])[:1]
+    np.testing.assert_allclose(alone, in_batch, atol=1e-6)
+    assert alone.dtype == np.float32
+    assert alone.shape == (1, static.dimensions)
+
+
 @pytest.mark.parametrize(
     ("anchor", "similar", "unrelated"),
     [
