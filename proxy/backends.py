@@ -29,7 +29,6 @@ from proxy.pipeline.counters import RetrievalCounter
 from proxy.pipeline.pipeline import Pipeline
 
 if TYPE_CHECKING:
-    from proxy.metrics import Metrics
     from proxy.services import Services
     from proxy.settings import Settings
 
@@ -58,18 +57,11 @@ async def open_embedder(settings: Settings, stack: AsyncExitStack) -> Embedder:
 
 
 async def open_memory_store(
-    settings: Settings, embedder: Embedder, stack: AsyncExitStack, metrics: Metrics
+    settings: Settings, embedder: Embedder, stack: AsyncExitStack
 ) -> MemoryStore | None:
-    """Open the store, or return ``None`` (degraded) when it cannot be reached right now.
-
-    An embedded store searches on the event loop while a request is alone in this process.
-    """
+    """Open the store, or return ``None`` (degraded) when it cannot be reached right now."""
     try:
-        store = await open_store(
-            settings.store,
-            dimensions=embedder.dimensions,
-            inline_when=lambda: metrics.active_requests <= 1,
-        )
+        store = await open_store(settings.store, dimensions=embedder.dimensions)
     except ConfigError:
         raise
     except Exception as exc:  # unreachable server, locked data dir: serve without memory
@@ -120,9 +112,7 @@ async def open_backends(services: Services, stack: AsyncExitStack) -> None:
     if services.embedder is None:
         services.embedder = await open_embedder(settings, stack)
     if services.store is None:
-        services.store = await open_memory_store(
-            settings, services.embedder, stack, services.metrics
-        )
+        services.store = await open_memory_store(settings, services.embedder, stack)
     if services.cache is None:
         services.cache = open_request_cache(settings, stack, services.metrics.count_cache_lookup)
     if isinstance(services.pipeline, NoopPipeline):

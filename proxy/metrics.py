@@ -48,9 +48,6 @@ class Metrics:
 
     def __init__(self, multiprocess_dir: str | None = None) -> None:
         self.multiprocess_dir = multiprocess_dir
-        # This process's requests being served, as a plain int (the gauge may live in files):
-        # the embedded store searches on the event loop only when a request is alone.
-        self.active_requests = 0
         self.registry = CollectorRegistry()
         # In multiprocess mode values go to files; registering would duplicate them.
         reg = None if multiprocess_dir else self.registry

@@ -78,10 +78,8 @@ class RequestContextMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
         status = 500
         id_header = (REQUEST_ID_HEADER, request_id.encode("latin-1"))
-        metrics = self.metrics
-        in_flight = metrics.in_flight
+        in_flight = self.metrics.in_flight
         in_flight.inc()
-        metrics.active_requests += 1
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -95,7 +93,6 @@ class RequestContextMiddleware:
         finally:
             elapsed = time.perf_counter() - start
             in_flight.dec()
-            metrics.active_requests -= 1
             path = scope["path"]
             self._record(route_label(path), scope["method"], status, elapsed)
             if ACCESS_LOGGER.isEnabledFor(logging.INFO):

@@ -1,10 +1,7 @@
 """``EdgeStore``: Qdrant's engine in-process (qdrant-edge-py), persistent under a data dir.
 
-The shard's API is synchronous and releases the GIL, so calls run on a small dedicated thread
-pool instead of the event loop. One exception: a search with no other search in flight, on a
-store whose recent searches were fast (under ``INLINE_SEARCH_MAX_S``), runs on the loop. Nothing
-could overlap with it, and the hop to a thread and back cost ~0.2 ms of a ~1 ms search
-(adr/0082). The shard tolerates concurrent callers (measured: parallel
+The shard's API is synchronous and releases the GIL, so every call runs on a small dedicated
+thread pool instead of the event loop. The shard tolerates concurrent callers (measured: parallel
 queries and upserts from four threads); read-modify-write updates (retrieval counts, usefulness,
 delete_user's count) still take a lock so two of them never interleave.
 
@@ -68,9 +65,6 @@ CONFIG_FILE = "edge_config.json"
 DEFAULT_WORKERS = 2
 FLUSH_INTERVAL_S = 5.0
 OPTIMIZE_AFTER_POINTS = 20_000
-# A search expected to take less than this may run on the event loop (see ``inline_when``).
-INLINE_SEARCH_MAX_S = 0.003
-SEARCH_TIME_WEIGHT = 0.2  # of the newest search in the running average of search times
 T = TypeVar("T")
 LOGGER = logging.getLogger("memproxy.store")
 
@@ -126,7 +120,6 @@ class EdgeStore:
         hybrid: bool,
         optimize_after: int | None = OPTIMIZE_AFTER_POINTS,
         record_cache_entries: int = DEFAULT_MAX_ENTRIES,
-        inline_when: Callable[[], bool] | None = None,
     ) -> None:
         self.dimensions = dimensions
         self.hybrid = hybrid
@@ -142,8 +135,6 @@ class EdgeStore:
         self._rmw_lock = threading.Lock()
         self._unindexed = 0
         self._last_flush = time.monotonic()
-        self._inline_when = inline_when
-        self._search_s = 0.0  # running average of recent search times
         self.record_cache_entries = record_cache_entries
         self._records = RecordCache(record_cache_entries)
 
@@ -157,7 +148,6 @@ class EdgeStore:
         workers: int = DEFAULT_WORKERS,
         optimize_after: int | None = OPTIMIZE_AFTER_POINTS,
         record_cache_entries: int = DEFAULT_MAX_ENTRIES,
-        inline_when: Callable[[], bool] | None = None,
     ) -> EdgeStore:
         """Open (or create) the store under ``data_dir``; loading runs off the event loop.
 
@@ -183,7 +173,6 @@ class EdgeStore:
             hybrid=hybrid,
             optimize_after=optimize_after,
             record_cache_entries=record_cache_entries,
-            inline_when=inline_when,
         )
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
@@ -334,15 +323,7 @@ class EdgeStore:
         vector = check_query(query, self.dimensions)
         if query.top_k <= 0:
             return []
-        started = time.perf_counter()
-        inline = self._inline_when
-        if inline is not None and self._search_s < INLINE_SEARCH_MAX_S and inline():
-            hits = self.search_sync(tenant, query, vector)
-        else:
-            hits = await self._run(self.search_sync, tenant, query, vector)
-        took = time.perf_counter() - started
-        self._search_s += SEARCH_TIME_WEIGHT * (took - self._search_s)
-        return hits
+        return await self._run(self.search_sync, tenant, query, vector)
 
     def search_sync(
         self, tenant: str, query: SearchQuery, vector: np.ndarray

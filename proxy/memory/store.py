@@ -13,7 +13,7 @@ import builtins
 import functools
 import math
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -116,14 +116,11 @@ class MemoryStore(Protocol):
         ...
 
 
-async def open_store(
-    settings: StoreSettings, *, dimensions: int, inline_when: Callable[[], bool] | None = None
-) -> MemoryStore:
+async def open_store(settings: StoreSettings, *, dimensions: int) -> MemoryStore:
     """Open the configured store (the app lifespan owns and closes it).
 
     ``dimensions`` is the embedder's vector size; a store built with another size raises
-    ``ConfigError`` here, at start, instead of failing on the first search. ``inline_when``
-    tells the embedded store when a search may skip its thread hop (``EdgeStore.open``).
+    ``ConfigError`` here, at start, instead of failing on the first search.
     """
     if settings.kind == "qdrant":
         from proxy.memory.qdrant import QdrantStore
@@ -148,7 +145,6 @@ async def open_store(
         dimensions=dimensions,
         hybrid=settings.hybrid,
         record_cache_entries=settings.record_cache_entries,
-        inline_when=inline_when,
     )
 
 

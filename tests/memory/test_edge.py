@@ -8,10 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -83,8 +80,8 @@ async def test_every_acknowledged_add_survives_sigkill(tmp_path: Path) -> None:
         await store.close()
 
 
-async def test_concurrent_searches_run_off_the_event_loop(tmp_path: Path) -> None:
-    """While searches run on the store's threads, other coroutines keep running."""
+async def test_search_runs_off_the_event_loop(tmp_path: Path) -> None:
+    """While a search runs on the store's threads, other coroutines keep running."""
     store = await EdgeStore.open(tmp_path, dimensions=DIM)
     try:
         records = [record(f"m{i}") for i in range(500)]
@@ -103,64 +100,6 @@ async def test_concurrent_searches_run_off_the_event_loop(tmp_path: Path) -> Non
         task.cancel()
         assert all(len(r) == 50 for r in results)
         assert ticks > 0
-    finally:
-        await store.close()
-
-
-def record_threads(store: EdgeStore) -> list[int]:
-    """Spy on which thread runs each blocking search."""
-    threads: list[int] = []
-    plain = store.search_sync
-
-    def spy(*args: Any) -> Any:
-        threads.append(threading.get_ident())
-        return plain(*args)
-
-    store.search_sync = spy  # type: ignore[method-assign]
-    return threads
-
-
-@pytest.mark.parametrize(
-    ("inline_when", "recent_s", "on_loop"),
-    [
-        (None, 0.0, False),  # by default searches always go to the threads
-        (lambda: True, 0.0, True),  # nothing could overlap: no thread hop
-        (lambda: False, 0.0, False),  # other work in flight: overlap it
-        (lambda: True, 1.0, False),  # recent searches were slow: never block the loop
-    ],
-)
-async def test_where_a_search_runs(
-    tmp_path: Path, inline_when: Any, recent_s: float, on_loop: bool
-) -> None:
-    store = await EdgeStore.open(tmp_path, dimensions=DIM, inline_when=inline_when)
-    try:
-        await store.add([record("m1")], vectors_for([record("m1")], DIM))
-        threads = record_threads(store)
-        store._search_s = recent_s
-        hits = await store.search("t1", SearchQuery(vector_for("m1", DIM), "m1", "u1", None, 1))
-        assert [h.record.id for h in hits] == ["m1"]
-        assert (threads == [threading.get_ident()]) is on_loop
-    finally:
-        await store.close()
-
-
-async def test_slow_searches_move_off_the_loop_by_themselves(tmp_path: Path) -> None:
-    store = await EdgeStore.open(tmp_path, dimensions=DIM, inline_when=lambda: True)
-    try:
-        await store.add([record("m1")], vectors_for([record("m1")], DIM))
-        threads = record_threads(store)
-        plain = store.search_sync
-
-        def slow(*args: Any) -> Any:
-            time.sleep(0.02)
-            return plain(*args)
-
-        store.search_sync = slow  # type: ignore[method-assign]
-        query = SearchQuery(vector_for("m1", DIM), "m1", "u1", None, 1)
-        for _ in range(3):
-            await store.search("t1", query)
-        assert threads[0] == threading.get_ident()  # fast so far: on the loop
-        assert threads[-1] != threading.get_ident()  # the running average caught up
     finally:
         await store.close()
 

@@ -161,13 +161,9 @@ async def test_open_store_opens_the_configured_edge_store(tmp_path: Path) -> Non
     settings = StoreSettings(
         kind="edge", data_dir=str(tmp_path), hybrid=False, record_cache_entries=123
     )
-    def alone() -> bool:
-        return True
-
-    store = await open_store(settings, dimensions=8, inline_when=alone)
+    store = await open_store(settings, dimensions=8)
     try:
         assert isinstance(store, EdgeStore)
-        assert store._inline_when is alone
         assert store.hybrid is False
         assert store.dimensions == 8
         assert store.record_cache_entries == 123
