@@ -73,8 +73,13 @@ def is_duplicate(
     word_sets: Sequence[frozenset[str]],
     threshold: float,
 ) -> bool:
-    """True when a kept set sharing a prefix word is more than ``threshold`` similar."""
+    """True when a kept set sharing a prefix word is more than ``threshold`` similar.
+
+    ``jaccard`` and the size bound are inlined: this loop runs ~180 times a request, and the
+    calls were half its cost.
+    """
     size = len(words)
+    low = threshold * size
     seen: set[int] = set()
     for word in prefix:
         for j in index.get(word, ()):
@@ -82,9 +87,11 @@ def is_duplicate(
                 continue
             seen.add(j)
             other = word_sets[j]
+            n = len(other)
             # Jaccard <= min/max size: skip pairs whose sizes alone rule a duplicate out.
-            if min(size, len(other)) <= threshold * max(size, len(other)):
+            if n <= low or size <= threshold * n:
                 continue
-            if jaccard(words, other) > threshold:
+            shared = len(words & other)  # both non-empty: the union is never 0
+            if shared / (size + n - shared) > threshold:
                 return True
     return False
