@@ -216,8 +216,8 @@ def assemble(
 ) -> Assembly:
     """Score, bundle, dedup, pack and render ``candidates`` within ``budget`` tokens.
 
-    ``line`` renders and counts one memory's line (``render.line_renderer(encoding)`` unless
-    given); a caller serving many requests passes a memoised one.
+    ``line`` renders and counts one memory's line; a caller serving many requests passes a
+    memoised ``render.line_renderer(encoding)`` (without one the block is counted whole).
     """
     cfg = config if config is not None else AssemblerConfig()
     limit = max(0, budget if cfg.max_tokens is None else min(budget, cfg.max_tokens))

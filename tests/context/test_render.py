@@ -81,13 +81,18 @@ def test_render_within_uses_the_given_line_renderer(encoding: str) -> None:
 
 
 @pytest.mark.parametrize("encoding", STORED_ENCODINGS)
-def test_render_within_trims_the_lowest_values_until_it_fits(encoding: str) -> None:
+@pytest.mark.parametrize("by_lines", [False, True], ids=["whole-block", "by-lines"])
+def test_render_within_trims_the_lowest_values_until_it_fits(encoding: str, by_lines: bool) -> None:
+    line = line_renderer(encoding) if by_lines else None
     records = [cand(f"m{i}", f"memory number {i} " * 5, 0.9).record for i in range(4)]
     values = [0.4, 0.1, 0.3, 0.2]
     costs = [line_renderer(encoding)(r.source, r.content)[1] for r in records]
-    _, full_tokens, _ = render_within(records, values, costs, [0, 1, 2, 3], 10_000, encoding)
+    everything = [0, 1, 2, 3]
+    _, full_tokens, _ = render_within(records, values, costs, everything, 10_000, encoding, line)
     limit = full_tokens - costs[1]  # one line too many
-    block, rendered, trimmed = render_within(records, values, costs, [0, 1, 2, 3], limit, encoding)
+    block, rendered, trimmed = render_within(
+        records, values, costs, everything, limit, encoding, line
+    )
     assert trimmed == {1}  # the lowest value goes first
     assert rendered == count_tokens(block, encoding) <= limit
-    assert render_within(records, values, costs, [0], 1, encoding) == ("", 0, {0})
+    assert render_within(records, values, costs, [0], 1, encoding, line) == ("", 0, {0})
