@@ -23,12 +23,12 @@ from proxy.memory.store import (
     DENSE_VECTOR,
     HYBRID_OVERSAMPLE,
     RRF_K,
-    SHARED_USER,
-    SOURCE_KEY,
     SPARSE_VECTOR,
     TENANT_KEY,
-    USER_KEY,
+    Condition,
     SearchQuery,
+    list_conditions,
+    scope_conditions,
 )
 
 Hit = tuple[UUID, float]  # (point id, dense cosine); UUIDs as the shard returns them
@@ -49,36 +49,30 @@ def uuid_of(pid: int | UUID | str) -> UUID:
     return pid if isinstance(pid, UUID) else UUID(str(pid))
 
 
-def match(key: str, value: str) -> qe.FieldCondition:
-    """Return the condition ``key == value``."""
-    return qe.FieldCondition(key, match=qe.MatchValue(value))
+def to_filter(conditions: list[Condition]) -> qe.Filter:
+    """Return the shard filter requiring every condition (one value: equality, else any of)."""
+    must: list[Any] = [
+        qe.FieldCondition(key, match=qe.MatchValue(values[0]))
+        if len(values) == 1
+        else qe.FieldCondition(key, match=qe.MatchAny(list(values)))
+        for key, values in conditions
+    ]
+    return qe.Filter(must=must)
 
 
 def tenant_filter(tenant: str) -> qe.Filter:
     """Return the filter of one tenant's memories."""
-    return qe.Filter(must=[match(TENANT_KEY, tenant)])
+    return to_filter([(TENANT_KEY, (tenant,))])
 
 
 def scope_filter(tenant: str, query: SearchQuery) -> qe.Filter:
-    """Return the filter of a search: tenant, the user plus shared memories, the sources."""
-    users = [SHARED_USER] if query.user == SHARED_USER else [query.user, SHARED_USER]
-    must: list[Any] = [
-        match(TENANT_KEY, tenant),
-        qe.FieldCondition(USER_KEY, match=qe.MatchAny(users)),
-    ]
-    if query.sources is not None:
-        must.append(qe.FieldCondition(SOURCE_KEY, match=qe.MatchAny(list(query.sources))))
-    return qe.Filter(must=must)
+    """Return the filter of a search (``store.scope_conditions``)."""
+    return to_filter(scope_conditions(tenant, query))
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> qe.Filter:
-    """Return the filter of ``list``: the tenant, optionally one user and one source."""
-    must: list[Any] = [match(TENANT_KEY, tenant)]
-    if user is not None:
-        must.append(match(USER_KEY, user))
-    if source is not None:
-        must.append(match(SOURCE_KEY, source))
-    return qe.Filter(must=must)
+    """Return the filter of ``list`` (``store.list_conditions``)."""
+    return to_filter(list_conditions(tenant, user, source))
 
 
 def search_hits(

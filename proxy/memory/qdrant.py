@@ -28,11 +28,9 @@ from proxy.memory.store import (
     INDEXED_KEYS,
     RETRIEVAL_COUNT_KEY,
     RRF_K,
-    SHARED_USER,
-    SOURCE_KEY,
     SPARSE_VECTOR,
     TENANT_KEY,
-    USER_KEY,
+    Condition,
     Page,
     SearchQuery,
     check_query,
@@ -41,10 +39,12 @@ from proxy.memory.store import (
     clip_similarity,
     dense_of,
     group_new_counts,
+    list_conditions,
     owned,
     owned_or_fail,
     point_id,
     require_tenant,
+    scope_conditions,
     similarities,
     to_payload,
     with_tokens,
@@ -53,38 +53,30 @@ from proxy.memory.store import (
 DEFAULT_COLLECTION = "memories"
 
 
-def match(key: str, value: str) -> models.FieldCondition:
-    """Return the condition ``key == value``."""
-    return models.FieldCondition(key=key, match=models.MatchValue(value=value))
+def to_filter(conditions: list[Condition]) -> models.Filter:
+    """Return the Qdrant filter requiring every condition (one value: equality, else any of)."""
+    must: list[Any] = [
+        models.FieldCondition(key=key, match=models.MatchValue(value=values[0]))
+        if len(values) == 1
+        else models.FieldCondition(key=key, match=models.MatchAny(any=list(values)))
+        for key, values in conditions
+    ]
+    return models.Filter(must=must)
 
 
 def tenant_filter(tenant: str) -> models.Filter:
     """Return the filter of one tenant's memories."""
-    return models.Filter(must=[match(TENANT_KEY, tenant)])
+    return to_filter([(TENANT_KEY, (tenant,))])
 
 
 def scope_filter(tenant: str, query: SearchQuery) -> models.Filter:
-    """Return the filter of a search: tenant, the user plus shared memories, the sources."""
-    users = [SHARED_USER] if query.user == SHARED_USER else [query.user, SHARED_USER]
-    must: list[Any] = [
-        match(TENANT_KEY, tenant),
-        models.FieldCondition(key=USER_KEY, match=models.MatchAny(any=users)),
-    ]
-    if query.sources is not None:
-        must.append(
-            models.FieldCondition(key=SOURCE_KEY, match=models.MatchAny(any=list(query.sources)))
-        )
-    return models.Filter(must=must)
+    """Return the filter of a search (``store.scope_conditions``)."""
+    return to_filter(scope_conditions(tenant, query))
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> models.Filter:
-    """Return the filter of ``list``: the tenant, optionally one user and one source."""
-    must: list[Any] = [match(TENANT_KEY, tenant)]
-    if user is not None:
-        must.append(match(USER_KEY, user))
-    if source is not None:
-        must.append(match(SOURCE_KEY, source))
-    return models.Filter(must=must)
+    """Return the filter of ``list`` (``store.list_conditions``)."""
+    return to_filter(list_conditions(tenant, user, source))
 
 
 def stored_size(info: models.CollectionInfo) -> int | None:
