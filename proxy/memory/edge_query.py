@@ -18,6 +18,7 @@ import numpy as np
 import qdrant_edge as qe
 
 from proxy.memory import lexical
+from proxy.memory.filters import Condition, list_conditions, scope_conditions
 from proxy.memory.fusion import fuse_ranks
 from proxy.memory.store import (
     DENSE_VECTOR,
@@ -25,10 +26,7 @@ from proxy.memory.store import (
     RRF_K,
     SPARSE_VECTOR,
     TENANT_KEY,
-    Condition,
     SearchQuery,
-    list_conditions,
-    scope_conditions,
 )
 
 Hit = tuple[UUID, float]  # (point id, dense cosine); UUIDs as the shard returns them

@@ -21,6 +21,7 @@ from qdrant_client import AsyncQdrantClient, models
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import ConfigError
 from proxy.memory import lexical
+from proxy.memory.filters import Condition, list_conditions, scope_conditions
 from proxy.memory.store import (
     COUNT_FIELDS,
     DENSE_VECTOR,
@@ -30,7 +31,6 @@ from proxy.memory.store import (
     RRF_K,
     SPARSE_VECTOR,
     TENANT_KEY,
-    Condition,
     Page,
     SearchQuery,
     check_query,
@@ -39,12 +39,10 @@ from proxy.memory.store import (
     clip_similarity,
     dense_of,
     group_new_counts,
-    list_conditions,
     owned,
     owned_or_fail,
     point_id,
     require_tenant,
-    scope_conditions,
     similarities,
     to_payload,
     with_tokens,

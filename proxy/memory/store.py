@@ -42,8 +42,6 @@ RRF_K = 60
 # Each branch of a hybrid query fetches this many times top_k before fusion (1 measured best
 # on LoCoMo dev: wider branches let weak lexical matches push out dense hits; adr/0012).
 HYBRID_OVERSAMPLE = 1
-# One filter condition, backend-neutral: a payload key and the values any of which matches.
-Condition = tuple[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -173,25 +171,6 @@ def group_new_counts(
         new = int(payload.get(RETRIEVAL_COUNT_KEY) or 0) + deltas.get(pid, 0)
         groups.setdefault(new, []).append(pid)
     return groups
-
-
-def scope_conditions(tenant: str, query: SearchQuery) -> builtins.list[Condition]:
-    """What a search may see: the tenant, the user plus shared memories, the sources."""
-    users = (SHARED_USER,) if query.user == SHARED_USER else (query.user, SHARED_USER)
-    conditions: builtins.list[Condition] = [(TENANT_KEY, (tenant,)), (USER_KEY, users)]
-    if query.sources is not None:
-        conditions.append((SOURCE_KEY, tuple(query.sources)))
-    return conditions
-
-
-def list_conditions(tenant: str, user: str | None, source: str | None) -> builtins.list[Condition]:
-    """What ``list`` (and ``delete_user``) may see: the tenant, optionally one user and source."""
-    conditions: builtins.list[Condition] = [(TENANT_KEY, (tenant,))]
-    if user is not None:
-        conditions.append((USER_KEY, (user,)))
-    if source is not None:
-        conditions.append((SOURCE_KEY, (source,)))
-    return conditions
 
 
 @functools.lru_cache(maxsize=POINT_ID_CACHE_SIZE)

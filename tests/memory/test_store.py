@@ -16,15 +16,12 @@ from proxy.context.records import SOURCES, MemoryRecord
 from proxy.errors import ConfigError, RequestError, StoreError
 from proxy.memory.edge import EdgeStore
 from proxy.memory.store import (
-    SearchQuery,
     clip_similarity,
     from_payload,
-    list_conditions,
     open_store,
     owned,
     point_id,
     require_tenant,
-    scope_conditions,
     similarities,
     similarity,
     to_payload,
@@ -178,37 +175,3 @@ async def test_open_store_opens_the_configured_edge_store(tmp_path: Path) -> Non
 async def test_open_store_needs_a_url_for_qdrant() -> None:
     with pytest.raises(ConfigError, match="qdrant_url"):
         await open_store(StoreSettings(kind="qdrant", qdrant_url=None), dimensions=8)
-
-
-@pytest.mark.parametrize(
-    ("user", "sources", "expected"),
-    [
-        ("u1", None, [("tenant", ("t1",)), ("user", ("u1", ""))]),
-        ("", None, [("tenant", ("t1",)), ("user", ("",))]),  # shared only, once
-        (
-            "u1",
-            ("learnings", "facts"),
-            [("tenant", ("t1",)), ("user", ("u1", "")), ("source", ("learnings", "facts"))],
-        ),
-    ],
-)
-def test_scope_conditions(
-    user: str, sources: tuple[str, ...] | None, expected: list[tuple[str, tuple[str, ...]]]
-) -> None:
-    query = SearchQuery(np.zeros(2, dtype=np.float32), "", user, sources, 5)
-    assert scope_conditions("t1", query) == expected
-
-
-@pytest.mark.parametrize(
-    ("user", "source", "expected"),
-    [
-        (None, None, [("tenant", ("t1",))]),
-        ("u1", None, [("tenant", ("t1",)), ("user", ("u1",))]),
-        (None, "facts", [("tenant", ("t1",)), ("source", ("facts",))]),
-        ("", "facts", [("tenant", ("t1",)), ("user", ("",)), ("source", ("facts",))]),
-    ],
-)
-def test_list_conditions(
-    user: str | None, source: str | None, expected: list[tuple[str, tuple[str, ...]]]
-) -> None:
-    assert list_conditions("t1", user, source) == expected
