@@ -36,14 +36,13 @@ from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
 from proxy.memory.edge_query import list_filter, search_hits, tenant_filter, uuid_of
+from proxy.memory.edge_shard import open_shard
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
 from proxy.memory.store import (
     COUNT_FIELDS,
     DENSE_VECTOR,
-    INDEXED_KEYS,
     RETRIEVAL_COUNT_KEY,
     SPARSE_VECTOR,
-    TENANT_KEY,
     Page,
     SearchQuery,
     check_query,
@@ -61,62 +60,11 @@ from proxy.memory.store import (
 )
 
 SHARD_DIR = "memories"
-CONFIG_FILE = "edge_config.json"
 DEFAULT_WORKERS = 2
 FLUSH_INTERVAL_S = 5.0
 OPTIMIZE_AFTER_POINTS = 20_000
-HNSW_M = 32
-HNSW_EF_CONSTRUCT = 200
-FULL_SCAN_KB = 2_000
 T = TypeVar("T")
 LOGGER = logging.getLogger("memproxy.store")
-
-
-def shard_config(dimensions: int) -> qe.EdgeConfig:
-    """Return the shard layout: a cosine dense vector and an IDF-weighted sparse text vector.
-
-    Dense search (adr/0082, measured on synthetic memories, top-50 against an exact scan):
-
-    - An int8 copy of every dense vector stays in RAM; the best candidates are rescored with
-      the originals (``edge_query.DENSE_PARAMS``), so returned cosines are exact.
-    - HNSW with ``m`` 32 and ``ef_construct`` 200: Qdrant's defaults (16 / 100) found only 77 %
-      of the true top 50 at 100k memories, these 96-97 %.
-    - Exact scans stop at ``FULL_SCAN_KB`` of vectors per filter (about 2,000 memories of 256
-      dimensions) instead of Qdrant's 10 MB: at 10k memories the graph answers in 0.23 ms with
-      99.6 % recall where the scan took 0.45 ms.
-    """
-    return qe.EdgeConfig(
-        vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=dimensions, distance=qe.Distance.Cosine)},
-        sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
-        quantization_config=qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, always_ram=True),
-        hnsw_config=qe.HnswIndexConfig(
-            m=HNSW_M, ef_construct=HNSW_EF_CONSTRUCT, full_scan_threshold=FULL_SCAN_KB
-        ),
-    )
-
-
-def open_shard(path: Path, dimensions: int) -> qe.EdgeShard:
-    """Open the shard at ``path`` (creating it if new); a different vector size is a ConfigError."""
-    config = shard_config(dimensions)
-    if not (path / CONFIG_FILE).exists():
-        shard = qe.EdgeShard.create(str(path), config)
-        shard.update(
-            qe.UpdateOperation.create_field_index(TENANT_KEY, qe.KeywordIndexParams(is_tenant=True))
-        )
-        for key in INDEXED_KEYS[1:]:
-            shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
-        return shard
-    try:
-        return qe.EdgeShard.load(str(path), config)
-    except Exception as exc:
-        if "incompatible" in str(exc).lower():
-            raise ConfigError(
-                f"the memory store at {path} holds vectors of another size than the embedder's "
-                f"{dimensions} dimensions ({exc}); use the embedder it was built with or a new "
-                "data_dir",
-                param="store.data_dir",
-            ) from exc
-        raise StoreError(f"cannot open the memory store at {path}: {exc}") from exc
 
 
 class EdgeStore:

@@ -30,7 +30,7 @@ from proxy.memory.store import (
 )
 
 Hit = tuple[UUID, float]  # (point id, dense cosine); UUIDs as the shard returns them
-# The shard keeps int8 copies of the dense vectors (edge.shard_config). Rescoring 3x top_k of
+# The shard keeps int8 copies of the dense vectors (edge_shard.shard_config). Rescoring 3x top_k of
 # them with the originals keeps cosines exact and, on an exact scan, results too (top-50 recall
 # 1.000 at 10k memories; 0.926 without oversampling, and Qdrant does not rescore by default).
 # On the HNSW graph, ``ef`` 256: top-50 recall 0.996 at 10k memories and 0.975 at 100k.
