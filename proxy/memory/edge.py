@@ -334,19 +334,27 @@ class EdgeStore:
         self, tenant: str, memory_id: str, usefulness: float
     ) -> MemoryRecord | None:
         """Set a memory's usefulness; return the updated memory, or ``None`` if there is none."""
-        require_tenant(tenant)
         value = check_usefulness(usefulness)
-        return await self._run(self._set_usefulness_sync, tenant, memory_id, value)
+        return await self.update_usefulness(tenant, memory_id, lambda _: value)
 
-    def _set_usefulness_sync(
-        self, tenant: str, memory_id: str, usefulness: float
+    async def update_usefulness(
+        self, tenant: str, memory_id: str, update: Callable[[float], float]
+    ) -> MemoryRecord | None:
+        """Set usefulness to ``update(current)`` under the read-modify-write lock."""
+        require_tenant(tenant)
+        return await self._run(self._update_usefulness_sync, tenant, memory_id, update)
+
+    def _update_usefulness_sync(
+        self, tenant: str, memory_id: str, update: Callable[[float], float]
     ) -> MemoryRecord | None:
         pid = point_id(tenant, memory_id)
         with self._rmw_lock:
             found = self._shard.retrieve([pid], True, False)
-            if not found or owned(found[0].payload, tenant) is None:
+            current = owned(found[0].payload, tenant) if found else None
+            if current is None:
                 return None
-            self._shard.update(qe.UpdateOperation.set_payload([pid], {"usefulness": usefulness}))
+            value = check_usefulness(update(current.usefulness))
+            self._shard.update(qe.UpdateOperation.set_payload([pid], {"usefulness": value}))
             self._records.invalidate([uuid_of(pid)])
             after = self._shard.retrieve([pid], True, False)
         return owned(after[0].payload, tenant)

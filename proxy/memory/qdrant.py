@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -304,11 +304,23 @@ class QdrantStore:
         self, tenant: str, memory_id: str, usefulness: float
     ) -> MemoryRecord | None:
         """Set a memory's usefulness; return the updated memory, or ``None`` if there is none."""
-        require_tenant(tenant)
         value = check_usefulness(usefulness)
+        return await self.update_usefulness(tenant, memory_id, lambda _: value)
+
+    async def update_usefulness(
+        self, tenant: str, memory_id: str, update: Callable[[float], float]
+    ) -> MemoryRecord | None:
+        """Set usefulness to ``update(current)`` under this process's read-modify-write lock.
+
+        Several memproxy processes on one collection can still interleave two votes: Qdrant
+        has no compare-and-set on payloads.
+        """
+        require_tenant(tenant)
         async with self._rmw_lock:
-            if not await self._retrieve(tenant, [memory_id]):
+            found = await self._retrieve(tenant, [memory_id])
+            if not found:
                 return None
+            value = check_usefulness(update(found[0].usefulness))
             await self._client.set_payload(
                 self._collection,
                 payload={"usefulness": value},

@@ -278,13 +278,20 @@ class MemoryService:
         useful: bool | None = None,
         usefulness: float | None = None,
     ) -> MemoryRecord:
-        """Apply a vote or set usefulness; return the updated memory (``NotFound`` if none)."""
+        """Apply a vote or set usefulness; return the updated memory (``NotFound`` if none).
+
+        The store applies the vote to the current value atomically, so simultaneous votes on
+        one memory all count (they used to race as read-then-set).
+        """
         if usefulness is not None:
             usefulness = parse_fraction(usefulness, "usefulness")
-        current = await self.get(tenant, memory_id)
-        value = feedback_usefulness(current.usefulness, useful=useful, usefulness=usefulness)
-        updated = await self.store.set_usefulness(tenant, memory_id, value)
-        if updated is None:  # deleted between the read and the write
+        feedback_usefulness(0.5, useful=useful, usefulness=usefulness)  # a bad request fails here
+        updated = await self.store.update_usefulness(
+            tenant,
+            memory_id,
+            lambda current: feedback_usefulness(current, useful=useful, usefulness=usefulness),
+        )
+        if updated is None:
             raise NotFound(f"No memory with id '{memory_id}'.", param="id")
         await self._invalidate(tenant)
         return updated

@@ -13,7 +13,7 @@ import builtins
 import functools
 import math
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -105,6 +105,13 @@ class MemoryStore(Protocol):
         self, tenant: str, memory_id: str, usefulness: float
     ) -> MemoryRecord | None:
         """Set a memory's usefulness (0..1); return the updated memory or ``None``."""
+        ...
+
+    async def update_usefulness(
+        self, tenant: str, memory_id: str, update: Callable[[float], float]
+    ) -> MemoryRecord | None:
+        """Set usefulness to ``update(current)`` with no other update in between (in this
+        process), so concurrent votes all count; return the updated memory or ``None``."""
         ...
 
     async def count(self, tenant: str) -> int:

@@ -287,6 +287,20 @@ async def test_set_usefulness(store: MemoryStore) -> None:
     assert await store.set_usefulness("t1", "unknown", 0.5) is None
 
 
+async def test_concurrent_usefulness_updates_all_count(store: MemoryStore) -> None:
+    await put(store, record("m1"))
+    await asyncio.gather(
+        *(store.update_usefulness("t1", "m1", lambda u: u + 0.01) for _ in range(10))
+    )
+    got = await store.get("t1", "m1")
+    assert got is not None
+    assert got.usefulness == pytest.approx(0.6)  # 0.5 and ten steps, none lost
+    assert await store.update_usefulness("t1", "unknown", lambda u: u) is None
+    assert await store.update_usefulness("t2", "m1", lambda u: 1.0) is None  # another tenant's
+    with pytest.raises(RequestError):
+        await store.update_usefulness("t1", "m1", lambda u: 2.0)
+
+
 @pytest.mark.parametrize("value", [-0.1, 1.5, float("nan")])
 async def test_set_usefulness_rejects_out_of_range(store: MemoryStore, value: float) -> None:
     await put(store, record("m1"))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.tokens import count_tokens
 from proxy.errors import EmbedderError, NotFound, RequestError
+from proxy.memory.edge import EdgeStore
 from proxy.memory.inputs import (
     MemoryInput,
     parse_created_at,
@@ -100,6 +102,14 @@ class FakeStore:
             return None
         self.data[(tenant, memory_id)] = replace(record, usefulness=usefulness)
         return self.data[(tenant, memory_id)]
+
+    async def update_usefulness(
+        self, tenant: str, memory_id: str, update: Callable[[float], float]
+    ) -> MemoryRecord | None:
+        record = self.data.get((tenant, memory_id))
+        if record is None:
+            return None
+        return await self.set_usefulness(tenant, memory_id, update(record.usefulness))
 
 
 class FakeCache:
@@ -244,6 +254,22 @@ async def test_empty_write_and_missing_tenant() -> None:
     with pytest.raises(RequestError):
         await service.write("", [MemoryInput(content="x")])
     assert store.adds == []
+
+
+async def test_simultaneous_votes_on_one_memory_all_count(tmp_path: Path) -> None:
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        service = MemoryService(store, FakeEmbedder(), FakeCache(), clock=lambda: NOW)
+        await service.add("t1", [{"content": "x", "id": "m"}])
+        await asyncio.gather(*(service.feedback("t1", "m", useful=True) for _ in range(5)))
+        expected = 0.5
+        for _ in range(5):  # the same five votes, one after the other
+            expected = feedback_usefulness(expected, useful=True, usefulness=None)
+        assert (await service.get("t1", "m")).usefulness == pytest.approx(expected)
+        with pytest.raises(RequestError):  # neither a vote nor a value: refused before the store
+            await service.feedback("t1", "m")
+    finally:
+        await store.close()
 
 
 async def test_get_delete_and_feedback_are_tenant_scoped() -> None:
