@@ -7,21 +7,15 @@ delete_user's count) still take a lock so two of them never interleave.
 
 Durability: updates go through the shard's write-ahead log. ``add`` returns once ``update`` has
 returned, i.e. the batch is in the WAL; that survives the process being killed (SIGKILL) and is
-replayed on the next open. A flush (in the background, at most every ``FLUSH_INTERVAL_S`` while
-writes come in, and on close) persists segments so the WAL stays short. See adr/0011.
-
-Indexing: Edge has no background optimizer; HNSW graphs are built by ``optimize()``. The store
-runs it in its own thread after every ``OPTIMIZE_AFTER_POINTS`` new points; searches keep running
-meanwhile (on the unindexed segments, exact and slower).
+replayed on the next open. Flushes (in the background while writes come in, and on close) and
+index builds are ``edge_maintenance.ShardMaintenance``'s. See adr/0011.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +29,7 @@ import qdrant_edge as qe
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
+from proxy.memory.edge_maintenance import OPTIMIZE_AFTER_POINTS, ShardMaintenance
 from proxy.memory.edge_query import list_filter, search_hits, tenant_filter, uuid_of
 from proxy.memory.edge_shard import open_shard
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
@@ -61,10 +56,7 @@ from proxy.memory.store import (
 
 SHARD_DIR = "memories"
 DEFAULT_WORKERS = 2
-FLUSH_INTERVAL_S = 5.0
-OPTIMIZE_AFTER_POINTS = 20_000
 T = TypeVar("T")
-LOGGER = logging.getLogger("memproxy.store")
 
 
 class EdgeStore:
@@ -85,15 +77,9 @@ class EdgeStore:
         self.optimize_after = optimize_after
         self._shard = shard
         self._executor = executor
-        self._optimizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-optimize")
-        self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-flush")
-        self._state_lock = threading.Lock()
-        self._optimizing = False
-        self._flushing = False
+        self._maintenance = ShardMaintenance(shard, optimize_after)
         self._closed = False
         self._rmw_lock = threading.Lock()
-        self._unindexed = 0
-        self._last_flush = time.monotonic()
         self.record_cache_entries = record_cache_entries
         self._records = RecordCache(record_cache_entries)
 
@@ -156,55 +142,11 @@ class EdgeStore:
             points.append(qe.Point(point_id(full.tenant, full.id), vector, to_payload(full)))
         self._shard.update(qe.UpdateOperation.upsert_points(points))
         self._records.invalidate(point_uuid(r.tenant, r.id) for r in records)
-        self._after_write(len(points))
-
-    def _after_write(self, points: int) -> None:
-        """Start a flush now and then, and an index build once enough points came in.
-
-        Both run on their own threads: a flush takes ~200 ms and an index build minutes, and
-        neither should hold up the write that happened to trigger it.
-        """
-        with self._state_lock:
-            self._unindexed += points
-            now = time.monotonic()
-            flush = now - self._last_flush >= FLUSH_INTERVAL_S and not self._flushing
-            if flush:
-                self._last_flush = now
-                self._flushing = True
-            threshold = self.optimize_after
-            build = threshold is not None and self._unindexed >= threshold and not self._optimizing
-            if build:
-                self._unindexed = 0
-                self._optimizing = True
-        if flush:
-            self._flusher.submit(self._flush_sync)
-        if build:
-            self._optimizer.submit(self._optimize_sync)
-
-    def _flush_sync(self) -> None:
-        try:
-            self._shard.flush()
-        except Exception:  # a background thread has no caller: log, the WAL still holds the data
-            LOGGER.exception("background flush of the memory store failed")
-        finally:
-            self._flushing = False
-
-    def _optimize_sync(self) -> bool:
-        try:
-            return self._shard.optimize()
-        except Exception:  # searches still work on unindexed segments; try again later
-            LOGGER.exception("background index build of the memory store failed")
-            return False
-        finally:
-            self._optimizing = False
+        self._maintenance.after_write(len(points))
 
     async def optimize(self) -> bool:
         """Build the HNSW index for everything written so far (blocks until done)."""
-        with self._state_lock:
-            self._unindexed = 0
-        return await asyncio.get_running_loop().run_in_executor(
-            self._optimizer, self._shard.optimize
-        )
+        return await self._maintenance.optimize()
 
     async def get(self, tenant: str, memory_id: str) -> MemoryRecord | None:
         """Return the memory or ``None`` (also when it belongs to another tenant)."""
@@ -328,7 +270,7 @@ class EdgeStore:
                 self._records.update(pids, retrieval_count=count)
         # Replaced payload blocks are reclaimed only by a flush: without this, a chat-only load
         # (no adds) grew the payload storage without bound (tests/reliability/test_store_growth).
-        self._after_write(0)
+        self._maintenance.after_write(0)
 
     async def set_usefulness(
         self, tenant: str, memory_id: str, usefulness: float
@@ -375,8 +317,7 @@ class EdgeStore:
         if self._closed:
             return
         self._closed = True
-        self._optimizer.shutdown(wait=True)
-        self._flusher.shutdown(wait=True)
+        self._maintenance.close()
         await self._run(self._close_sync)
         self._executor.shutdown(wait=True)
 

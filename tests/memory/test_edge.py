@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import qdrant_edge as qe
 
-from proxy.memory import edge
+from proxy.memory import edge_maintenance
 from proxy.memory.edge import EdgeStore
 from proxy.memory.store import DENSE_VECTOR, SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
@@ -173,7 +173,7 @@ async def test_quantized_segments_still_give_exact_cosines(tmp_path: Path, hybri
 async def test_background_flush_and_index_build_keep_every_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(edge, "FLUSH_INTERVAL_S", 0.0)  # flush after every write
+    monkeypatch.setattr(edge_maintenance, "FLUSH_INTERVAL_S", 0.0)  # flush after every write
     store = await EdgeStore.open(tmp_path, dimensions=DIM, optimize_after=100)
     records = [record(f"m{i}") for i in range(600)]
     for start in range(0, 600, 50):

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import proxy.memory.edge as edge
+import proxy.memory.edge_maintenance as edge_maintenance
 from proxy.context.records import MemoryRecord
 from proxy.memory.edge import EdgeStore
 
@@ -38,7 +38,9 @@ def disk_mb(path: Path) -> int:
 async def test_retrieval_count_updates_do_not_grow_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(edge, "FLUSH_INTERVAL_S", 0.05)  # the 5 s production pace, sped up
+    monkeypatch.setattr(
+        edge_maintenance, "FLUSH_INTERVAL_S", 0.05
+    )  # the 5 s production pace, sped up
     store = await EdgeStore.open(tmp_path, dimensions=DIM)
     try:
         now = datetime.now(UTC)

@@ -1,0 +1,70 @@
+"""ShardMaintenance: when flushes and index builds start, with a recording fake shard."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from proxy.memory import edge_maintenance
+from proxy.memory.edge_maintenance import ShardMaintenance
+
+
+class RecordingShard:
+    """Counts flushes and builds; a build can be held open to test overlap."""
+
+    def __init__(self) -> None:
+        self.flushes = 0
+        self.builds = 0
+        self.release = threading.Event()
+        self.release.set()
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+    def optimize(self) -> bool:
+        self.builds += 1
+        self.release.wait(5)
+        return True
+
+
+@pytest.mark.parametrize(
+    ("optimize_after", "writes", "builds"),
+    [
+        (None, [10_000], 0),  # explicit optimize() only
+        (100, [60, 39], 0),  # 99 new points: not yet
+        (100, [60, 40], 1),
+        (100, [250], 1),  # one build however far past the threshold
+    ],
+)
+def test_index_builds_start_at_the_threshold(
+    optimize_after: int | None, writes: list[int], builds: int
+) -> None:
+    shard = RecordingShard()
+    maintenance = ShardMaintenance(shard, optimize_after)  # type: ignore[arg-type]
+    for points in writes:
+        maintenance.after_write(points)
+    maintenance.close()  # waits for the threads
+    assert shard.builds == builds
+
+
+def test_a_flush_waits_for_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    shard = RecordingShard()
+    monkeypatch.setattr(edge_maintenance, "FLUSH_INTERVAL_S", 3600.0)
+    maintenance = ShardMaintenance(shard, None)  # type: ignore[arg-type]
+    maintenance.after_write(1)
+    monkeypatch.setattr(edge_maintenance, "FLUSH_INTERVAL_S", 0.0)
+    maintenance.after_write(1)
+    maintenance.close()
+    assert shard.flushes == 1  # the first write came before the interval had passed
+
+
+def test_a_running_build_is_not_started_twice() -> None:
+    shard = RecordingShard()
+    shard.release.clear()  # the first build runs until released
+    maintenance = ShardMaintenance(shard, 10)  # type: ignore[arg-type]
+    maintenance.after_write(10)
+    maintenance.after_write(10)  # due again while the first still runs
+    shard.release.set()
+    maintenance.close()
+    assert shard.builds == 1
