@@ -65,12 +65,17 @@ def frame_cost(encoding: str) -> int:
     )
 
 
+def line_text(source: str, content: str) -> str:
+    """One memory's line in the block: ``[source] content``, sanitised."""
+    return f"[{source}] {sanitise(content)}"
+
+
 def line_renderer(encoding: str) -> LineRenderer:
     """Return the function rendering one memory's line and counting it exactly (with newline)."""
     enc = get_encoding(encoding)
 
     def render(source: str, content: str) -> Line:
-        text = f"[{source}] {sanitise(content)}"
+        text = line_text(source, content)
         return text, len(enc.encode_ordinary(text + "\n"))
 
     return render
@@ -101,7 +106,7 @@ def render_within(
     count: Callable[[list[int]], int]
     if line is None:
         enc = get_encoding(encoding)
-        texts = {i: f"[{records[i].source}] {sanitise(records[i].content)}" for i in chosen}
+        texts = {i: line_text(records[i].source, records[i].content) for i in chosen}
 
         def count(active: list[int]) -> int:
             return len(enc.encode_ordinary(render_block([texts[i] for i in active])))

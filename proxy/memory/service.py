@@ -115,14 +115,22 @@ def search_hit_object(candidate: Candidate) -> dict[str, Any]:
     return {**memory_object(candidate.record), "similarity": round(candidate.similarity, 6)}
 
 
-def feedback_usefulness(current: float, *, useful: bool | None, usefulness: float | None) -> float:
-    """New usefulness: an explicit value wins; a vote moves ``FEEDBACK_STEP`` towards 1 or 0."""
+def feedback_update(*, useful: bool | None, usefulness: float | None) -> Callable[[float], float]:
+    """The change a feedback call asks for, checked now: an explicit value wins; a vote moves
+    ``FEEDBACK_STEP`` towards 1 or 0; neither is a 400. The store applies it to the current value.
+    """
     if usefulness is not None:
-        return usefulness
+        value = usefulness
+        return lambda _current: value
     if useful is None:
         raise RequestError("Send either 'useful' (boolean) or 'usefulness' (0..1).")
     target = 1.0 if useful else 0.0
-    return round(current + FEEDBACK_STEP * (target - current), 6)
+    return lambda current: round(current + FEEDBACK_STEP * (target - current), 6)
+
+
+def feedback_usefulness(current: float, *, useful: bool | None, usefulness: float | None) -> float:
+    """New usefulness after one feedback call on a memory whose usefulness is ``current``."""
+    return feedback_update(useful=useful, usefulness=usefulness)(current)
 
 
 class MemoryService:
@@ -285,12 +293,8 @@ class MemoryService:
         """
         if usefulness is not None:
             usefulness = parse_fraction(usefulness, "usefulness")
-        feedback_usefulness(0.5, useful=useful, usefulness=usefulness)  # a bad request fails here
-        updated = await self.store.update_usefulness(
-            tenant,
-            memory_id,
-            lambda current: feedback_usefulness(current, useful=useful, usefulness=usefulness),
-        )
+        update = feedback_update(useful=useful, usefulness=usefulness)
+        updated = await self.store.update_usefulness(tenant, memory_id, update)
         if updated is None:
             raise NotFound(f"No memory with id '{memory_id}'.", param="id")
         await self._invalidate(tenant)
