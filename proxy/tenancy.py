@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from proxy.errors import AuthError
 from proxy.settings import MemorySettings, Settings, TenantMemory
@@ -54,10 +55,12 @@ NO_KEY = (
 RawHeaders = Iterable[tuple[bytes, bytes]]
 
 
-@dataclass(frozen=True, slots=True)
-class Credential:
+class Credential(NamedTuple):
     """What the caller presented: an API key (``scheme`` is ``None``), or another
-    ``Authorization`` scheme (lower-cased; ``""`` for a value with no scheme) and its value."""
+    ``Authorization`` scheme (lower-cased; ``""`` for a value with no scheme) and its value.
+
+    A tuple, not a dataclass: one is built per request, and a frozen dataclass costs ~0.5 us.
+    """
 
     value: str
     scheme: str | None = None
@@ -140,24 +143,33 @@ def authorization_credential(value: str) -> Credential | None:
 
 
 def client_credential(headers: RawHeaders) -> Credential | None:
-    """The caller's credential from its request headers (precedence: module docstring)."""
-    found: dict[bytes, str] = {}
+    """The caller's credential from its request headers (precedence: module docstring).
+
+    The first of a repeated header counts. One pass, returning at a Bearer key: the OpenAI
+    SDKs' case costs no more than finding the header.
+    """
+    other: Credential | None = None
+    seen_authorization = False
+    x_api_key: str | None = None
+    api_key: str | None = None
     for name, value in headers:
-        if name in CREDENTIAL_HEADERS and name not in found:
-            found[name] = value.decode("latin-1")
-    if not found:
-        return None
-    other = None
-    authorization = found.get(AUTHORIZATION)
-    if authorization is not None:
-        credential = authorization_credential(authorization)
-        if credential is not None and credential.scheme is None:
-            return credential
-        other = credential
-    for name in (X_API_KEY, API_KEY):
-        key = found.get(name, "").strip()
-        if key:
-            return Credential(key)
+        if name not in CREDENTIAL_HEADERS:
+            continue
+        if name == AUTHORIZATION:
+            if not seen_authorization:
+                seen_authorization = True
+                other = authorization_credential(value.decode("latin-1"))
+                if other is not None and other.scheme is None:
+                    return other
+        elif name == X_API_KEY:
+            if x_api_key is None:
+                x_api_key = value.decode("latin-1").strip()
+        elif api_key is None:
+            api_key = value.decode("latin-1").strip()
+    if x_api_key:
+        return Credential(x_api_key)
+    if api_key:
+        return Credential(api_key)
     return other
 
 
