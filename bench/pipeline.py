@@ -58,7 +58,7 @@ STAGES = ("budget", "query", "cache", "embed", "search", "assemble", "inject", "
 
 def bench_tenant() -> str:
     """The tenant memproxy derives from ``API_KEY`` (passthrough mode)."""
-    return TenantResolver(load_settings(env={})).resolve(f"Bearer {API_KEY}").id
+    return TenantResolver(load_settings(env={})).for_key(API_KEY).id
 
 
 def to_inputs(items: list[dict[str, Any]]) -> list[MemoryInput]:
@@ -165,7 +165,7 @@ async def stage_latency(
     try:
         seeded = await seed_store(store, embedder, tenant, size)
         settings = load_settings(env={})
-        tenant_obj = TenantResolver(settings).resolve(f"Bearer {API_KEY}")
+        tenant_obj = TenantResolver(settings).for_key(API_KEY)
         for top_k in top_ks:
             pipeline = Pipeline(
                 settings.memory,

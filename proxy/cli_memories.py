@@ -7,8 +7,9 @@ open these commands stop with a clear message (exit 3) pointing at the HTTP API 
 Qdrant server (``store.kind: qdrant``) both can run at once; writes then bump the tenant's cache
 generation in Redis when ``cache.redis_url`` is set, so the server never serves stale results.
 
-The tenant is ``--tenant ID``, or the tenant a key maps to (``--key K``, as the server would
-resolve ``Authorization: Bearer K``); without either, the passthrough mode's ``anonymous``.
+The tenant is ``--tenant ID``, or the tenant a key maps to (``--key K``: the same tenant as a
+request carrying K in ``Authorization: Bearer``, ``x-api-key`` or ``api-key``); without either,
+the ``anonymous`` tenant when ``auth.anonymous`` is on (passthrough mode), else an error.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def resolve_tenant(settings: Settings, tenant: str | None, key: str | None) -> s
     """The tenant id the command works on (see the module docstring)."""
     resolver = TenantResolver(settings)
     if key:
-        return resolver.resolve(f"Bearer {key}").id
+        return resolver.for_key(key).id
     if tenant:
         if settings.auth.mode == "keys" and tenant not in resolver.tenants:
             known = ", ".join(sorted(resolver.tenants)) or "none"
@@ -63,7 +64,12 @@ def resolve_tenant(settings: Settings, tenant: str | None, key: str | None) -> s
         return tenant
     if settings.auth.mode == "keys":
         raise ConfigError("auth.mode is keys: name the tenant with --tenant or --key")
-    return ANONYMOUS_TENANT
+    if settings.auth.anonymous:
+        return ANONYMOUS_TENANT
+    raise ConfigError(
+        "name the tenant with --tenant or --key (keyless callers have no tenant unless "
+        "auth.anonymous is true)"
+    )
 
 
 def locked_message(settings: Settings) -> str:
@@ -252,7 +258,7 @@ async def explain_message(args: argparse.Namespace, settings: Settings) -> int:
         services = app.state.services
         if services.store is None:
             raise StoreLocked(locked_message(settings))
-        tenant = Tenant(tenant_id, None, settings.memory)
+        tenant = Tenant(tenant_id, settings.memory)
         headers = Headers({"x-memory-mode": "explain", "x-memory-user": args.user})
         body = {"model": args.model, "messages": [{"role": "user", "content": args.message}]}
         prepared = await services.pipeline.prepare(tenant, headers, body)

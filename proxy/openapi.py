@@ -220,11 +220,27 @@ def other_paths() -> dict[str, Any]:
     }
 
 
+KEY_DESCRIPTION = (
+    "keys mode: a memproxy key naming the tenant; passthrough mode: the upstream key, whose "
+    "hash is the tenant. The three ways of sending a key name the same tenant."
+)
+KEY_SCHEMES: dict[str, Any] = {
+    "bearerAuth": {"type": "http", "scheme": "bearer", "description": KEY_DESCRIPTION},
+    "xApiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+    "apiKey": {"type": "apiKey", "in": "header", "name": "api-key"},
+}
+
+
 def build_openapi(settings: Settings) -> dict[str, Any]:
     """The document for these settings (content size, and whether a key is required)."""
-    bearer: dict[str, list[str]] = {"bearerAuth": []}
-    # passthrough mode accepts calls without a key (the "anonymous" tenant).
-    security = [bearer] if settings.auth.mode == "keys" else [{}, bearer]
+    # A key in any of the three headers (adr/0086); calls without one only when keyless callers
+    # share the "anonymous" tenant (passthrough mode, auth.anonymous).
+    keyed: list[dict[str, list[str]]] = [{name: []} for name in KEY_SCHEMES]
+    security = [{}, *keyed] if settings.auth.anonymous else keyed
+    paths = {**memories_paths(), **other_paths()}
+    if settings.auth.mode == "passthrough":
+        # A keyless chat request still goes upstream, with memory off.
+        paths["/v1/chat/completions"]["post"]["security"] = [{}, *keyed]
     return {
         "openapi": OPENAPI_VERSION,
         "info": {
@@ -236,16 +252,9 @@ def build_openapi(settings: Settings) -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": security,
-        "paths": {**memories_paths(), **other_paths()},
+        "paths": paths,
         "components": {
-            "securitySchemes": {
-                "bearerAuth": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "keys mode: a memproxy key naming the tenant; passthrough "
-                    "mode: the upstream key, whose hash is the tenant.",
-                }
-            },
+            "securitySchemes": KEY_SCHEMES,
             "schemas": schemas(settings.memory.max_content_chars),
             "responses": {
                 f"E{status}": json_body(ref("Error"), text) for status, text in ERRORS.items()

@@ -7,9 +7,12 @@
 - A client disconnect, noticed by a small watcher on ``receive``, cancels the relay and closes
   the upstream response, whether streaming or not. The watcher starts ``WATCH_AFTER_S`` into
   the exchange: quick exchanges (most non-streamed ones) never pay for it.
-- An upstream failure mid-stream sends one SSE ``error`` event in OpenAI's shape, then ends the
-  HTTP response *without* its terminating chunk (the server drops the connection): neither an
-  SDK nor a raw HTTP client can mistake it for a clean finish.
+- An upstream failure mid-stream sends one SSE ``error`` event in OpenAI's shape (unless the
+  stream is compressed: it cannot be spliced in), then ends the HTTP response *without* its
+  terminating chunk (the server drops the connection): neither an SDK nor a raw HTTP client can
+  mistake it for a clean finish.
+- A compressed answer (``Content-Encoding``) reaches the client exactly as the upstream sent it;
+  the completion hook gets it decoded, within a size bound (``proxy/content_encoding.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from proxy.content_encoding import DecodeError, decode_body, is_identity
 from proxy.errors import MemproxyError, UpstreamTimeout
 from proxy.hooks import Completion
 from proxy.sse import assistant_text
@@ -36,6 +40,7 @@ LOGGER = logging.getLogger("memproxy.relay")
 STREAM_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 JSON_CONTENT_TYPE = (b"content-type", b"application/json")
 NO_BODY_STATUSES = frozenset({204, 304})
+CONTENT_ENCODING = b"content-encoding"
 WATCH_AFTER_S = 0.05
 
 CompletionHook = Callable[[Completion], Awaitable[None]]
@@ -139,7 +144,8 @@ class Relay(Response):
             if upstream is not None:
                 upstream.close()
         if self.on_complete is not None and chunks is not None:
-            self.services.spawn(self._complete(streamed, completion_ok, chunks))
+            encoding = upstream.raw_headers_get(CONTENT_ENCODING) if upstream is not None else None
+            self.services.spawn(self._complete(streamed, completion_ok, chunks, encoding))
 
     async def _open(self) -> UpstreamResponse:
         sent = time.perf_counter()
@@ -176,8 +182,11 @@ class Relay(Response):
             kind = "timeout" if isinstance(exc, UpstreamTimeout) else "midstream"
             metrics.upstream_errors.labels(kind).inc()
             LOGGER.warning("upstream stream failed: %s", exc.message)
-            event = b"data: " + orjson.dumps(exc.to_body()) + b"\n\n"
-            await send({"type": "http.response.body", "body": event, "more_body": True})
+            if is_identity(upstream.raw_headers_get(CONTENT_ENCODING)):
+                event = b"data: " + orjson.dumps(exc.to_body()) + b"\n\n"
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+            # else: plain bytes spliced into a compressed body would only make the client fail
+            # to decode it; the abort alone says the stream broke.
             # Returning without the final message makes the server drop the connection.
             return False
         finally:
@@ -216,9 +225,19 @@ class Relay(Response):
             chunks.append(body)
         return 200 <= upstream.status < 300
 
-    async def _complete(self, streamed: bool, ok: bool, chunks: list[bytes]) -> None:
+    async def _complete(
+        self, streamed: bool, ok: bool, chunks: list[bytes], encoding: bytes | None
+    ) -> None:
+        """Hand the hook what the client got, decoded: the client had the bytes as sent."""
         assert self.on_complete is not None
         raw = b"".join(chunks)
+        try:
+            raw = decode_body(raw, encoding)
+        except DecodeError as exc:
+            # The answer cannot be read (the client still got it untouched): the hook gets no
+            # text, rather than garbage parsed as text.
+            LOGGER.warning("upstream answer not readable for the completion hook: %s", exc)
+            raw = b""
         body = None
         if not streamed and ok:
             try:

@@ -38,6 +38,7 @@ ENV_KEYS: Mapping[str, str] = {
     "MEMPROXY_UPSTREAM_URL": "upstream.url",
     "MEMPROXY_UPSTREAM_API_KEY": "upstream.api_key",
     "MEMPROXY_AUTH_MODE": "auth.mode",
+    "MEMPROXY_AUTH_ANONYMOUS": "auth.anonymous",
     "MEMPROXY_MAX_BODY_BYTES": "limits.max_body_bytes",
     "MEMPROXY_MEMORY_ENABLED": "memory.enabled",
     "MEMPROXY_DATA_DIR": "store.data_dir",
@@ -166,13 +167,16 @@ class TenantSettings:
 
 @dataclass(frozen=True, slots=True)
 class AuthSettings:
-    """How a request maps to a tenant.
+    """How a request maps to a tenant (``proxy/tenancy.py``, adr/0086).
 
-    ``passthrough``: the client's ``Authorization`` goes upstream; tenant = hash of the key.
+    ``passthrough``: the client's credentials go upstream; tenant = hash of its key.
     ``keys``: the client presents a memproxy key; the tenant's upstream key is used instead.
+    ``anonymous`` (passthrough only): keyless callers share the ``anonymous`` tenant's memory;
+    off, they get none (chat passes through with memory off, the memories API answers 401).
     """
 
     mode: Literal["passthrough", "keys"] = "passthrough"
+    anonymous: bool = False
     tenants: Mapping[str, TenantSettings] = field(
         default_factory=lambda: types.MappingProxyType({})
     )
@@ -441,6 +445,11 @@ def _check(settings: Settings, source: str) -> None:
             settings.auth.mode != "keys" or bool(settings.auth.tenants),
             "auth.tenants",
             "keys mode needs at least one tenant",
+        ),
+        (
+            settings.auth.mode != "keys" or not settings.auth.anonymous,
+            "auth.anonymous",
+            "is for passthrough mode only (keys mode refuses keyless calls)",
         ),
         (
             settings.store.kind != "qdrant" or bool(settings.store.qdrant_url),

@@ -37,7 +37,7 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "authorization", "expect"}
+DROP_REQUEST = HOP_BY_HOP | {"host", "content-length", "expect"}
 DROP_REQUEST_BYTES = frozenset(name.encode() for name in DROP_REQUEST)
 # The server sets its own framing, date and identity.
 DROP_RESPONSE = HOP_BY_HOP | {"content-length", "date", "server"}
@@ -56,19 +56,25 @@ def header_bytes(value: str) -> bytes:
         return value.encode("utf-8")
 
 
-def request_headers(raw: Iterable[tuple[bytes, bytes]], authorization: str | None) -> Headers:
+def request_headers(
+    raw: Iterable[tuple[bytes, bytes]],
+    withhold: frozenset[bytes] = frozenset(),
+    add: Iterable[tuple[bytes, bytes]] = (),
+) -> Headers:
     """Headers to send upstream: hop-by-hop and memproxy's own removed, auth per tenant.
 
+    ``withhold`` and ``add`` are the tenant's upstream auth (``proxy.tenancy.UpstreamAuth``):
+    client headers (lower-case names) kept back, and headers sent instead.
     Bytes in, bytes out: the client's names and values go upstream exactly as received.
     """
+    drop = DROP_REQUEST_BYTES | withhold if withhold else DROP_REQUEST_BYTES
     out = []
     for name, value in raw:
         lower = name.lower()
-        if lower in DROP_REQUEST_BYTES or lower.startswith(MEMORY_HEADER_PREFIX):
+        if lower in drop or lower.startswith(MEMORY_HEADER_PREFIX):
             continue
         out.append((lower, value))
-    if authorization:
-        out.append((b"authorization", header_bytes(authorization)))
+    out.extend(add)
     return out
 
 

@@ -95,7 +95,7 @@ def test_workers_serve_and_shut_down_gracefully(
         body = {**CHAT, "stream": True}
         headers = {"X-Fake-Interval-Ms": "200", "X-Fake-Chunks": "5"}
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers) as r:
-            for chunk in r.iter_raw():
+            for chunk in r.iter_bytes():  # decoded: the fake gzips like the real upstream
                 received.append(chunk)
                 started.set()
 

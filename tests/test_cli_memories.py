@@ -30,6 +30,9 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("MEMPROXY_CONFIG", "MEMPROXY_QDRANT_URL", "MEMPROXY_REDIS_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("MEMPROXY_DATA_DIR", str(folder))
+    # Commands without --tenant/--key work on the shared anonymous tenant, which is now an
+    # operator's choice (adr/0086); these tests are about the commands, so they turn it on.
+    monkeypatch.setenv("MEMPROXY_AUTH_ANONYMOUS", "true")
     return folder
 
 
@@ -158,6 +161,7 @@ def test_keys_mode_needs_a_known_tenant(
     config = tmp_path / "memproxy.yaml"
     config.write_text("auth:\n  mode: keys\n  tenants:\n    acme:\n      keys: [env:ACME_KEY]\n")
     monkeypatch.setenv("ACME_KEY", "sk-acme")
+    monkeypatch.delenv("MEMPROXY_AUTH_ANONYMOUS")  # passthrough only: an error in keys mode
     source = write_jsonl(tmp_path / "m.jsonl", RECORDS[:1])
     base = ["memories", "import", str(source), "--quiet", "--config", str(config)]
     assert main(base) == 2

@@ -9,34 +9,48 @@ from proxy.settings import TimeoutSettings, UpstreamSettings
 from proxy.upstream import UpstreamClient, request_headers, response_headers
 from tests.fakes.upstream import FakeServer
 
+RAW_REQUEST = [
+    (b"host", b"proxy:8080"),
+    (b"connection", b"keep-alive"),
+    (b"content-length", b"12"),
+    (b"authorization", b"Bearer client"),
+    (b"x-memory-user", b"alice"),
+    (b"transfer-encoding", b"chunked"),
+    (b"content-type", b"application/json"),
+    (b"x-api-key", b"client"),
+    (b"openai-beta", b"assistants=v2"),
+]
 
-def test_request_headers_strip_hop_by_hop_memory_and_auth() -> None:
-    raw = [
-        (b"host", b"proxy:8080"),
-        (b"connection", b"keep-alive"),
-        (b"content-length", b"12"),
+
+def test_request_headers_strip_hop_by_hop_and_memory_and_keep_client_auth() -> None:
+    assert request_headers(RAW_REQUEST) == [
         (b"authorization", b"Bearer client"),
-        (b"x-memory-user", b"alice"),
-        (b"transfer-encoding", b"chunked"),
         (b"content-type", b"application/json"),
+        (b"x-api-key", b"client"),
         (b"openai-beta", b"assistants=v2"),
     ]
-    out = request_headers(raw, "Bearer upstream")
+
+
+def test_request_headers_withhold_and_add_the_tenants_auth() -> None:
+    out = request_headers(
+        RAW_REQUEST,
+        frozenset({b"authorization", b"x-api-key"}),
+        [(b"authorization", b"Bearer upstream")],
+    )
     assert out == [
         (b"content-type", b"application/json"),
         (b"openai-beta", b"assistants=v2"),
         (b"authorization", b"Bearer upstream"),
     ]
-    assert all(name != b"authorization" for name, _ in request_headers(raw, None))
 
 
 def test_request_header_values_pass_byte_for_byte() -> None:
-    raw = [(b"x-note", b"caf\xe9 \xff"), (b"X-Memory-Mode", b"off")]
-    assert request_headers(raw, "Bearer \u00e9") == [
+    raw = [
         (b"x-note", b"caf\xe9 \xff"),
-        (b"authorization", b"Bearer \xe9"),
+        (b"Authorization", b"Basic \xe9"),
+        (b"X-Memory-Mode", b"off"),
     ]
-    assert request_headers([], "Bearer \u20ac")[0][1] == "Bearer \u20ac".encode()
+    assert request_headers(raw) == [(b"x-note", b"caf\xe9 \xff"), (b"authorization", b"Basic \xe9")]
 
 
 def test_response_headers_keep_retry_after_and_drop_framing() -> None:

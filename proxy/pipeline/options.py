@@ -2,8 +2,10 @@
 
 Headers choose *within* the tenant's configuration, never beyond it: ``X-Memory-Max-Tokens`` and
 ``X-Memory-Top-K`` are clamped to the tenant's caps, ``X-Memory-Sources`` is intersected with the
-tenant's sources. A malformed value (not a number, a negative number, an unknown mode, source or
-capture kind) is the client's mistake and gets a 400 in OpenAI's shape naming the header.
+tenant's sources. A caller whose memory is off (``enabled`` false: no key, adr/0086) gets mode and
+capture ``off`` whatever it asks. A malformed value (not a number, a negative number, an unknown
+mode, source or capture kind) is the client's mistake and gets a 400 in OpenAI's shape naming the
+header.
 """
 
 from __future__ import annotations
@@ -119,6 +121,10 @@ def parse_options(
     sources = parse_sources(raw, limits.sources) if raw is not None else limits.sources
     raw = get(HEADER_CAPTURE)
     capture = parse_choice(HEADER_CAPTURE, raw, CAPTURES) if raw is not None else limits.capture
+    if not limits.enabled:
+        # A caller without memory (keyless, adr/0086): its headers are still checked, so a bad
+        # one is the same 400 with or without a key, but nothing is read, explained or stored.
+        mode, capture = "off", "off"
     return RequestOptions(
         mode=mode,  # type: ignore[arg-type]  # checked against MODES
         user=user,

@@ -16,8 +16,6 @@ from starlette.types import Receive, Scope, Send
 from proxy.errors import MemproxyError
 from proxy.relay import Relay, error_response
 from proxy.routes.forward import (
-    AUTHORIZATION,
-    header,
     parse_json_object,
     receive_body,
     upstream_headers,
@@ -34,7 +32,7 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     services: Services = scope["app"].state.services
     headers = Headers(scope=scope)
     try:
-        tenant = services.tenants.resolve(header(scope, AUTHORIZATION))
+        tenant = services.tenants.resolve(scope["headers"])
         raw = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
         body = parse_json_object(raw)
         # The single plug-in point of the memory pipeline (see proxy/hooks.py).

@@ -14,10 +14,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope
 
 from proxy.errors import PayloadTooLarge, RequestError
-from proxy.tenancy import Tenant
+from proxy.tenancy import Tenant, bearer_auth
 from proxy.upstream import Headers, request_headers
 
-AUTHORIZATION = b"authorization"
 CONTENT_LENGTH = b"content-length"
 REQUEST_ID = b"x-request-id"
 
@@ -84,7 +83,8 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
 
 def upstream_headers(scope: Scope, tenant: Tenant) -> Headers:
     """The client's headers as they go upstream, with the request id and the tenant's auth."""
-    headers = request_headers(scope["headers"], tenant.upstream_authorization)
+    auth = bearer_auth(tenant)
+    headers = request_headers(scope["headers"], auth.withhold, auth.add)
     request_id = scope.get("state", {}).get("request_id")
     if request_id and not any(name == REQUEST_ID for name, _ in headers):
         headers.append((REQUEST_ID, request_id.encode("latin-1")))

@@ -1,6 +1,6 @@
 """The memories API (DESIGN.md): thin handlers that parse, call ``MemoryService`` and shape.
 
-Every call is scoped to the caller's tenant (from ``Authorization``); ids are looked up by
+Every call is scoped to the caller's tenant (its key, ``proxy/tenancy.py``); ids are looked up by
 (tenant, id), so another tenant's id is simply "not found" (404), never a hint that it exists.
 
 Deleting is idempotent in effect, not in status: the first ``DELETE /v1/memories/{id}`` answers
@@ -65,7 +65,7 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def run(request: Request) -> Response:
         services: Services = request.app.state.services
         try:
-            tenant = services.tenants.resolve(request.headers.get("authorization"))
+            tenant = services.tenants.resolve_owner(request.headers.raw)
             return await handler(request, services, tenant)
         except MemproxyError as exc:
             return error_response(exc)

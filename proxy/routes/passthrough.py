@@ -7,7 +7,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.errors import MemproxyError
 from proxy.relay import Relay, error_response
-from proxy.routes.forward import AUTHORIZATION, header, receive_body, upstream_headers
+from proxy.routes.forward import receive_body, upstream_headers
 from proxy.services import Services
 
 ROUTE = "passthrough"
@@ -18,7 +18,7 @@ async def forward(scope: Scope, receive: Receive, send: Send) -> None:
     """Forward the request unchanged except for hop-by-hop headers and auth."""
     services: Services = scope["app"].state.services
     try:
-        tenant = services.tenants.resolve(header(scope, AUTHORIZATION))
+        tenant = services.tenants.resolve(scope["headers"])
         body = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
     except MemproxyError as exc:
         await error_response(exc)(scope, receive, send)

@@ -52,7 +52,7 @@ def memory_settings(upstream_url: str, data_dir: Path, **memory: Any) -> Setting
 
 def tenant_of(settings: Settings, key: str = API_KEY) -> str:
     """The tenant id memproxy derives for ``key``."""
-    return TenantResolver(settings).resolve(f"Bearer {key}").id
+    return TenantResolver(settings).for_key(key).id
 
 
 @dataclass

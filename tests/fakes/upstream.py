@@ -16,6 +16,14 @@ Behaviour is set per server (``FakeConfig``) and may be overridden per request w
 | ``X-Fake-First-Byte-Ms: 500`` | stream: send the headers, then wait before the first event |
 | ``X-Fake-No-Finish: 1`` | stream: leave out the ``finish_reason`` chunk (and the usage chunk) |
 | ``X-Fake-No-Done: 1`` | stream: leave out ``data: [DONE]``; the body still ends cleanly |
+| ``X-Fake-Encoding: br`` | ``br``, ``zstd``, ``deflate``, ``gzip``, or a stack (``gzip, br``) |
+
+Like api.openai.com, answers (JSON, errors and SSE) are compressed when the request's
+``Accept-Encoding`` allows it: ``gzip`` by default, with ``Content-Encoding`` and
+``Vary: Accept-Encoding``. ``X-Fake-Encoding`` picks other codings, applied in order, each only
+if ``Accept-Encoding`` allows it (else the answer goes uncompressed). A stream is compressed
+event by event, each flushed as it is sent, so it still arrives as it is produced.
+``FakeConfig.compress=False`` (``--no-compress``) turns this off.
 
 A chat request with ``tools`` answers with a tool call; ``n`` gives that many choices;
 ``stream_options.include_usage`` adds the usage chunk. Every request is recorded
@@ -34,17 +42,22 @@ import socket
 import struct
 import threading
 import time
+import zlib
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+import brotli
 import orjson
+import zstandard
 from aiohttp import web
 
 MODEL = "fake-model"
 RECORD_LIMIT = 10_000
 LINGER_RST = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 DONE_EVENT = b"data: [DONE]\n\n"
+DEFAULT_ENCODING = "gzip"
 WORDS = ("Hello", "from", "the", "fake", "upstream", "model", "of", "memproxy")
 
 
@@ -56,6 +69,123 @@ class FakeConfig:
     chunks: int = 5
     interval_ms: float = 0.0
     record: bool = True
+    compress: bool = True  # as the real upstream: when Accept-Encoding allows
+
+
+class Encoder(Protocol):
+    """One content coding, fed piece by piece; every piece comes out flushed."""
+
+    def compress(self, data: bytes) -> bytes:
+        """The coded bytes of ``data``, flushed so the client can decode them now."""
+
+    def finish(self) -> bytes:
+        """The end of the coded stream."""
+
+
+class ZlibEncoder:
+    """``gzip`` (``wbits`` 31) or ``deflate`` (15: zlib-wrapped, as RFC 9110 says)."""
+
+    def __init__(self, wbits: int) -> None:
+        self._coder = zlib.compressobj(wbits=wbits)
+
+    def compress(self, data: bytes) -> bytes:
+        return self._coder.compress(data) + self._coder.flush(zlib.Z_SYNC_FLUSH)
+
+    def finish(self) -> bytes:
+        return self._coder.flush(zlib.Z_FINISH)
+
+
+class BrotliEncoder:
+    """``br``."""
+
+    def __init__(self) -> None:
+        self._coder = brotli.Compressor()
+
+    def compress(self, data: bytes) -> bytes:
+        out: bytes = self._coder.process(data) + self._coder.flush()
+        return out
+
+    def finish(self) -> bytes:
+        out: bytes = self._coder.finish()
+        return out
+
+
+class ZstdEncoder:
+    """``zstd``."""
+
+    def __init__(self) -> None:
+        self._coder = zstandard.ZstdCompressor().compressobj()
+
+    def compress(self, data: bytes) -> bytes:
+        flush = zstandard.COMPRESSOBJ_FLUSH_BLOCK
+        return self._coder.compress(data) + self._coder.flush(flush)
+
+    def finish(self) -> bytes:
+        return self._coder.flush()
+
+
+ENCODERS = {
+    "gzip": lambda: ZlibEncoder(16 + zlib.MAX_WBITS),
+    "deflate": lambda: ZlibEncoder(zlib.MAX_WBITS),
+    "br": BrotliEncoder,
+    "zstd": ZstdEncoder,
+}
+
+
+class StackedEncoder:
+    """Codings applied in ``Content-Encoding`` order: the first one's output feeds the next."""
+
+    def __init__(self, codings: Sequence[str]) -> None:
+        self._coders: list[Encoder] = [ENCODERS[coding]() for coding in codings]
+
+    def compress(self, data: bytes) -> bytes:
+        for coder in self._coders:
+            data = coder.compress(data)
+        return data
+
+    def finish(self) -> bytes:
+        tail = b""
+        for coder in self._coders:
+            tail = (coder.compress(tail) if tail else b"") + coder.finish()
+        return tail
+
+    def whole(self, data: bytes) -> bytes:
+        """A complete body, coded."""
+        return self.compress(data) + self.finish()
+
+
+def accepted_codings(accept_encoding: str | None) -> set[str]:
+    """The codings an ``Accept-Encoding`` value allows (``q=0`` excluded); none if absent."""
+    allowed = set()
+    for part in (accept_encoding or "").split(","):
+        coding, _, params = part.partition(";")
+        quality = 1.0
+        for param in params.split(";"):
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        if coding.strip() and quality > 0:
+            allowed.add(coding.strip().lower())
+    return allowed
+
+
+def response_codings(headers: Any, compress: bool = True) -> list[str]:
+    """The codings to apply to an answer to a request with these headers (in order)."""
+    if not compress:
+        return []
+    wanted = headers.get("X-Fake-Encoding")
+    codings = [DEFAULT_ENCODING] if wanted is None else wanted.lower().replace(" ", "").split(",")
+    codings = [c for c in codings if c and c != "identity"]
+    unknown = [c for c in codings if c not in ENCODERS]
+    if unknown:
+        raise web.HTTPBadRequest(text=f"X-Fake-Encoding: unknown coding {unknown[0]!r}")
+    allowed = accepted_codings(headers.get("Accept-Encoding"))
+    if "*" in allowed or all(c in allowed for c in codings):
+        return codings
+    return []
 
 
 @dataclass
@@ -106,6 +236,29 @@ class FakeUpstream:
         value = request.headers.get(f"X-Fake-{name}")
         return float(value) if value is not None else default
 
+    def _codings(self, request: web.Request) -> list[str]:
+        return response_codings(request.headers, self.config.compress)
+
+    def _json(
+        self,
+        request: web.Request,
+        body: Any,
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+    ) -> web.Response:
+        """A JSON answer, compressed as the request allows."""
+        data = orjson.dumps(body)
+        headers = dict(headers or {})
+        codings = self._codings(request)
+        if codings:
+            data = StackedEncoder(codings).whole(data)
+            headers["Content-Encoding"] = ", ".join(codings)
+        if self.config.compress:
+            headers["Vary"] = "Accept-Encoding"
+        return web.Response(
+            body=data, status=status, headers=headers, content_type="application/json"
+        )
+
     async def _preamble(self, request: web.Request) -> tuple[Recorded, web.Response | None]:
         rec = await self._record(request)
         latency = self._knob(request, "Latency-Ms", self.config.latency_ms)
@@ -131,7 +284,7 @@ class FakeUpstream:
                 }
             }
             rec.finished = True
-            return rec, web.json_response(body, status=status, headers=headers, dumps=_dumps)
+            return rec, self._json(request, body, status, headers)
         return rec, None
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -145,10 +298,7 @@ class FakeUpstream:
         chunks = int(self._knob(request, "Chunks", self.config.chunks))
         if not payload.get("stream"):
             rec.finished = not rec.disconnected
-            return web.Response(
-                body=orjson.dumps(completion(model, n, chunks, tools)),
-                content_type="application/json",
-            )
+            return self._json(request, completion(model, n, chunks, tools))
         return await self._stream(request, rec, payload, model, n, chunks, tools)
 
     async def _stream(
@@ -170,7 +320,14 @@ class FakeUpstream:
             events = [e for e in events if b'"finish_reason":"' not in e and b'"usage"' not in e]
         if request.headers.get("X-Fake-No-Done"):
             events = [e for e in events if e != DONE_EVENT]
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        headers = {"Content-Type": "text/event-stream"}
+        codings = self._codings(request)
+        coder = StackedEncoder(codings) if codings else None
+        if coder is not None:
+            headers["Content-Encoding"] = ", ".join(codings)
+        if self.config.compress:
+            headers["Vary"] = "Accept-Encoding"
+        response = web.StreamResponse(headers=headers)
         await response.prepare(request)
         try:
             if first_byte:
@@ -186,7 +343,9 @@ class FakeUpstream:
                     return response
                 if interval and i > 0:
                     await asyncio.sleep(interval)
-                await response.write(event)
+                await response.write(coder.compress(event) if coder is not None else event)
+            if coder is not None:
+                await response.write(coder.finish())
             await response.write_eof()
             rec.finished = True
         except ConnectionError:
@@ -205,7 +364,7 @@ class FakeUpstream:
             {"id": m, "object": "model", "created": 0, "owned_by": "fake"}
             for m in (MODEL, "gpt-4o")
         ]
-        return web.json_response({"object": "list", "data": data}, dumps=_dumps)
+        return self._json(request, {"object": "list", "data": data})
 
     async def _embeddings(self, request: web.Request) -> web.StreamResponse:
         rec, error = await self._preamble(request)
@@ -230,7 +389,7 @@ class FakeUpstream:
             "model": payload.get("model"),
             "usage": {"prompt_tokens": 1, "total_tokens": 1},
         }
-        return web.json_response(body, dumps=_dumps)
+        return self._json(request, body)
 
     async def _echo(self, request: web.Request) -> web.StreamResponse:
         rec, error = await self._preamble(request)
@@ -238,7 +397,7 @@ class FakeUpstream:
             return error
         rec.finished = True
         body = {"method": request.method, "path": request.path, "query": request.query_string}
-        return web.json_response(body, status=200, dumps=_dumps)
+        return self._json(request, body)
 
     async def _dump(self, request: web.Request) -> web.Response:
         rows = [{**asdict(r), "body": r.body.decode("utf-8", "replace")} for r in self.requests]
@@ -402,8 +561,15 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=5)
     parser.add_argument("--interval-ms", type=float, default=0.0)
     parser.add_argument("--no-record", action="store_true", help="do not keep received requests")
+    parser.add_argument("--no-compress", action="store_true", help="never compress answers")
     args = parser.parse_args()
-    config = FakeConfig(args.latency_ms, args.chunks, args.interval_ms, record=not args.no_record)
+    config = FakeConfig(
+        args.latency_ms,
+        args.chunks,
+        args.interval_ms,
+        record=not args.no_record,
+        compress=not args.no_compress,
+    )
     web.run_app(
         FakeUpstream(config).app(), host=args.host, port=args.port, access_log=None, print=None
     )

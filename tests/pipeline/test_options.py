@@ -91,3 +91,19 @@ def test_sources_stay_within_the_tenants(names: list[str]) -> None:
     options = parse_options(LIMITS, headers(sources=",".join(names)), {})
     assert set(options.sources) <= set(LIMITS.sources)
     assert set(options.sources) == set(names) & set(LIMITS.sources)
+
+
+@pytest.mark.parametrize(
+    "given_headers",
+    [{}, headers(mode="explain"), headers(mode="inject", capture="turn"), headers(capture="user")],
+)
+def test_a_caller_without_memory_gets_mode_and_capture_off(given_headers: dict[str, str]) -> None:
+    """A keyless caller (adr/0086): whatever it asks, nothing is read, explained or stored."""
+    limits = replace(LIMITS, enabled=False, capture="turn")
+    options = parse_options(limits, given_headers, {})
+    assert (options.mode, options.capture) == ("off", "off")
+
+
+def test_a_caller_without_memory_still_gets_400_for_a_bad_header() -> None:
+    with pytest.raises(RequestError):
+        parse_options(replace(LIMITS, enabled=False), headers(top_k="-1"), {})

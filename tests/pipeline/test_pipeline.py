@@ -28,7 +28,7 @@ from proxy.tenancy import Tenant
 DIMS = 4
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
 SETTINGS = MemorySettings()
-TENANT = Tenant("t1", None, SETTINGS)
+TENANT = Tenant("t1", SETTINGS)
 
 
 class FakeEmbedder:

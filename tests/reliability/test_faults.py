@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from proxy.app import create_app
+from proxy.content_encoding import decode_body
 from tests.conftest import proxy_settings
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer, stream_events
@@ -31,6 +32,9 @@ from tests.reliability.support import (
 )
 
 STREAM = {**CHAT, "stream": True}
+# A client that does not ask for compression gets plain SSE: the error event memproxy adds to a
+# broken stream can only be read there (a compressed stream just ends in an abort).
+PLAIN = {"Accept-Encoding": "identity"}
 
 
 @pytest.fixture(scope="module")
@@ -129,13 +133,14 @@ def test_slow_first_byte_within_the_idle_timeout_streams_whole(
     headers = {"X-Fake-First-Byte-Ms": "300", "X-Fake-Chunks": "4"}
     with httpx.stream("POST", f"{tight.url}/chat/completions", json=STREAM, headers=headers) as r:
         body = b"".join(r.iter_raw())
-    assert body == b"".join(stream_events("m", 1, 4, False, False))
+        encoding = r.headers["content-encoding"]
+    assert decode_body(body, encoding) == b"".join(stream_events("m", 1, 4, False, False))
 
 
 def test_slow_first_byte_past_the_idle_timeout_is_an_error_not_a_finish(
     tight: ProxyServer, fake: FakeServer
 ) -> None:
-    headers = {"X-Fake-First-Byte-Ms": "1500", "X-Fake-Chunks": "4"}
+    headers = {"X-Fake-First-Byte-Ms": "1500", "X-Fake-Chunks": "4", **PLAIN}
     received: list[bytes] = []
     with pytest.raises(httpx.RemoteProtocolError):
         read_stream(f"{tight.url}/chat/completions", STREAM, headers, received)
@@ -153,7 +158,7 @@ def test_slow_first_byte_past_the_idle_timeout_is_an_error_not_a_finish(
 def test_reset_mid_stream_raw_client_sees_an_abort(
     proxy: ProxyServer, fake: FakeServer, rst: bool
 ) -> None:
-    headers = {"X-Fake-Chunks": "6", "X-Fake-Reset-After": "3"}
+    headers = {"X-Fake-Chunks": "6", "X-Fake-Reset-After": "3", **PLAIN}
     if rst:
         headers["X-Fake-Reset-Rst"] = "1"
     received: list[bytes] = []
@@ -165,6 +170,22 @@ def test_reset_mid_stream_raw_client_sees_an_abort(
     assert b'"upstream_unavailable"' in events[-1]
     assert b"[DONE]" not in events
     assert not any(b'"finish_reason":"' in e for e in events)
+    still_serving(proxy)
+
+
+@pytest.mark.parametrize("coding", ["gzip", "br", "zstd"])
+def test_reset_mid_compressed_stream_is_an_abort_that_still_decodes(
+    proxy: ProxyServer, fake: FakeServer, coding: str
+) -> None:
+    """No plain error event spliced into the compressed bytes: they decode up to the break."""
+    headers = {"X-Fake-Chunks": "6", "X-Fake-Reset-After": "3", "X-Fake-Encoding": coding}
+    received: list[bytes] = []
+    with pytest.raises(httpx.RemoteProtocolError):
+        read_stream(f"{proxy.url}/chat/completions", STREAM, headers, received)
+    events = sse_events(decode_body(b"".join(received), coding))
+    assert content_of(events) == ["Hello ", "from ", "the "]
+    assert b"[DONE]" not in events
+    assert not any(b'"finish_reason":"' in e or b'"error"' in e for e in events)
     still_serving(proxy)
 
 
@@ -230,11 +251,13 @@ def test_clean_end_without_finish_reason_passes_through_as_is(
     proxy: ProxyServer, fake: FakeServer, flags: dict[str, str]
 ) -> None:
     headers = {"X-Fake-Chunks": "3", **flags}
-    direct = httpx.post(f"{fake.url}/chat/completions", json=STREAM, headers=headers)
+    with httpx.stream("POST", f"{fake.url}/chat/completions", json=STREAM, headers=headers) as r:
+        direct = b"".join(r.iter_raw())
     with httpx.stream("POST", f"{proxy.url}/chat/completions", json=STREAM, headers=headers) as r:
         relayed = b"".join(r.iter_raw())
-    assert relayed == direct.content  # nothing added: no synthesized finish, no [DONE]
-    events = sse_events(relayed)
+        encoding = r.headers["content-encoding"]
+    assert relayed == direct  # nothing added: no synthesized finish, no [DONE]
+    events = sse_events(decode_body(relayed, encoding))
     assert (b"[DONE]" in events) == ("X-Fake-No-Done" not in flags)
     assert any(b'"finish_reason":"' in e for e in events) == ("X-Fake-No-Finish" not in flags)
     # The SDK reads it to the end without error; finish_reason stays None when it was absent.

@@ -20,6 +20,8 @@ from tests.fakes.upstream import FakeServer
 from tests.reliability.support import assert_openai_error, memory_settings, running
 
 EXAMPLES = 150
+# A keyed caller: keyless chat has memory off (adr/0086), and the memory path is what is fuzzed.
+KEY = {"Authorization": "Bearer sk-fuzz-chat"}
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=30)
@@ -82,6 +84,7 @@ def test_generated_chat_bodies_get_2xx_or_an_openai_4xx(fake: FakeServer, tmp_pa
             seeded = await client.post(
                 "/v1/memories",
                 json={"memories": [{"content": "the user likes tea"}, {"content": "kyoto trip"}]},
+                headers=KEY,
             )
             assert seeded.status_code == 201
 
@@ -95,7 +98,7 @@ def test_generated_chat_bodies_get_2xx_or_an_openai_4xx(fake: FakeServer, tmp_pa
                 content = json.dumps(body).encode()
                 if raw:  # a broken variant of the same body
                     content = content[: max(1, len(content) // 2)]
-                headers = {**headers, "Content-Type": "application/json"}
+                headers = {**headers, **KEY, "Content-Type": "application/json"}
                 future = asyncio.run_coroutine_threadsafe(
                     client.post("/v1/chat/completions", content=content, headers=headers), loop
                 )
@@ -113,8 +116,10 @@ def test_generated_chat_bodies_get_2xx_or_an_openai_4xx(fake: FakeServer, tmp_pa
             ok = await client.post(
                 "/v1/chat/completions",
                 json={"model": "gpt-4o", "messages": [{"role": "user", "content": "tea?"}]},
+                headers=KEY,
             )
             assert ok.status_code == 200
+            assert ok.headers["x-memory-status"] == "injected"
 
     asyncio.run(scenario())
     # Both outcomes were exercised: some bodies forwarded, some refused.

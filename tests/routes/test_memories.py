@@ -405,7 +405,7 @@ def test_writes_bump_the_tenant_generation(fake_server: FakeServer, tmp_path: Pa
     with ProxyServer(app) as proxy:
         client = Api(f"http://{proxy.host}:{proxy.port}", key="sk-gen")
         cache = app.state.services.cache
-        tenant = app.state.services.tenants.resolve("Bearer sk-gen").id
+        tenant = app.state.services.tenants.for_key("sk-gen").id
 
         def generation() -> int | None:
             result: int | None = asyncio.run(cache.generation(tenant))

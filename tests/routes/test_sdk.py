@@ -146,14 +146,27 @@ async def test_async_rate_limit(proxy: ProxyServer) -> None:
 
 
 def test_midstream_failure_is_an_error_not_a_clean_finish(proxy: ProxyServer) -> None:
+    # Uncompressed, memproxy's error event reaches the SDK, which raises it as an APIError.
+    headers = {"X-Fake-Reset-After": "2", "Accept-Encoding": "identity"}
     stream = sync_client(proxy).chat.completions.create(
-        model="gpt-4o", messages=MESSAGES, stream=True, extra_headers={"X-Fake-Reset-After": "2"}
+        model="gpt-4o", messages=MESSAGES, stream=True, extra_headers=headers
     )
     received = []
     with pytest.raises(openai.APIError) as caught:
         received.extend(stream)
     assert "upstream" in caught.value.message.lower()
     assert len(received) == 3  # role chunk + the two content chunks sent before the reset
+
+
+def test_midstream_failure_of_a_compressed_stream_is_an_error(proxy: ProxyServer) -> None:
+    # Compressed (the SDK's default), no event can be spliced in: the abort is the error.
+    stream = sync_client(proxy).chat.completions.create(
+        model="gpt-4o", messages=MESSAGES, stream=True, extra_headers={"X-Fake-Reset-After": "2"}
+    )
+    received = []
+    with pytest.raises((openai.APIError, httpx.RemoteProtocolError)):
+        received.extend(stream)
+    assert len(received) == 3
 
 
 def test_streamed_bytes_are_unchanged(proxy: ProxyServer, fake: FakeServer) -> None:
