@@ -34,7 +34,9 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     services: Services = scope["app"].state.services
     headers = Headers(scope=scope)
     try:
+        url = services.upstream.url_for(scope)
         tenant = services.tenants.resolve(header(scope, AUTHORIZATION))
+        upstream = upstream_headers(scope, tenant, services.settings.auth.mode)
         raw = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
         body = parse_json_object(raw)
         # The single plug-in point of the memory pipeline (see proxy/hooks.py).
@@ -51,8 +53,8 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     relay = Relay(
         services,
         method="POST",
-        url=services.upstream.url_for(scope["path"], scope["query_string"].decode("latin-1")),
-        headers=upstream_headers(scope, tenant),
+        url=url,
+        headers=upstream,
         body=forwarded,
         route=ROUTE,
         extra_headers=prepared.response_headers,

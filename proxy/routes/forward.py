@@ -15,7 +15,8 @@ from starlette.types import Receive, Scope
 
 from proxy.errors import PayloadTooLarge, RequestError
 from proxy.tenancy import Tenant
-from proxy.upstream import Headers, request_headers
+from proxy.transport import Headers
+from proxy.upstream import DROP_REQUEST_BYTES, DROP_REQUEST_KEYS_MODE_BYTES, request_headers
 
 AUTHORIZATION = b"authorization"
 CONTENT_LENGTH = b"content-length"
@@ -82,9 +83,15 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def upstream_headers(scope: Scope, tenant: Tenant) -> Headers:
-    """The client's headers as they go upstream, with the request id and the tenant's auth."""
-    headers = request_headers(scope["headers"], tenant.upstream_authorization)
+def upstream_headers(scope: Scope, tenant: Tenant, auth_mode: str) -> Headers:
+    """The client's headers as they go upstream, with the request id and the tenant's auth.
+
+    In keys mode the operator's key goes upstream: the client's ``OpenAI-Organization`` and
+    ``OpenAI-Project`` (which would pick what that key is billed to) and any other auth header
+    (which carries the memproxy key) are dropped.
+    """
+    drop = DROP_REQUEST_KEYS_MODE_BYTES if auth_mode == "keys" else DROP_REQUEST_BYTES
+    headers = request_headers(scope["headers"], tenant.upstream_authorization, drop)
     request_id = scope.get("state", {}).get("request_id")
     if request_id and not any(name == REQUEST_ID for name, _ in headers):
         headers.append((REQUEST_ID, request_id.encode("latin-1")))
