@@ -116,7 +116,7 @@ class UpstreamSettings:
     pool: PoolSettings = PoolSettings()
     tls: UpstreamTlsSettings = UpstreamTlsSettings()
     # The HTTP client library behind proxy/transport.py (adr/0085).
-    client: Literal["aiohttp", "reqwest"] = "aiohttp"
+    client: Literal["aiohttp"] = "aiohttp"
 
 
 @dataclass(frozen=True, slots=True)

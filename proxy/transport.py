@@ -187,21 +187,3 @@ def tls_context(tls: UpstreamTlsSettings) -> ssl.SSLContext:
         raise ConfigError(f"upstream.tls: cannot load the certificates: {exc}") from exc
     context.set_alpn_protocols(["http/1.1"])
     return context
-
-
-def tls_pem(tls: UpstreamTlsSettings) -> tuple[list[bytes], bytes | None]:
-    """``(trusted CA PEMs, client identity PEM)`` for libraries that take PEM bytes.
-
-    The same trust as ``tls_context`` (certifi's bundle plus ``ca_file``), checked by loading
-    them into one first, so a bad file fails the same way for every transport.
-    """
-    tls_context(tls)
-    cas = [Path(certifi.where()).read_bytes()]
-    if tls.ca_file:
-        cas.append(_read(tls.ca_file, "ca_file"))
-    identity = None
-    if tls.cert_file:
-        identity = _read(tls.cert_file, "cert_file")
-        if tls.key_file:
-            identity += b"\n" + _read(tls.key_file, "key_file")
-    return cas, identity

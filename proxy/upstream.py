@@ -12,7 +12,6 @@ the whole exchange. A timeout raises ``UpstreamTimeout`` (504), any other transp
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
@@ -65,13 +64,8 @@ HEADER_TIMEOUT_MESSAGE = "The upstream did not answer in time."
 BODY_TIMEOUT_MESSAGE = "The upstream stopped sending data in time."
 REDACTED = "***"
 
-# ``upstream.client`` -> the transport it names. pyreqwest is measured for adr/0085 when it is
-# installed; it is no dependency.
-TRANSPORTS: dict[str, Callable[[TransportConfig], Transport]] = {"aiohttp": AiohttpTransport}
-if importlib.util.find_spec("pyreqwest") is not None:
-    from proxy.transport_reqwest import ReqwestTransport
-
-    TRANSPORTS["reqwest"] = ReqwestTransport
+# ``upstream.client`` -> the transport it names (adr/0085: one, today).
+TRANSPORTS: Mapping[str, Callable[[TransportConfig], Transport]] = {"aiohttp": AiohttpTransport}
 
 
 def header_bytes(value: str) -> bytes:

@@ -29,7 +29,7 @@ from tests.fakes.upstream import FakeServer
 CHAT_BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
 JSON = [(b"content-type", b"application/json")]
 # Headers a library adds when the client sent none (the contract allows no others).
-LIBRARY_HEADERS: dict[str, set[bytes]] = {"aiohttp": set(), "reqwest": {b"accept", b"user-agent"}}
+LIBRARY_HEADERS: dict[str, set[bytes]] = {"aiohttp": set()}
 HEAD_BYTES = 25 * 1024 * 1024
 
 
