@@ -19,11 +19,20 @@ from pathlib import Path
 import pytest
 import trustme
 
-from proxy.errors import UpstreamError, UpstreamTimeout
+from proxy.errors import ConfigError, UpstreamError, UpstreamTimeout
 from proxy.settings import PoolSettings, TimeoutSettings, UpstreamSettings, UpstreamTlsSettings
-from proxy.transport import bypassed, env_proxy
+from proxy.transport import bypassed, env_proxy, tls_context
 from proxy.upstream import TRANSPORTS, UpstreamClient, UpstreamResponse
-from tests.fakes.scripted import OK_HEAD, Server, forward_proxy, keep_alive_json, serving
+from tests.fakes.scripted import (
+    OK_HEAD,
+    EndlessHead,
+    Server,
+    forward_proxy,
+    keep_alive_json,
+    replying,
+    serving,
+    trickling,
+)
 from tests.fakes.upstream import FakeServer
 
 CHAT_BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
@@ -152,15 +161,11 @@ async def test_request_goes_on_the_wire_byte_for_byte(kind: str) -> None:
 async def test_compressed_body_passes_untouched(kind: str) -> None:
     packed = gzip.compress(b'{"object": "list"}')
 
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        while await s.read_request(reader) is not None:
-            writer.write(
-                OK_HEAD + b"content-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(packed)
-            )
-            writer.write(packed)
-            await writer.drain()
+    handler = replying(
+        OK_HEAD + b"content-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(packed),
+        packed,
+        keep_alive=True,
+    )
 
     async with serving(handler) as server, opened(server.origin, kind) as client:
         headers = [(b"accept-encoding", b"gzip")]
@@ -201,15 +206,11 @@ async def test_chunked_stream_arrives_incrementally(kind: str) -> None:
 
 
 async def test_chunked_trailers_are_dropped(kind: str) -> None:
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        while await s.read_request(reader) is not None:
-            writer.write(
-                OK_HEAD + b"transfer-encoding: chunked\r\ntrailer: x-checksum\r\n\r\n"
-                b"2\r\nok\r\n0\r\nx-checksum: abc\r\n\r\n"
-            )
-            await writer.drain()
+    handler = replying(
+        OK_HEAD + b"transfer-encoding: chunked\r\ntrailer: x-checksum\r\n\r\n"
+        b"2\r\nok\r\n0\r\nx-checksum: abc\r\n\r\n",
+        keep_alive=True,
+    )
 
     async with serving(handler) as server, opened(server.origin, kind) as client:
         response = await send(client)
@@ -223,12 +224,7 @@ async def test_chunked_trailers_are_dropped(kind: str) -> None:
 
 
 async def test_body_until_close_is_complete(kind: str) -> None:
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        await s.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
-        await writer.drain()
+    handler = replying(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
 
     async with serving(handler) as server, opened(server.origin, kind) as client:
         response = await send(client)
@@ -237,13 +233,7 @@ async def test_body_until_close_is_complete(kind: str) -> None:
 
 
 async def test_head_response_has_no_body(kind: str) -> None:
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        await s.read_request(reader)
-        writer.write(OK_HEAD + b"content-length: 1234\r\n\r\n")
-        await writer.drain()
-        await asyncio.sleep(5)
+    handler = replying(OK_HEAD + b"content-length: 1234\r\n\r\n", hold=5)
 
     async with serving(handler) as server, opened(server.origin, kind, idle=0.5) as client:
         response = await send(client, "HEAD", "/models", b"", headers=[])
@@ -253,13 +243,9 @@ async def test_head_response_has_no_body(kind: str) -> None:
 
 
 async def test_interim_100_continue_is_skipped(kind: str) -> None:
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        await s.read_request(reader)
-        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" + OK_HEAD + b"content-length: 2\r\n\r\nok")
-        await writer.drain()
-        await s.read_request(reader)
+    handler = replying(
+        b"HTTP/1.1 100 Continue\r\n\r\n" + OK_HEAD + b"content-length: 2\r\n\r\nok", hold=5
+    )
 
     async with serving(handler) as server, opened(server.origin, kind) as client:
         response = await send(client)
@@ -309,10 +295,7 @@ async def test_connect_refused_is_502(kind: str) -> None:
 
 
 async def test_closed_before_headers_is_502(kind: str) -> None:
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        await s.read_request(reader)
+    handler = replying()
 
     async with serving(handler) as server, opened(server.origin, kind) as client:
         with pytest.raises(UpstreamError) as caught:
@@ -321,13 +304,7 @@ async def test_closed_before_headers_is_502(kind: str) -> None:
 
 
 async def test_invalid_http_is_502(kind: str) -> None:
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        await s.read_request(reader)
-        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
-        await writer.drain()
-        await asyncio.sleep(1)
+    handler = replying(b"NOT HTTP AT ALL\r\n\r\n", hold=1)
 
     async with serving(handler) as server, opened(server.origin, kind) as client:
         with pytest.raises(UpstreamError) as caught:
@@ -336,13 +313,7 @@ async def test_invalid_http_is_502(kind: str) -> None:
 
 
 async def test_reset_mid_body_raises(kind: str) -> None:
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        await s.read_request(reader)
-        writer.write(OK_HEAD + b"content-length: 100\r\n\r\n" + b"x" * 10)
-        await writer.drain()
-        writer.transport.abort()
+    handler = replying(OK_HEAD + b"content-length: 100\r\n\r\n" + b"x" * 10, abort=True)
 
     async with serving(handler) as server, opened(server.origin, kind) as client:
         response = await send(client)
@@ -353,17 +324,12 @@ async def test_reset_mid_body_raises(kind: str) -> None:
 
 
 async def test_stream_delivers_received_bytes_before_the_break(kind: str) -> None:
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        await s.read_request(reader)
-        writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-            b"transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"
-        )
-        await writer.drain()
-        await asyncio.sleep(0.1)
-        writer.transport.abort()
+    handler = replying(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"transfer-encoding: chunked\r\n\r\n5\r\nhello\r\n",
+        hold=0.1,
+        abort=True,
+    )
 
     async with serving(handler) as server, opened(server.origin, kind) as client:
         response = await send(client)
@@ -375,11 +341,7 @@ async def test_stream_delivers_received_bytes_before_the_break(kind: str) -> Non
 
 
 async def test_slow_first_byte_is_a_timeout(kind: str) -> None:
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        await s.read_request(reader)
-        await asyncio.sleep(5)
+    handler = replying(hold=5)
 
     async with serving(handler) as server, opened(server.origin, kind, first_byte=0.2) as client:
         loop = asyncio.get_running_loop()
@@ -391,13 +353,7 @@ async def test_slow_first_byte_is_a_timeout(kind: str) -> None:
 
 
 async def test_idle_gap_in_a_stream_is_a_timeout(kind: str) -> None:
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        await s.read_request(reader)
-        writer.write(OK_HEAD + b"transfer-encoding: chunked\r\n\r\n3\r\nabc\r\n")
-        await writer.drain()
-        await asyncio.sleep(5)
+    handler = replying(OK_HEAD + b"transfer-encoding: chunked\r\n\r\n3\r\nabc\r\n", hold=5)
 
     async with serving(handler) as server, opened(server.origin, kind, idle=0.2) as client:
         response = await send(client)
@@ -409,15 +365,7 @@ async def test_idle_gap_in_a_stream_is_a_timeout(kind: str) -> None:
 
 
 async def test_total_deadline_caps_a_stream(kind: str) -> None:
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        await s.read_request(reader)
-        writer.write(OK_HEAD + b"transfer-encoding: chunked\r\n\r\n")
-        for _ in range(50):
-            writer.write(b"1\r\nx\r\n")
-            await writer.drain()
-            await asyncio.sleep(0.05)
+    handler = trickling(OK_HEAD + b"transfer-encoding: chunked\r\n\r\n", b"1\r\nx\r\n", 50, 0.05)
 
     async with serving(handler) as server, opened(server.origin, kind, idle=1, total=0.5) as client:
         response = await send(client)
@@ -431,15 +379,7 @@ async def test_total_deadline_caps_a_stream(kind: str) -> None:
 async def test_unfinished_response_closes_the_upstream_connection(kind: str) -> None:
     """A client that leaves mid-body: closing the response hangs up on the upstream."""
 
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        await s.read_request(reader)
-        writer.write(OK_HEAD + b"transfer-encoding: chunked\r\n\r\n")
-        for _ in range(200):
-            writer.write(b"1\r\nx\r\n")
-            await writer.drain()
-            await asyncio.sleep(0.02)
+    handler = trickling(OK_HEAD + b"transfer-encoding: chunked\r\n\r\n", b"1\r\nx\r\n", 200, 0.02)
 
     async with serving(handler) as server, opened(server.origin, kind) as client:
         response = await send(client)
@@ -520,23 +460,7 @@ async def test_tab_in_a_header_value_is_allowed(kind: str) -> None:
 @pytest.mark.parametrize("shape", ["one line", "many lines"])
 async def test_an_endless_response_head_is_a_502_and_is_not_kept(kind: str, shape: str) -> None:
     """A hostile upstream's 25 MB head: refused after a bounded read, the connection dropped."""
-    written = 0
-
-    async def handler(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        nonlocal written
-        await s.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\n")
-        line = b"x-big: " if shape == "one line" else b""
-        piece = b"a" * 65536 if shape == "one line" else b"x-h: " + b"a" * 8000 + b"\r\n"
-        writer.write(line)
-        while written < HEAD_BYTES:
-            writer.write(piece)
-            written += len(piece)
-            await writer.drain()
-        writer.write(b"\r\ncontent-length: 0\r\n\r\n")
-        await writer.drain()
+    handler = EndlessHead(HEAD_BYTES, line=0 if shape == "one line" else 8000)
 
     async with serving(handler) as server, opened(server.origin, kind) as client:
         with pytest.raises(UpstreamError) as caught:
@@ -544,7 +468,7 @@ async def test_an_endless_response_head_is_a_502_and_is_not_kept(kind: str, shap
         await asyncio.wait_for(server.closed.wait(), 5)
     assert caught.value.status == 502
     # The client stopped reading and hung up long before the end: at most socket buffers' worth.
-    assert written < HEAD_BYTES // 2
+    assert handler.written < HEAD_BYTES // 2
 
 
 # --- proxies from the environment ----------------------------------------------------------
@@ -689,9 +613,6 @@ async def test_https_upstream_through_a_connect_proxy(
 
 
 def test_unreadable_tls_file_is_a_config_error(tmp_path: Path) -> None:
-    from proxy.errors import ConfigError
-    from proxy.transport import tls_context
-
     with pytest.raises(ConfigError, match=r"upstream\.tls\.ca_file"):
         tls_context(UpstreamTlsSettings(ca_file=str(tmp_path / "missing.pem")))
     bad = tmp_path / "bad.pem"

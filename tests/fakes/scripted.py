@@ -85,6 +85,72 @@ async def keep_alive_json(
         await writer.drain()
 
 
+def replying(
+    *parts: bytes, keep_alive: bool = False, hold: float = 0.0, abort: bool = False
+) -> Handler:
+    """A handler answering a request with ``parts`` written in turn.
+
+    ``keep_alive``: every request on the connection gets the same answer. Otherwise one request
+    is answered, the connection is held ``hold`` seconds, then closed, or reset if ``abort``.
+    """
+
+    async def handler(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
+    ) -> None:
+        while await s.read_request(reader) is not None:
+            for part in parts:
+                writer.write(part)
+                await writer.drain()
+            if not keep_alive:
+                break
+        await asyncio.sleep(hold)
+        if abort:
+            writer.transport.abort()
+
+    return handler
+
+
+def trickling(head: bytes, piece: bytes, count: int, gap: float) -> Handler:
+    """A handler answering one request with ``head``, then ``count`` pieces ``gap`` s apart."""
+
+    async def handler(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
+    ) -> None:
+        await s.read_request(reader)
+        writer.write(head)
+        for _ in range(count):
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(gap)
+
+    return handler
+
+
+class EndlessHead:
+    """A hostile upstream: a response head of ``limit`` bytes (lines of ``line`` bytes each, or
+    one line if ``line`` is 0), counting what it managed to write before the client hung up."""
+
+    def __init__(self, limit: int, line: int = 0) -> None:
+        self.limit = limit
+        self.line = line
+        self.written = 0
+
+    async def __call__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
+    ) -> None:
+        await s.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        piece = b"x-filler: " + b"a" * self.line + b"\r\n" if self.line else b"a" * 65536
+        if not self.line:
+            writer.write(b"x-filler: ")
+        while self.written < self.limit:
+            writer.write(piece)
+            self.written += len(piece)
+            await writer.drain()
+        writer.write(b"\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+
+
 @dataclass
 class ForwardProxy:
     """What the forward proxy saw: the first line of each request it was asked to carry."""

@@ -23,7 +23,7 @@ import trustme
 from proxy.app import create_app
 from proxy.settings import load_settings
 from tests.conftest import proxy_settings
-from tests.fakes.scripted import Server, forward_proxy, keep_alive_json, serving
+from tests.fakes.scripted import EndlessHead, forward_proxy, keep_alive_json, serving
 from tests.reliability.support import CHAT, assert_openai_error, running
 
 HEAD_BYTES = 25 * 1024 * 1024
@@ -42,20 +42,7 @@ async def test_a_client_header_with_crlf_is_a_400_and_never_sent() -> None:
 
 
 async def test_an_endless_response_head_is_a_502() -> None:
-    written = 0
-
-    async def hostile(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, s: Server
-    ) -> None:
-        nonlocal written
-        await s.read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\n")
-        while written < HEAD_BYTES:
-            writer.write(b"x-filler: " + b"a" * 4000 + b"\r\n")
-            written += 4012
-            await writer.drain()
-        writer.write(b"content-length: 2\r\n\r\n{}")
-        await writer.drain()
+    hostile = EndlessHead(HEAD_BYTES, line=4000)
 
     async with serving(hostile) as server:
         app = create_app(proxy_settings(server.origin + "/v1"))
@@ -63,7 +50,7 @@ async def test_an_endless_response_head_is_a_502() -> None:
             response = await client.get("/v1/models")
             assert_openai_error(response, 502)
             await asyncio.wait_for(server.closed.wait(), 5)
-    assert written < HEAD_BYTES // 2
+    assert hostile.written < HEAD_BYTES // 2
 
 
 @pytest.fixture(scope="module")
