@@ -36,7 +36,7 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     try:
         url = services.upstream.url_for(scope)
         tenant = services.tenants.resolve(header(scope, AUTHORIZATION))
-        upstream = upstream_headers(scope, tenant, services.settings.auth.mode)
+        forward_headers = upstream_headers(scope, tenant, services.settings.auth.mode)
         raw = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
         body = parse_json_object(raw)
         # The single plug-in point of the memory pipeline (see proxy/hooks.py).
@@ -54,7 +54,7 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
         services,
         method="POST",
         url=url,
-        headers=upstream,
+        headers=forward_headers,
         body=forwarded,
         route=ROUTE,
         extra_headers=prepared.response_headers,
