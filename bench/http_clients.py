@@ -1,10 +1,10 @@
-"""Which upstream HTTP client should memproxy use? (ADR-0002)
+"""Which upstream HTTP client should memproxy use? (ADR-0002, ADR-0085)
 
 Runs the same minimal Starlette proxy once per client (plain httpx, httpx with the
-``httpx-aiohttp`` transport, aiohttp directly, and memproxy's lean HTTP/1.1 client
-``proxy.http1_pool.Http1Pool``, ADR-0008), each under uvicorn (uvloop + httptools), in front
-of the fake upstream, and loads it at 50 concurrent keep-alive connections, interleaved with the
-direct baseline. Non-streaming and streaming.
+``httpx-aiohttp`` transport, aiohttp directly, and pyreqwest when installed), each under uvicorn
+(uvloop + httptools), in front of the fake upstream, and loads it at 50 concurrent keep-alive
+connections, interleaved with the direct baseline. Non-streaming and streaming. The whole-proxy
+comparison of the clients memproxy can use is ``bench/overhead.py --client``.
 
     .venv/bin/python bench/http_clients.py            # ~1 minute
     .venv/bin/python bench/http_clients.py --smoke    # seconds, for CI
@@ -15,7 +15,7 @@ direct baseline. Non-streaming and streaming.
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib.util
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -29,7 +29,15 @@ if __package__ in (None, ""):
 from bench.lib import loadgen, stats
 from bench.lib.servers import ServerProcess, free_port, python_env
 
-CLIENTS = ("httpx", "httpx-aiohttp", "aiohttp", "http1")
+# pyreqwest is measured when installed (``uv pip install pyreqwest``); it is no dependency.
+CLIENTS = ("httpx", "httpx-aiohttp", "aiohttp", "pyreqwest")
+
+
+def available() -> list[str]:
+    """The clients importable here."""
+    return [c for c in CLIENTS if c != "pyreqwest" or importlib.util.find_spec("pyreqwest")]
+
+
 POOL = 512
 
 
@@ -45,19 +53,17 @@ def build_proxy(client_name: str, upstream: str) -> Any:
     state: dict[str, Any] = {}
     url = upstream.rstrip("/") + "/chat/completions"
     headers = {"content-type": "application/json"}
-    origin, _, base_path = url.partition("/v1")
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         limits = httpx.Limits(max_connections=POOL, max_keepalive_connections=POOL)
-        if client_name == "http1":
-            from proxy.http1_pool import Http1Pool
-
-            state["client"] = Http1Pool(
-                origin, max_connections=POOL, keepalive_s=30.0, connect_timeout=5.0
-            )
-        elif client_name == "httpx":
+        if client_name == "httpx":
             state["client"] = httpx.AsyncClient(limits=limits, timeout=60)
+        elif client_name == "pyreqwest":
+            from pyreqwest.client import ClientBuilder
+
+            builder = ClientBuilder().gzip(False).brotli(False).zstd(False).deflate(False)
+            state["client"] = builder.max_connections(POOL).build()
         elif client_name == "httpx-aiohttp":
             from httpx_aiohttp import HttpxAiohttpClient
 
@@ -67,13 +73,14 @@ def build_proxy(client_name: str, upstream: str) -> Any:
             state["client"] = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         yield
         client = state["client"]
-        await (client.close() if client_name in ("aiohttp", "http1") else client.aclose())
+        closing = client_name in ("aiohttp", "pyreqwest")
+        await (client.close() if closing else client.aclose())
 
     async def chat(request: Request) -> Response:
         body = await request.body()
         client = state["client"]
-        if client_name == "http1":
-            return await relay_http1(client, body)
+        if client_name == "pyreqwest":
+            return await relay_pyreqwest(client, body)
         if client_name == "aiohttp":
             resp = await client.post(url, data=body, headers=headers)
             if resp.content_type == "text/event-stream":
@@ -104,29 +111,28 @@ def build_proxy(client_name: str, upstream: str) -> Any:
         await resp.aclose()
         return Response(data, status_code=resp.status_code, media_type="application/json")
 
-    async def relay_http1(pool: Any, body: bytes) -> Response:
-        now = asyncio.get_running_loop().time()
-        resp = await pool.request(
-            "POST",
-            "/v1" + base_path,
-            [(b"content-type", b"application/json")],
-            body,
-            header_deadline=now + 60,
-            idle=60.0,
-            deadline=now + 60,
+    async def relay_pyreqwest(client: Any, body: bytes) -> Response:
+        # A read buffer limit of 1: with the default (64 KiB) the head waits for that much body.
+        request = (
+            client.request("POST", url)
+            .headers(headers)
+            .body_bytes(body)
+            .streamed_read_buffer_limit(1)
+            .build_streamed()
         )
-        if resp.is_event_stream:
+        resp = await request.__aenter__()
+        if (resp.get_header("content-type") or "").startswith("text/event-stream"):
 
-            async def relay_lean() -> AsyncIterator[bytes]:
+            async def relay_rust() -> AsyncIterator[bytes]:
                 try:
-                    async for chunk in resp.chunks():
-                        yield chunk
+                    while (chunk := await resp.body_reader.read_chunk()) is not None:
+                        yield bytes(chunk)
                 finally:
-                    resp.close()
+                    await request.__aexit__(None, None, None)
 
-            return StreamingResponse(relay_lean(), media_type="text/event-stream")
-        data = await resp.read()
-        resp.close()
+            return StreamingResponse(relay_rust(), media_type="text/event-stream")
+        data = bytes(await resp.body_reader.bytes())
+        await request.__aexit__(None, None, None)
         return Response(data, status_code=resp.status, media_type="application/json")
 
     async def health(request: Request) -> Response:
@@ -191,7 +197,7 @@ def main() -> None:
     seconds, rounds = (0.5, 1) if args.smoke else (args.seconds, args.rounds)
     with fake_process() as fake:
         upstream = fake.base_url + "/v1"
-        proxies = [proxy_process(name, upstream) for name in CLIENTS]
+        proxies = [proxy_process(name, upstream) for name in available()]
         try:
             for proc in proxies:
                 proc.start()

@@ -19,9 +19,11 @@ The four-way run of issue 6 (direct, memproxy with memory off and on with 10k me
 LiteLLM's proxy, interleaved in one run) reuses the same load generator and servers:
 ``.venv/bin/python bench/peers/litellm_proxy.py --targets direct memproxy-off memproxy-on litellm``.
     .venv/bin/python bench/overhead.py --smoke     # seconds, for CI
-    # also memproxy with the aiohttp client, and an older checkout, interleaved in the same run:
-    git archive d4a14b7 | tar -x -C /tmp/memproxy-before
-    .venv/bin/python bench/overhead.py --aiohttp --baseline-tree /tmp/memproxy-before --engine wrk
+    # also memproxy with another upstream client, and an older checkout (with its own choice of
+    # clients), interleaved in the same run:
+    git archive 394cce5 | tar -x -C /tmp/memproxy-before
+    .venv/bin/python bench/overhead.py --client reqwest --baseline-tree /tmp/memproxy-before \
+        --baseline-client fast --baseline-client aiohttp --engine wrk
 """
 
 from __future__ import annotations
@@ -54,6 +56,13 @@ def fake_process(chunks: int) -> ServerProcess:
     argv = [sys.executable, "-m", "tests.fakes.upstream", "--port", str(port), "--no-record"]
     argv += ["--chunks", str(chunks)]
     return ServerProcess("fake", argv, port=port, ready_path="/healthz", env=python_env())
+
+
+def client_config(tmp: Path, client: str) -> str:
+    """A config file choosing ``upstream.client``; its path."""
+    path = tmp / f"client-{client}.yaml"
+    path.write_text(f"upstream:\n  client: {client}\n")
+    return str(path)
 
 
 def process_cpu_s(pid: int | None) -> float:
@@ -173,12 +182,21 @@ def main() -> None:
         "--engine", choices=loadgen.ENGINES, default="aiohttp", help="non-streaming load tool"
     )
     parser.add_argument(
-        "--aiohttp", action="store_true", help="also memproxy with upstream.client: aiohttp"
+        "--client",
+        action="append",
+        default=[],
+        help="also memproxy with this upstream.client (repeatable)",
     )
     parser.add_argument(
         "--baseline-tree",
         type=Path,
         help="also memproxy served from this source tree (e.g. an older commit, git archive)",
+    )
+    parser.add_argument(
+        "--baseline-client",
+        action="append",
+        default=[],
+        help="serve the baseline tree once per upstream.client given (default: its default)",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -198,19 +216,22 @@ def main() -> None:
         servers["memproxy"] = memproxy(
             upstream, Path(tmp, "fast"), workers=args.workers, extra_env=extra
         )
-        if args.aiohttp:
-            config = Path(tmp, "aiohttp.yaml")
-            config.write_text("upstream:\n  client: aiohttp\n")
-            env = {**extra, "MEMPROXY_CONFIG": str(config)}
-            servers["memproxy-aiohttp"] = memproxy(
-                upstream, Path(tmp, "aiohttp"), workers=args.workers, extra_env=env
+        for client in args.client:
+            env = {**extra, "MEMPROXY_CONFIG": client_config(Path(tmp), client)}
+            servers[f"memproxy-{client}"] = memproxy(
+                upstream, Path(tmp, client), workers=args.workers, extra_env=env
             )
         if args.baseline_tree:
-            base = memproxy(upstream, Path(tmp, "base"), workers=args.workers, extra_env=extra)
-            tree = str(args.baseline_tree.resolve())
-            base.name, base.cwd = "memproxy-base", args.baseline_tree.resolve()
-            base.env["PYTHONPATH"] = tree
-            servers["memproxy-base"] = base
+            tree = args.baseline_tree.resolve()
+            for client in args.baseline_client or [None]:
+                env = dict(extra)
+                if client:
+                    env["MEMPROXY_CONFIG"] = client_config(Path(tmp), client)
+                name = f"base-{client}" if client else "memproxy-base"
+                base = memproxy(upstream, Path(tmp, name), workers=args.workers, extra_env=env)
+                base.name, base.cwd = name, tree
+                base.env["PYTHONPATH"] = str(tree)
+                servers[name] = base
         for name, server in servers.items():
             if name != "direct":
                 stack.enter_context(server)

@@ -28,6 +28,7 @@ from proxy.hooks import MemoryPipeline
 from proxy.logs import configure_logging
 from proxy.metrics import Metrics
 from proxy.middleware import RequestContextMiddleware
+from proxy.request_target import check_target
 from proxy.routes import build_routes, chat
 from proxy.services import Services
 from proxy.settings import Settings, load_settings
@@ -51,7 +52,11 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error: MemproxyError
     if exc.status_code == 404:
-        error = NotFound(f"Unknown path {request.url.path}.")
+        try:
+            check_target(request.scope)
+            error = NotFound(f"Unknown path {request.url.path}.")
+        except RequestError as bad:
+            return _json_error(bad.status, bad.to_body())
     else:
         error = RequestError(str(exc.detail), code=f"http_{exc.status_code}")
     body = error.to_body()
@@ -102,8 +107,9 @@ def create_app(
             stack.push_async_callback(services.drain, BACKGROUND_DRAIN_S)
             app.state.services = services
             LOGGER.info(
-                "memproxy ready: upstream %s, auth %s, config %s",
-                client.base_url,
+                "memproxy ready: upstream %s%s, auth %s, config %s",
+                client.display_url,
+                f" via proxy {client.display_proxy}" if client.display_proxy else "",
                 settings.auth.mode,
                 settings.source,
             )

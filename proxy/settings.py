@@ -98,6 +98,15 @@ class PoolSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamTlsSettings:
+    """TLS towards the upstream: extra trusted CAs and a client certificate (paths to PEM files)."""
+
+    ca_file: str | None = None  # trusted in addition to the system and certifi CAs
+    cert_file: str | None = None  # client certificate chain, for upstreams that require one
+    key_file: str | None = None  # its private key; None: the key is in cert_file
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamSettings:
     """The OpenAI-compatible provider behind the proxy."""
 
@@ -106,8 +115,9 @@ class UpstreamSettings:
     api_key: Secret | None = None
     timeouts: TimeoutSettings = TimeoutSettings()
     pool: PoolSettings = PoolSettings()
-    # fast: the lean HTTP/1.1 client (ADR-0008); aiohttp: the aiohttp session (ADR-0002).
-    client: Literal["fast", "aiohttp"] = "fast"
+    tls: UpstreamTlsSettings = UpstreamTlsSettings()
+    # The HTTP client library behind proxy/transport.py (adr/0085).
+    client: Literal["aiohttp"] = "aiohttp"
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,9 @@ X_API_KEY = b"x-api-key"
 API_KEY = b"api-key"
 # Every request header that may carry the caller's credential (ASGI names are lower-case).
 CREDENTIAL_HEADERS = frozenset({AUTHORIZATION, X_API_KEY, API_KEY})
+# When the operator's key goes upstream, nothing of the client's may choose the organization or
+# project that key is billed to.
+BILLING_HEADERS = frozenset({b"openai-organization", b"openai-project"})
 BEARER = "bearer"
 UNKNOWN_KEY = (
     "Missing or unknown memproxy API key. Send it as 'Authorization: Bearer KEY', "
@@ -116,7 +119,7 @@ def bearer_auth(tenant: Tenant) -> UpstreamAuth:
         return CLIENT_CREDENTIALS
     key = tenant.upstream_key
     add = ((AUTHORIZATION, header_bytes(f"Bearer {key}")),) if key else ()
-    return UpstreamAuth(CREDENTIAL_HEADERS, add)
+    return UpstreamAuth(CREDENTIAL_HEADERS | BILLING_HEADERS, add)
 
 
 def _digest(key: str) -> str:

@@ -1,29 +1,39 @@
-"""The upstream client: one connection pool, opened and closed by the app lifespan.
+"""The upstream client: URL mapping, header rules and timeouts over one ``Transport``.
 
-The lean HTTP/1.1 client (``proxy/http1.py``, ADR-0008) is the default; aiohttp (ADR-0002)
-stays selectable with ``upstream.client: aiohttp``. Bodies pass through as bytes: no decompression
-(``Content-Encoding`` goes to the client as is), no re-framing. Timeouts follow the settings:
-``connect`` and ``first_byte`` bound the wait for response headers, ``idle`` bounds each wait
-for the next chunk, ``total`` bounds the whole exchange. A timeout raises ``UpstreamTimeout``
-(504), any other transport failure ``UpstreamError`` (502).
+The transport (``proxy/transport.py``; aiohttp by default, ``upstream.client`` picks it, adr/0085)
+is opened and closed by the app lifespan. Bodies pass through as bytes: no decompression
+(``Content-Encoding`` goes to the client as is), no re-framing. Timeouts follow the settings and
+are the same for every transport: ``connect`` bounds making a connection (inside the transport),
+``first_byte`` the wait for the response head, ``idle`` each wait for the next chunk, ``total``
+the whole exchange. A timeout raises ``UpstreamTimeout`` (504), any other transport failure
+``UpstreamError`` (502).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ssl
-from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Protocol
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-import aiohttp
-from yarl import URL
+from starlette.types import Scope
 
-from proxy.errors import UpstreamError, UpstreamTimeout
-from proxy.http1_pool import Http1Pool
+from proxy.errors import RequestError, UpstreamTimeout
+from proxy.request_target import forward_target
 from proxy.settings import UpstreamSettings
+from proxy.transport import (
+    Headers,
+    Transport,
+    TransportConfig,
+    TransportResponse,
+    check_wire,
+    env_proxy,
+    valid_fields,
+)
+from proxy.transport_aiohttp import AiohttpTransport
 
-# RFC 9110 section 7.6.1 hop-by-hop headers, plus ones the transport recomputes.
+# RFC 9110 section 7.6.1 hop-by-hop headers, plus ones the transport recomputes. Any other
+# header named in a Connection header is hop-by-hop too (``connection_named``).
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -43,9 +53,14 @@ DROP_REQUEST_BYTES = frozenset(name.encode() for name in DROP_REQUEST)
 DROP_RESPONSE = HOP_BY_HOP | {"content-length", "date", "server"}
 DROP_RESPONSE_BYTES = frozenset(name.encode() for name in DROP_RESPONSE)
 MEMORY_HEADER_PREFIX = b"x-memory-"
-V1_PREFIX = "/v1"
+CONNECTION = b"connection"
+EVENT_STREAM = b"text/event-stream"
+HEADER_TIMEOUT_MESSAGE = "The upstream did not answer in time."
+BODY_TIMEOUT_MESSAGE = "The upstream stopped sending data in time."
+REDACTED = "***"
 
-Headers = list[tuple[bytes, bytes]]
+# ``upstream.client`` -> the transport it names (adr/0085: one, today).
+TRANSPORTS: Mapping[str, Callable[[TransportConfig], Transport]] = {"aiohttp": AiohttpTransport}
 
 
 def header_bytes(value: str) -> bytes:
@@ -54,6 +69,17 @@ def header_bytes(value: str) -> bytes:
         return value.encode("latin-1")
     except UnicodeEncodeError:
         return value.encode("utf-8")
+
+
+def connection_named(values: Iterable[bytes]) -> frozenset[bytes]:
+    """The header names listed in ``Connection`` header values (``close, X-Foo`` -> x-foo)."""
+    names = set()
+    for value in values:
+        for token in value.split(b","):
+            token = token.strip().lower()
+            if token:
+                names.add(token)
+    return frozenset(names)
 
 
 def request_headers(
@@ -65,63 +91,85 @@ def request_headers(
 
     ``withhold`` and ``add`` are the tenant's upstream auth (``proxy.tenancy.UpstreamAuth``):
     client headers (lower-case names) kept back, and headers sent instead.
-    Bytes in, bytes out: the client's names and values go upstream exactly as received.
+    Bytes in, bytes out: the client's names and values go upstream exactly as received. A name
+    that is not an HTTP token or a value with a control character is the client's error (400).
     """
     drop = DROP_REQUEST_BYTES | withhold if withhold else DROP_REQUEST_BYTES
     out = []
+    connection: list[bytes] = []
     for name, value in raw:
         lower = name.lower()
         if lower in drop or lower.startswith(MEMORY_HEADER_PREFIX):
+            if lower == CONNECTION:
+                connection.append(value)
             continue
         out.append((lower, value))
+    if not valid_fields(out):
+        bad = next(n for n, v in out if not valid_fields([(n, v)]))
+        raise RequestError(
+            f"Header {bad.decode('latin-1')[:64]!r} is not a valid HTTP header field "
+            "(a name must be a token; a value may not contain control characters).",
+            code="invalid_header",
+        )
+    if connection:
+        named = connection_named(connection) - drop
+        if named:
+            out = [(n, v) for n, v in out if n not in named]
     out.extend(add)
     return out
 
 
 def response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """Upstream response headers safe to relay to the client."""
-    return [(k, v) for k, v in headers if k.lower() not in DROP_RESPONSE_BYTES]
+    """Upstream response headers safe to relay to the client (hop-by-hop ones removed)."""
+    out = []
+    connection = []
+    for name, value in headers:
+        lower = name.lower()
+        if lower in DROP_RESPONSE_BYTES:
+            if lower == CONNECTION:
+                connection.append(value)
+            continue
+        out.append((name, value))
+    if connection:
+        named = connection_named(connection)
+        out = [(n, v) for n, v in out if n.lower() not in named]
+    return out
 
 
-class UpstreamResponse(Protocol):
-    """An open upstream response: status and headers now, the body as it arrives."""
-
-    @property
-    def status(self) -> int:
-        """The upstream's status code."""
-
-    @property
-    def raw_headers(self) -> Sequence[tuple[bytes, bytes]]:
-        """The upstream's response headers, as received."""
-
-    @property
-    def is_event_stream(self) -> bool:
-        """Whether the body is SSE (``text/event-stream``): relayed chunk by chunk."""
-
-    def raw_headers_get(self, name: bytes) -> bytes | None:
-        """The first raw header value named ``name`` (lower-case), or ``None``."""
-
-    def chunks(self) -> AsyncIterator[bytes]:
-        """Yield body bytes as they arrive; raise on an idle or total timeout or a broken body."""
-
-    async def read(self) -> bytes:
-        """Read a whole (non-streamed) body; ``idle`` (capped by ``total``) bounds the read."""
-
-    def close(self) -> None:
-        """Release the connection; an unfinished body drops it instead of reusing it."""
+def redact_url(url: str) -> str:
+    """``url`` fit to print: user information and every query value replaced by ``***``."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
+    # A parameter's name stays (it says what is configured); a bare item may be the secret.
+    query = "&".join(
+        f"{item.partition('=')[0]}={REDACTED}" if "=" in item else REDACTED
+        for item in parts.query.split("&")
+        if item
+    )
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
-class AiohttpResponse:
-    """``UpstreamResponse`` over an aiohttp response (``upstream.client: aiohttp``)."""
+class UpstreamResponse:
+    """An open upstream response: status and headers now, the body as it arrives.
 
-    def __init__(self, response: aiohttp.ClientResponse, client: UpstreamClient, deadline: float):
-        self._response = response
-        self._client = client
+    ``idle`` bounds each wait for body bytes and ``total`` (``deadline``) all of them.
+    """
+
+    __slots__ = ("_deadline", "_idle", "_raw", "is_event_stream", "raw_headers", "status")
+
+    def __init__(self, raw: TransportResponse, idle: float, deadline: float) -> None:
+        self._raw = raw
+        self._idle = idle
         self._deadline = deadline
-        self.status = response.status
-        self.raw_headers = response.raw_headers
-        content_type = response.headers.get("content-type", "")
-        self.is_event_stream = content_type.startswith("text/event-stream")
+        self.status = raw.status
+        self.raw_headers: Sequence[tuple[bytes, bytes]] = raw.raw_headers
+        self.is_event_stream = False
+        for name, value in self.raw_headers:
+            if name.lower() == b"content-type":
+                self.is_event_stream = value.startswith(EVENT_STREAM)
+                break
 
     def raw_headers_get(self, name: bytes) -> bytes | None:
         """The first raw header value named ``name`` (lower-case), or ``None``."""
@@ -130,22 +178,18 @@ class AiohttpResponse:
                 return value
         return None
 
+    def _wait(self) -> float:
+        return min(self._idle, self._deadline - asyncio.get_running_loop().time())
+
     async def chunks(self) -> AsyncIterator[bytes]:
         """Yield body bytes as they arrive; raise on an idle or total timeout or a broken body."""
-        loop = asyncio.get_running_loop()
-        idle = self._client.settings.timeouts.idle
-        content = self._response.content
+        raw = self._raw
         while True:
-            wait = min(idle, self._deadline - loop.time())
             try:
-                async with asyncio.timeout(wait):
-                    chunk = await content.readany()
+                async with asyncio.timeout(self._wait()):
+                    chunk = await raw.chunk()
             except TimeoutError as exc:
-                raise UpstreamTimeout("The upstream stopped sending data in time.") from exc
-            except (aiohttp.ClientError, OSError) as exc:
-                raise UpstreamError(
-                    f"The upstream connection broke: {type(exc).__name__}."
-                ) from exc
+                raise UpstreamTimeout(BODY_TIMEOUT_MESSAGE) from exc
             if not chunk:
                 return
             yield chunk
@@ -156,122 +200,76 @@ class AiohttpResponse:
         A non-streamed body is complete when the upstream starts sending it, so one timeout
         around the read is enough (and cheaper than one per chunk).
         """
-        loop = asyncio.get_running_loop()
-        wait = min(self._client.settings.timeouts.idle, self._deadline - loop.time())
         try:
-            async with asyncio.timeout(wait):
-                return await self._response.read()
+            async with asyncio.timeout(self._wait()):
+                return await self._raw.read()
         except TimeoutError as exc:
-            raise UpstreamTimeout("The upstream stopped sending data in time.") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamError(f"The upstream connection broke: {type(exc).__name__}.") from exc
+            raise UpstreamTimeout(BODY_TIMEOUT_MESSAGE) from exc
 
     def close(self) -> None:
         """Release the connection; an unfinished body drops it instead of reusing it."""
-        self._response.close()
+        self._raw.close()
 
 
 class UpstreamClient:
-    """One pooled HTTP client for the configured upstream.
+    """The configured upstream: where requests go, and the transport that carries them.
 
-    ``upstream.client`` picks the transport: ``fast`` (default) is the lean HTTP/1.1 client of
-    ``proxy/http1.py`` (ADR-0008), ``aiohttp`` the aiohttp session of ADR-0002. Both give the
-    same ``UpstreamResponse`` interface, errors and timeouts.
+    Credentials written into ``upstream.url`` (``https://user:pass@host``) are never sent (the
+    ``Authorization`` header carries the key) and never printed: ``display_url`` redacts them
+    and every query value. A query in ``upstream.url`` (``?api-version=...``) is sent first,
+    before the client's own.
     """
 
     def __init__(
-        self, settings: UpstreamSettings, *, ssl_context: ssl.SSLContext | None = None
+        self,
+        settings: UpstreamSettings,
+        *,
+        environ: Mapping[str, str] | None = None,
+        transport: Transport | None = None,
     ) -> None:
         self.settings = settings
-        self.base_url = settings.url.rstrip("/")
-        parts = urlsplit(self.base_url)
-        self.origin = f"{parts.scheme}://{parts.netloc}"
-        self._ssl_context = ssl_context
-        self._session: aiohttp.ClientSession | None = None
-        self._pool: Http1Pool | None = None
+        parts = urlsplit(settings.url)
+        host = parts.netloc.rpartition("@")[2]
+        self._prefix = f"{parts.scheme}://{host}{parts.path.rstrip('/')}"
+        self._base_query = parts.query
+        self.display_url = redact_url(settings.url)
+        self.proxy = env_proxy(settings.url, os.environ if environ is None else environ)
+        self.display_proxy = redact_url(self.proxy) if self.proxy else None
+        config = TransportConfig(settings=settings, proxy=self.proxy)
+        self.transport = transport or TRANSPORTS[settings.client](config)
 
     async def start(self) -> None:
-        """Open the connection pool (inside the running event loop)."""
-        pool = self.settings.pool
-        if self.settings.client == "fast":
-            self._pool = Http1Pool(
-                self.origin,
-                max_connections=pool.max_connections,
-                keepalive_s=pool.keepalive_s,
-                connect_timeout=self.settings.timeouts.connect,
-                ssl_context=self._ssl_context,
-            )
-            return
-        connector = aiohttp.TCPConnector(
-            limit=pool.max_connections,
-            limit_per_host=0,
-            keepalive_timeout=pool.keepalive_s,
-            ttl_dns_cache=300,
-            ssl=self._ssl_context if self._ssl_context is not None else True,
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(
-                total=None, connect=self.settings.timeouts.connect, sock_read=None
-            ),
-            auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            # The client's own headers go through; aiohttp must not add defaults of its own.
-            skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type", "Accept"),
-        )
+        """Open the transport's pool (inside the running event loop)."""
+        await self.transport.start()
 
     async def close(self) -> None:
-        """Close the pool."""
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the transport's pool."""
+        await self.transport.close()
 
-    def url_for(self, path: str, query: str) -> str:
-        """Map a client path (``/v1/models``) onto the upstream base URL, keeping the query."""
-        tail = path[len(V1_PREFIX) :] if path.startswith(V1_PREFIX) else path
-        url = self.base_url + tail
-        if query:
-            url = f"{url}?{query}"
-        return url
+    def join(self, target: str) -> str:
+        """The upstream URL for a checked target below ``/v1`` (``/models?x=1``)."""
+        if not self._base_query:
+            return self._prefix + target
+        path, _, query = target.partition("?")
+        joined = f"{self._base_query}&{query}" if query else self._base_query
+        return f"{self._prefix}{path}?{joined}"
+
+    def url_for(self, scope: Scope) -> str:
+        """The upstream URL for the client's raw path and query; 400 if they may not go."""
+        return self.join(forward_target(scope))
 
     async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
         """Send a request and wait for the response headers."""
+        check_wire(url, headers)
         timeouts = self.settings.timeouts
-        now = asyncio.get_running_loop().time()
-        deadline = now + timeouts.total
-        if self._pool is not None:
-            return await self._pool.request(
-                method,
-                url[len(self.origin) :] or "/",
-                headers,
-                body,
-                header_deadline=now + min(timeouts.first_byte, timeouts.total),
-                idle=timeouts.idle,
-                deadline=deadline,
-            )
-        if self._session is None:
-            raise UpstreamError("The upstream client is not started.")
+        deadline = asyncio.get_running_loop().time() + timeouts.total
         try:
             async with asyncio.timeout(min(timeouts.first_byte, timeouts.total)):
-                response = await self._session.request(
-                    method,
-                    # encoded=True: the query is relayed byte for byte, not re-quoted.
-                    URL(url, encoded=True),
-                    headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers],
-                    data=body or None,
-                    allow_redirects=False,
-                )
+                raw = await self.transport.send(method, url, headers, body)
         except TimeoutError as exc:
-            raise UpstreamTimeout("The upstream did not answer in time.") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamError(f"Cannot reach the upstream: {type(exc).__name__}.") from exc
-        return AiohttpResponse(response, self, deadline)
+            raise UpstreamTimeout(HEADER_TIMEOUT_MESSAGE) from exc
+        return UpstreamResponse(raw, timeouts.idle, deadline)
 
     async def ready(self) -> bool:
         """True when the pool is open (readiness does not call the paid upstream)."""
-        if self._pool is not None:
-            return True
-        return self._session is not None and not self._session.closed
+        return self.transport.ready()

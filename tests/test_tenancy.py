@@ -11,6 +11,7 @@ from proxy.errors import AuthError, ConfigError
 from proxy.settings import load_settings
 from proxy.tenancy import (
     ANONYMOUS_TENANT,
+    BILLING_HEADERS,
     CREDENTIAL_HEADERS,
     Credential,
     TenantResolver,
@@ -136,7 +137,7 @@ def test_keys_mode(tmp_path: Path) -> None:
     assert resolver.resolve(raw(x_api_key="mp-a")) is acme
     assert resolver.resolve(raw(api_key="mp-a")) is acme
     assert bearer_auth(acme).add == ((b"authorization", b"Bearer sk-shared"),)
-    assert bearer_auth(acme).withhold == CREDENTIAL_HEADERS
+    assert bearer_auth(acme).withhold == CREDENTIAL_HEADERS | BILLING_HEADERS
     assert (acme.memory.max_tokens, acme.memory.top_k) == (900, 40)
     beta = resolver.for_key("mp-b")
     assert bearer_auth(beta).add == ((b"authorization", b"Bearer sk-beta"),)

@@ -1,14 +1,26 @@
-"""Header filtering, URL mapping, and both upstream clients (fast, aiohttp) against the fake."""
+"""Header rules, URL mapping and redaction of the upstream client (no network here).
+
+The transports themselves run through one contract suite in ``tests/test_transport.py``.
+"""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.errors import UpstreamError, UpstreamTimeout
-from proxy.settings import TimeoutSettings, UpstreamSettings
-from proxy.upstream import UpstreamClient, request_headers, response_headers
-from tests.fakes.upstream import FakeServer
+from proxy.errors import RequestError
+from proxy.settings import MemorySettings, UpstreamSettings
+from proxy.tenancy import Tenant, bearer_auth
+from proxy.upstream import (
+    UpstreamClient,
+    redact_url,
+    request_headers,
+    response_headers,
+)
 
+KEYS_TENANT = Tenant(
+    "acme", MemorySettings(), forwards_credentials=False, upstream_key="sk-operator"
+)
+PASSTHROUGH_TENANT = Tenant("t-client", MemorySettings())
 RAW_REQUEST = [
     (b"host", b"proxy:8080"),
     (b"connection", b"keep-alive"),
@@ -46,11 +58,58 @@ def test_request_headers_withhold_and_add_the_tenants_auth() -> None:
 
 def test_request_header_values_pass_byte_for_byte() -> None:
     raw = [
-        (b"x-note", b"caf\xe9 \xff"),
+        (b"x-note", b"caf\xe9 \xff\ttab"),
         (b"Authorization", b"Basic \xe9"),
         (b"X-Memory-Mode", b"off"),
     ]
-    assert request_headers(raw) == [(b"x-note", b"caf\xe9 \xff"), (b"authorization", b"Basic \xe9")]
+    assert request_headers(raw) == [
+        (b"x-note", b"caf\xe9 \xff\ttab"),
+        (b"authorization", b"Basic \xe9"),
+    ]
+
+
+def test_headers_named_by_connection_are_hop_by_hop_both_ways() -> None:
+    raw = [
+        (b"connection", b"close, X-Foo"),
+        (b"connection", b" x-bar ,"),
+        (b"x-foo", b"1"),
+        (b"x-bar", b"2"),
+        (b"x-kept", b"3"),
+    ]
+    assert request_headers(raw) == [(b"x-kept", b"3")]
+    upstream = [
+        (b"Connection", b"X-Secret-Route"),
+        (b"X-Secret-Route", b"internal"),
+        (b"Content-Type", b"application/json"),
+    ]
+    assert response_headers(upstream) == [(b"Content-Type", b"application/json")]
+
+
+def test_keys_mode_drops_what_would_choose_the_operators_billing_or_leak_keys() -> None:
+    raw = [
+        (b"openai-organization", b"org-client"),
+        (b"openai-project", b"proj-client"),
+        (b"x-api-key", b"mp-tenant-key"),
+        (b"api-key", b"mp-tenant-key"),
+        (b"openai-beta", b"assistants=v2"),
+    ]
+    operator = bearer_auth(KEYS_TENANT)
+    out = request_headers(raw, operator.withhold, operator.add)
+    assert out == [(b"openai-beta", b"assistants=v2"), (b"authorization", b"Bearer sk-operator")]
+    client = bearer_auth(PASSTHROUGH_TENANT)
+    assert (b"openai-organization", b"org-client") in request_headers(
+        raw, client.withhold, client.add
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [(b"x-note", b"a\r\nx-injected: 1"), (b"x-note", b"a\x00"), (b"x note", b"v"), (b"", b"v")],
+)
+def test_a_client_header_that_is_not_a_valid_field_is_a_400(name: bytes, value: bytes) -> None:
+    with pytest.raises(RequestError) as caught:
+        request_headers([(b"x-fine", b"ok"), (name, value)], None)
+    assert (caught.value.status, caught.value.code) == (400, "invalid_header")
 
 
 def test_response_headers_keep_retry_after_and_drop_framing() -> None:
@@ -71,73 +130,37 @@ def test_response_headers_keep_retry_after_and_drop_framing() -> None:
 
 
 @pytest.mark.parametrize(
-    ("base", "path", "query", "expected"),
+    ("base", "target", "expected"),
     [
-        ("https://api.openai.com/v1", "/v1/models", "", "https://api.openai.com/v1/models"),
-        ("http://h:1/v1/", "/v1/files/a", "x=a%20b&y=1", "http://h:1/v1/files/a?x=a%20b&y=1"),
-        (
-            "http://h:1/openai/v1",
-            "/v1/chat/completions",
-            "",
-            "http://h:1/openai/v1/chat/completions",
-        ),
+        ("https://api.openai.com/v1", "/models", "https://api.openai.com/v1/models"),
+        ("http://h:1/v1/", "/files/a?x=a%20b&y=1", "http://h:1/v1/files/a?x=a%20b&y=1"),
+        ("http://h:1/openai/v1", "/chat/completions", "http://h:1/openai/v1/chat/completions"),
+        ("https://u:p@h/v1", "/models", "https://h/v1/models"),  # never sent
+        ("https://h/o/v1?api-version=2", "/models", "https://h/o/v1/models?api-version=2"),
+        ("https://h/o/v1?api-version=2", "/m?x=1", "https://h/o/v1/m?api-version=2&x=1"),
     ],
 )
-def test_url_for_keeps_base_path_and_raw_query(
-    base: str, path: str, query: str, expected: str
-) -> None:
-    client = UpstreamClient(UpstreamSettings(url=base))
-    assert str(client.url_for(path, query)) == expected
+def test_join_keeps_base_path_and_queries(base: str, target: str, expected: str) -> None:
+    assert UpstreamClient(UpstreamSettings(url=base), environ={}).join(target) == expected
 
 
-CLIENTS = ("fast", "aiohttp")
-CHAT_BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+def test_url_for_forwards_the_raw_path() -> None:
+    client = UpstreamClient(UpstreamSettings(url="https://h/openai/v1"), environ={})
+    scope = {"path": "/v1/files/a/b", "raw_path": b"/v1/files/a%2Fb", "query_string": b"x=1"}
+    assert client.url_for(scope) == "https://h/openai/v1/files/a%2Fb?x=1"
 
 
-def client_for(url: str, kind: str, **timeouts: float) -> UpstreamClient:
-    timeout_settings = TimeoutSettings(**timeouts)
-    settings = UpstreamSettings(url=url, timeouts=timeout_settings, client=kind)  # type: ignore[arg-type]
-    return UpstreamClient(settings)
-
-
-@pytest.mark.parametrize("kind", CLIENTS)
-async def test_both_clients_relay_bodies_and_streams(fake: FakeServer, kind: str) -> None:
-    client = client_for(fake.url, kind)
-    await client.start()
-    try:
-        headers = [(b"content-type", b"application/json"), (b"authorization", b"Bearer sk-1")]
-        url = client.url_for("/v1/chat/completions", "")
-        response = await client.send("POST", url, headers, CHAT_BODY)
-        assert (response.status, response.is_event_stream) == (200, False)
-        assert b"Hello from the fake upstream" in await response.read()
-        response.close()
-        stream_body = CHAT_BODY[:-1] + b', "stream": true}'
-        response = await client.send("POST", url, headers, stream_body)
-        assert response.is_event_stream
-        raw = b"".join([chunk async for chunk in response.chunks()])
-        response.close()
-        assert raw.endswith(b"data: [DONE]\n\n")
-        assert await client.ready()
-    finally:
-        await client.close()
-    assert fake.fake.requests[0].headers["authorization"] == "Bearer sk-1"
-
-
-@pytest.mark.parametrize("kind", CLIENTS)
-async def test_both_clients_time_out_and_fail_alike(fake: FakeServer, kind: str) -> None:
-    client = client_for(fake.url, kind, first_byte=0.2)
-    await client.start()
-    url = client.url_for("/v1/chat/completions", "")
-    try:
-        with pytest.raises(UpstreamTimeout):
-            await client.send("POST", url, [(b"x-fake-latency-ms", b"1500")], CHAT_BODY)
-    finally:
-        await client.close()
-    closed = client_for("http://127.0.0.1:9/v1", kind)
-    await closed.start()
-    try:
-        with pytest.raises(UpstreamError, match="Cannot reach the upstream") as caught:
-            await closed.send("GET", closed.url_for("/v1/models", ""), [], b"")
-        assert type(caught.value) is UpstreamError
-    finally:
-        await closed.close()
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://api.openai.com/v1", "https://api.openai.com/v1"),
+        ("https://user:s3cret@h:8443/v1", "https://***@h:8443/v1"),
+        ("https://token@h/v1", "https://***@h/v1"),
+        ("https://h/v1?api-key=s3cret&api-version=1", "https://h/v1?api-key=***&api-version=***"),
+        ("https://h/v1?s3cret", "https://h/v1?***"),
+        ("https://h/v1#s3cret", "https://h/v1"),
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    assert "s3cret" not in UpstreamClient(UpstreamSettings(url=url), environ={}).display_url

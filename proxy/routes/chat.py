@@ -32,7 +32,9 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     services: Services = scope["app"].state.services
     headers = Headers(scope=scope)
     try:
+        url = services.upstream.url_for(scope)
         tenant = services.tenants.resolve(scope["headers"])
+        forward_headers = upstream_headers(scope, tenant)
         raw = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
         body = parse_json_object(raw)
         # The single plug-in point of the memory pipeline (see proxy/hooks.py).
@@ -49,8 +51,8 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     relay = Relay(
         services,
         method="POST",
-        url=services.upstream.url_for(scope["path"], scope["query_string"].decode("latin-1")),
-        headers=upstream_headers(scope, tenant),
+        url=url,
+        headers=forward_headers,
         body=forwarded,
         route=ROUTE,
         extra_headers=prepared.response_headers,

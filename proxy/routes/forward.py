@@ -15,7 +15,8 @@ from starlette.types import Receive, Scope
 
 from proxy.errors import PayloadTooLarge, RequestError
 from proxy.tenancy import Tenant, bearer_auth
-from proxy.upstream import Headers, request_headers
+from proxy.transport import Headers
+from proxy.upstream import request_headers
 
 CONTENT_LENGTH = b"content-length"
 REQUEST_ID = b"x-request-id"

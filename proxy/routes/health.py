@@ -61,7 +61,8 @@ async def readyz(request: Request) -> Response:
     healthy = all(value == "ok" for value in results.values())
     status = "ready" if healthy else ("degraded" if ready else "not ready")
     body = {"status": status, "checks": results}
-    body["upstream_url"] = services.upstream.base_url
+    # Redacted: /readyz needs no auth, and the URL may carry credentials.
+    body["upstream_url"] = services.upstream.display_url
     return JSONResponse(body, status_code=200 if ready else 503)
 
 

@@ -1,4 +1,5 @@
-"""Every other ``/v1/*`` path and method, forwarded as is (query string included)."""
+"""Every other ``/v1/*`` path and method, forwarded as is: the raw path and query the client sent
+(checked by ``proxy/request_target.py``), the body byte for byte."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ async def forward(scope: Scope, receive: Receive, send: Send) -> None:
     """Forward the request unchanged except for hop-by-hop headers and auth."""
     services: Services = scope["app"].state.services
     try:
+        url = services.upstream.url_for(scope)
         tenant = services.tenants.resolve(scope["headers"])
+        headers = upstream_headers(scope, tenant)
         body = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
     except MemproxyError as exc:
         await error_response(exc)(scope, receive, send)
@@ -26,8 +29,8 @@ async def forward(scope: Scope, receive: Receive, send: Send) -> None:
     relay = Relay(
         services,
         method=scope["method"],
-        url=services.upstream.url_for(scope["path"], scope["query_string"].decode("latin-1")),
-        headers=upstream_headers(scope, tenant),
+        url=url,
+        headers=headers,
         body=body,
         route=ROUTE,
     )

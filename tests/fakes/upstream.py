@@ -195,6 +195,7 @@ class Recorded:
     method: str
     path: str
     query: str
+    raw_path: str  # the request target as on the request line: not decoded, query included
     headers: dict[str, str]  # names lower-cased
     body: bytes
     finished: bool = False  # the whole response was written
@@ -227,7 +228,7 @@ class FakeUpstream:
         body = await request.read()
         headers = {k.lower(): v for k, v in request.headers.items()}
         query = request.rel_url.raw_query_string
-        rec = Recorded(request.method, request.path, query, headers, body)
+        rec = Recorded(request.method, request.path, query, request.raw_path, headers, body)
         if self.config.record:
             self.requests.append(rec)
         return rec
