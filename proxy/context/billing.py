@@ -5,15 +5,24 @@ cookbook). Array content: text parts counted, images by a documented estimate pe
 audio and file parts by documented guesses. Tool calls: name + JSON arguments + 3. Tool and schema
 definitions: compact JSON plus framing, an upper estimate of the provider's private rendering.
 ``message_key`` is the content hash a caller can cache per-message counts under.
+
+Every text is measured by a ``Measure``: the exact one encodes with tiktoken; ``upper_bound``
+and ``lower_bound`` measure from the UTF-8 length alone, in time linear in the bytes and with no
+BPE (whose cost is superlinear on a long run of one character). The rules around the measure are
+the same, so a request's bounds enclose its exact count: a token is 1 to ``longest_token_bytes``
+bytes of the text. Any JSON shape is counted, never refused: a value in an unexpected place (a
+number for a role, a string for ``tool_calls``) counts as its compact JSON text.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
+
+from proxy.context.tokens import get_encoding, longest_token_bytes
 
 # OpenAI's chat format: <|start|>{role}<|message|>{content}<|end|> costs 3 tokens a message,
 # a name 1 more, and every reply is primed with 3 (OpenAI cookbook, "How to count tokens").
@@ -31,6 +40,30 @@ RESPONSE_FORMAT_BASE = 8
 IMAGE_TOKENS: dict[str, int] = {"low": 85, "high": 765, "auto": 765}
 AUDIO_PART_TOKENS = 200  # a documented guess; audio input is billed separately by duration
 FILE_PART_TOKENS = 1_000  # a documented guess for file parts we cannot read
+
+# How a count was made: exactly, or bounded from the UTF-8 length without encoding.
+EXACT, UPPER_BOUND, LOWER_BOUND = "exact", "upper_bound", "lower_bound"
+COUNTINGS: tuple[str, ...] = (EXACT, UPPER_BOUND, LOWER_BOUND)
+
+Measure = Callable[[str], int]  # the tokens of one text (or a bound on them)
+
+
+def utf8_length(text: str) -> int:
+    """UTF-8 bytes of ``text`` (``isascii`` is O(1), so ASCII text costs nothing to measure)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def measure(encoding: str, counting: str = EXACT) -> Measure:
+    """The measure of ``counting`` for ``encoding``: exact tokens, or a bound from the bytes."""
+    if counting == UPPER_BOUND:
+        return utf8_length  # every token is at least one byte
+    if counting == LOWER_BOUND:
+        longest = longest_token_bytes(encoding)
+        return lambda text: -(-utf8_length(text) // longest)  # ceil: at most `longest` a token
+    if counting != EXACT:
+        raise ValueError(f"unknown counting {counting!r}; expected one of {COUNTINGS}")
+    encode = get_encoding(encoding).encode_ordinary
+    return lambda text: len(encode(text))
 
 
 def message_key(message: Mapping[str, Any], encoding: str) -> str:
@@ -51,51 +84,62 @@ def json_text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def count_message(message: Mapping[str, Any], enc: Any) -> int:
+def text_of(value: Any) -> str:
+    """A field's text: a string as is, ``None`` as nothing, anything else as its JSON."""
+    if isinstance(value, str):
+        return value
+    return "" if value is None else json_text(value)
+
+
+def count_message(message: Mapping[str, Any], size: Measure) -> int:
     """Tokens of one chat message as billed: overhead, role, content, name, tool calls."""
-    total = TOKENS_PER_MESSAGE + len(enc.encode_ordinary(str(message.get("role") or "")))
-    total += count_content(message.get("content"), enc)
+    total = TOKENS_PER_MESSAGE + size(text_of(message.get("role")))
+    total += count_content(message.get("content"), size)
     name = message.get("name")
     if name:
-        total += TOKENS_PER_NAME + len(enc.encode_ordinary(str(name)))
+        total += TOKENS_PER_NAME + size(text_of(name))
     tool_call_id = message.get("tool_call_id")
     if tool_call_id:
-        total += len(enc.encode_ordinary(str(tool_call_id)))
-    for call in message.get("tool_calls") or ():
-        total += TOKENS_PER_TOOL_CALL + count_function_call(call.get("function") or {}, enc)
+        total += size(text_of(tool_call_id))
+    tool_calls = message.get("tool_calls")
+    if isinstance(tool_calls, list):
+        for call in tool_calls:
+            function = call.get("function") if isinstance(call, Mapping) else call
+            total += TOKENS_PER_TOOL_CALL + count_function_call(function, size)
+    elif tool_calls:
+        total += TOKENS_PER_TOOL_CALL + size(json_text(tool_calls))
     function_call = message.get("function_call")
-    if isinstance(function_call, Mapping):
-        total += TOKENS_PER_TOOL_CALL + count_function_call(function_call, enc)
+    if function_call:
+        total += TOKENS_PER_TOOL_CALL + count_function_call(function_call, size)
     return total
 
 
-def count_function_call(call: Mapping[str, Any], enc: Any) -> int:
-    """Tokens of a function name and its JSON arguments."""
-    name = str(call.get("name") or "")
-    arguments = call.get("arguments") or ""
-    if not isinstance(arguments, str):
-        arguments = json_text(arguments)
-    return len(enc.encode_ordinary(name)) + len(enc.encode_ordinary(arguments))
+def count_function_call(call: Any, size: Measure) -> int:
+    """Tokens of a function name and its JSON arguments (any other shape: its JSON)."""
+    if not isinstance(call, Mapping):
+        return size(text_of(call))
+    return size(text_of(call.get("name"))) + size(text_of(call.get("arguments")))
 
 
-def count_content(content: Any, enc: Any) -> int:
+def count_content(content: Any, size: Measure) -> int:
     """Tokens of string or array content; images and other parts by documented estimates."""
     if content is None:
         return 0
     if isinstance(content, str):
-        return len(enc.encode_ordinary(content))
+        return size(content)
     if not isinstance(content, Sequence):
-        return len(enc.encode_ordinary(json_text(content)))
+        return size(json_text(content))
     total = 0
     for part in content:
         if isinstance(part, str):
-            total += len(enc.encode_ordinary(part))
+            total += size(part)
             continue
-        if not isinstance(part, Mapping):
+        if not isinstance(part, Mapping):  # malformed, refused upstream: counted as its JSON
+            total += size(json_text(part))
             continue
         kind = part.get("type")
         if kind in ("text", "input_text", "refusal"):
-            total += len(enc.encode_ordinary(str(part.get(kind if kind == "refusal" else "text"))))
+            total += size(str(part.get(kind if kind == "refusal" else "text")))
         elif kind == "image_url":
             image = part.get("image_url")
             detail = image.get("detail", "auto") if isinstance(image, Mapping) else "auto"
@@ -105,5 +149,25 @@ def count_content(content: Any, enc: Any) -> int:
         elif kind == "file":
             total += FILE_PART_TOKENS
         else:
-            total += len(enc.encode_ordinary(json_text(part)))
+            total += size(json_text(part))
+    return total
+
+
+def count_definitions(body: Mapping[str, Any], size: Measure) -> int:
+    """Tokens of ``tools``, ``functions`` and a ``response_format`` schema."""
+    total = 0
+    for key in ("tools", "functions"):
+        entries = body.get(key)
+        if isinstance(entries, list):
+            if entries:
+                total += TOOLS_BASE + sum(TOKENS_PER_TOOL + size(json_text(e)) for e in entries)
+        elif entries:  # not a list: the upstream refuses it, but it still costs its text
+            total += TOOLS_BASE + TOKENS_PER_TOOL + size(json_text(entries))
+    response_format = body.get("response_format")
+    if isinstance(response_format, Mapping):
+        if response_format.get("type") != "text":
+            schema = response_format.get("json_schema", response_format)
+            total += RESPONSE_FORMAT_BASE + size(json_text(schema))
+    elif response_format is not None:
+        total += RESPONSE_FORMAT_BASE + size(json_text(response_format))
     return total
