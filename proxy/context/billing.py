@@ -7,11 +7,12 @@ definitions: compact JSON plus framing, an upper estimate of the provider's priv
 ``message_key`` is the content hash a caller can cache per-message counts under.
 
 Every text is measured by a ``Measure``: the exact one encodes with tiktoken; ``upper_bound``
-and ``lower_bound`` measure from the UTF-8 length alone, in time linear in the bytes and with no
-BPE (whose cost is superlinear on a long run of one character). The rules around the measure are
-the same, so a request's bounds enclose its exact count: a token is 1 to ``longest_token_bytes``
-bytes of the text. Any JSON shape is counted, never refused: a value in an unexpected place (a
-number for a role, a string for ``tool_calls``) counts as its compact JSON text.
+and ``lower_bound`` measure from the UTF-8 length alone, in constant time for a long text and
+with no BPE (whose cost is superlinear on a long run of one character). The rules around the
+measure are the same, so a request's bounds enclose its exact count: a token is 1 to
+``longest_token_bytes`` bytes of the text. Any JSON shape is counted, never refused: a value in
+an unexpected place (a number for a role, a string for ``tool_calls``) counts as its compact
+JSON text.
 """
 
 from __future__ import annotations
@@ -46,24 +47,86 @@ EXACT, UPPER_BOUND, LOWER_BOUND = "exact", "upper_bound", "lower_bound"
 COUNTINGS: tuple[str, ...] = (EXACT, UPPER_BOUND, LOWER_BOUND)
 
 Measure = Callable[[str], int]  # the tokens of one text (or a bound on them)
+# Longer non-ASCII texts are bounded from their length, not encoded (see ``utf8_bytes``).
+MEASURED_CHARS = 64 * 1024
+MAX_UTF8_BYTES_PER_CHAR = 4
 
 
-def utf8_length(text: str) -> int:
-    """UTF-8 bytes of ``text`` (``isascii`` is O(1), so ASCII text costs nothing to measure)."""
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+def utf8_bytes(text: str) -> tuple[int, int]:
+    """At least and at most how many UTF-8 bytes ``text`` is (equal unless it is long).
+
+    ASCII costs nothing (``isascii`` is O(1)). A long non-ASCII text is bounded from its length
+    instead of encoded (16 MB took 30-50 ms): every character is 1 to 4 bytes.
+    """
+    if text.isascii():
+        return len(text), len(text)
+    if len(text) <= MEASURED_CHARS:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        return size, size
+    return len(text), MAX_UTF8_BYTES_PER_CHAR * len(text)
+
+
+def upper_bound(text: str) -> int:
+    """At least the tokens of ``text`` in any BPE encoding: every token is at least one byte."""
+    return utf8_bytes(text)[1]
 
 
 def measure(encoding: str, counting: str = EXACT) -> Measure:
     """The measure of ``counting`` for ``encoding``: exact tokens, or a bound from the bytes."""
     if counting == UPPER_BOUND:
-        return utf8_length  # every token is at least one byte
+        return upper_bound
     if counting == LOWER_BOUND:
         longest = longest_token_bytes(encoding)
-        return lambda text: -(-utf8_length(text) // longest)  # ceil: at most `longest` a token
+        return lambda text: -(-utf8_bytes(text)[0] // longest)  # ceil: at most `longest` a token
     if counting != EXACT:
         raise ValueError(f"unknown counting {counting!r}; expected one of {COUNTINGS}")
     encode = get_encoding(encoding).encode_ordinary
     return lambda text: len(encode(text))
+
+
+class ByteTally:
+    """The upper-bound measure, also adding up the bytes it saw at least and at most: one walk
+    over a request then gives both bounds (``lower_of``)."""
+
+    __slots__ = ("least", "most")
+
+    def __init__(self) -> None:
+        self.least = self.most = 0
+
+    def __call__(self, text: str) -> int:
+        least, most = utf8_bytes(text)
+        self.least += least
+        self.most += most
+        return most
+
+    def lower_of(self, upper: int, longest: int) -> int:
+        """The lower bound of what was measured as ``upper`` since the last ``reset``: the same
+        fixed costs, and the texts as ``ceil(least / longest)`` tokens."""
+        return upper - self.most + -(-self.least // longest)
+
+    def reset(self) -> None:
+        """Start a new item."""
+        self.least = self.most = 0
+
+
+def walk_size(body: Mapping[str, Any]) -> int:
+    """How many items counting ``body`` visits one by one (messages, content parts, tool calls,
+    tools); everything below them is encoded in one call. O(messages)."""
+    messages = body.get("messages")
+    size = 0
+    if isinstance(messages, list):
+        size += len(messages)
+        for message in messages:
+            if isinstance(message, Mapping):
+                for key in ("content", "tool_calls"):
+                    value = message.get(key)
+                    if isinstance(value, list):
+                        size += len(value)
+    for key in ("tools", "functions"):
+        value = body.get(key)
+        if isinstance(value, list):
+            size += len(value)
+    return size
 
 
 def message_key(message: Mapping[str, Any], encoding: str) -> str:
@@ -93,8 +156,11 @@ def text_of(value: Any) -> str:
 
 def count_message(message: Mapping[str, Any], size: Measure) -> int:
     """Tokens of one chat message as billed: overhead, role, content, name, tool calls."""
-    total = TOKENS_PER_MESSAGE + size(text_of(message.get("role")))
-    total += count_content(message.get("content"), size)
+    role, content = message.get("role"), message.get("content")
+    if len(message) == 2 and type(role) is str and type(content) is str:  # most messages
+        return TOKENS_PER_MESSAGE + size(role) + size(content)
+    total = TOKENS_PER_MESSAGE + size(text_of(role))
+    total += count_content(content, size)
     name = message.get("name")
     if name:
         total += TOKENS_PER_NAME + size(text_of(name))

@@ -15,9 +15,10 @@ Integration contract (stable):
   messages (``None`` where unknown; key them with ``message_key``). The returned budget carries
   ``message_counts`` so the caller can store the ones it lacked. The cache itself stays outside.
 - ``counting=UPPER_BOUND`` / ``LOWER_BOUND`` bound every text from its UTF-8 length instead of
-  encoding it (linear time, no BPE). Overcounting only shrinks the memory budget, so an upper
+  encoding it (no BPE; see billing). Overcounting only shrinks the memory budget, so an upper
   bound that still leaves the whole cap, or a lower bound that leaves nothing, is the exact
   ``memory_tokens`` (``TokenBudget.settled``): most requests need no tokenizer at all.
+  ``bounds(body, ...)`` gives both bounds from one walk over the request.
 
 Reserves (seed rules, exact): response = 15% of the window, clamped to [500, 4096], unless the
 request sets an output limit (then that limit, clamped to the model's max output); safety = 5% of
@@ -38,6 +39,7 @@ from proxy.context.billing import (
     TOKENS_PER_NAME,
     TOOLS_BASE,
     UPPER_BOUND,
+    ByteTally,
     as_message,
     count_content,
     count_definitions,
@@ -56,7 +58,7 @@ from proxy.context.limits import (
     limits_from_model_map,
     load_model_limits,
 )
-from proxy.context.tokens import encoding_name_for_model
+from proxy.context.tokens import encoding_name_for_model, longest_token_bytes
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -205,17 +207,72 @@ class TokenBudgetCalculator:
 
         ``counting`` other than ``EXACT`` bounds the figures without encoding (module notes).
         """
+        encoding = encoding_name_for_model(str(body.get("model") or ""))
+        counts = self.message_counts(messages_of(body), encoding, cached_counts, counting)
+        tools = self.definitions_tokens(body, encoding, counting)
+        directive_tokens = measure(encoding, counting)(directive) if directive else 0
+        return self._budget(body, counts, tools, directive_tokens, counting, memory_cap)
+
+    def bounds(
+        self,
+        body: Mapping[str, Any],
+        directive: str = "",
+        *,
+        memory_cap: int | None = None,
+        message_bounds: tuple[Sequence[int], Sequence[int]] | None = None,
+    ) -> tuple[TokenBudget, TokenBudget]:
+        """The upper- and lower-bound budgets of ``body`` in one walk over it.
+
+        Pass ``message_bounds`` (from the method of that name) when the messages were walked
+        already, e.g. in slices between which the caller let other work run.
+        """
+        encoding = encoding_name_for_model(str(body.get("model") or ""))
+        if message_bounds is None:
+            message_bounds = self.message_bounds(messages_of(body), encoding)
+        uppers, lowers = message_bounds
+        longest = longest_token_bytes(encoding)
+        tally = ByteTally()
+        tools = count_definitions(body, tally)
+        tools_lower = tally.lower_of(tools, longest)
+        tally.reset()
+        said = tally(directive) if directive else 0
+        said_lower = tally.lower_of(said, longest)
+        return (
+            self._budget(body, tuple(uppers), tools, said, UPPER_BOUND, memory_cap),
+            self._budget(body, tuple(lowers), tools_lower, said_lower, LOWER_BOUND, memory_cap),
+        )
+
+    def message_bounds(self, messages: Sequence[Any], encoding: str) -> tuple[list[int], list[int]]:
+        """Each message's upper and lower bound, from one walk.
+
+        A message's lower bound keeps its fixed costs and takes its texts together as
+        ``ceil(bytes / longest token)``: never above the sum of per-text lower bounds.
+        """
+        longest = longest_token_bytes(encoding)
+        tally = ByteTally()
+        uppers: list[int] = []
+        lowers: list[int] = []
+        for message in messages:
+            tally.reset()
+            upper = count_message(as_message(message), tally)
+            uppers.append(upper)
+            lowers.append(tally.lower_of(upper, longest))
+        return uppers, lowers
+
+    def _budget(
+        self,
+        body: Mapping[str, Any],
+        counts: tuple[int, ...],
+        tools_tokens: int,
+        directive_tokens: int,
+        counting: str,
+        memory_cap: int | None,
+    ) -> TokenBudget:
+        """The budget from the request's counts: reserves, window, cap."""
         model = str(body.get("model") or "")
-        encoding = encoding_name_for_model(model)
         limit = self._limits.lookup(model)
         window = limit.context_window
-        messages = body.get("messages") or ()
-        if not isinstance(messages, Sequence) or isinstance(messages, str):
-            messages = ()  # malformed: the upstream answers it; nothing here to count
-        counts = self.message_counts(messages, encoding, cached_counts, counting)
         messages_tokens = REPLY_PRIMING + sum(counts)
-        tools_tokens = self.definitions_tokens(body, encoding, counting)
-        directive_tokens = measure(encoding, counting)(directive) if directive else 0
         response_reserve = reserve_for(body, limit)
         safety_buffer = int(window * SAFETY_BUFFER_RATIO)
         consumed = (
@@ -233,13 +290,21 @@ class TokenBudgetCalculator:
             safety_buffer=safety_buffer,
             memory_tokens=memory_tokens,
             is_constrained=memory_tokens < CONSTRAINED_BELOW,
-            encoding=encoding,
+            encoding=encoding_name_for_model(model),
             tools_tokens=tools_tokens,
             available_tokens=available,
             memory_cap=cap,
             message_counts=counts,
             counting=counting,
         )
+
+
+def messages_of(body: Mapping[str, Any]) -> Sequence[Any]:
+    """The body's messages, or nothing to count when they are not a list."""
+    messages = body.get("messages") or ()
+    if not isinstance(messages, Sequence) or isinstance(messages, str):
+        return ()  # malformed: the upstream answers it
+    return messages
 
 
 def effective_cap(own: int | None, requested: int | None) -> int | None:

@@ -29,17 +29,12 @@ import numpy as np
 import orjson
 
 from proxy.context.assembler import AssemblerConfig, Assembly, assemble
-from proxy.context.billing import message_key
-from proxy.context.budget import (
-    EXACT,
-    LOWER_BOUND,
-    UPPER_BOUND,
-    TokenBudget,
-    TokenBudgetCalculator,
-)
+from proxy.context.billing import message_key, walk_size
+from proxy.context.budget import EXACT, TokenBudget, TokenBudgetCalculator
 from proxy.context.inject import inject
 from proxy.context.records import SOURCES, Candidate
 from proxy.context.render import LineRenderer, line_renderer
+from proxy.context.tokens import STORED_ENCODINGS, encoding_name_for_model, longest_token_bytes
 from proxy.hooks import Completion, Prepared
 from proxy.memory.service import MemoryService
 from proxy.memory.store import SearchQuery
@@ -71,9 +66,14 @@ COUNT_ON_LOOP_BYTES = 16 * 1024
 # Hashing messages for the count cache costs ~7 ms a MiB (sorted JSON + blake2b): above this,
 # off the loop too.
 KEYS_ON_LOOP_BYTES = 256 * 1024
+# Counting visits messages, content parts, tool calls and tools one by one in Python, ~1 us each:
+# past this many, bounds are worked out in slices this long (the loop serves others in between),
+# and hashes and exact counts off the loop.
+WALK_ON_LOOP_ITEMS = 2_000
 # Faster than either ever runs (tiktoken does ~25-40 MB/s of prose, hashing ~150-500 MB/s): work
 # that could not finish in the time left even at these rates is not started at all, so a body
-# too big to count never holds the worker (nor a core) for nothing.
+# too big to count never holds the worker (nor a core) for nothing. Work is measured in UTF-8
+# bytes at most (a long non-ASCII text at 4 a character): an estimate on the safe side.
 COUNT_BYTES_PER_S = 60e6
 KEYS_BYTES_PER_S = 1e9
 ALL_SOURCES = frozenset(SOURCES)
@@ -170,6 +170,8 @@ class Pipeline:
             kind: AssemblerConfig(packer=kind, max_tokens=None) for kind in ("optimal", "greedy")
         }
         self._lines: dict[str, LineRenderer] = {}
+        for encoding in STORED_ENCODINGS:  # first-use costs paid at start, not by a request
+            longest_token_bytes(encoding)
 
     def _line_renderer(self, encoding: str) -> LineRenderer:
         """This pipeline's memoised line renderer for ``encoding`` (bounded, per instance)."""
@@ -277,28 +279,41 @@ class Pipeline:
         exact figures whenever counting them costs no worker.
         """
         calculator, cap = self.calculator, run.options.max_tokens
-        upper = calculator.calculate_request(body, memory_cap=cap, counting=UPPER_BOUND)
+        items = walk_size(body)
+        per_message = None
+        if items > WALK_ON_LOOP_ITEMS:  # in slices, letting the loop serve others in between
+            encoding = encoding_name_for_model(str(body.get("model") or ""))
+            uppers: list[int] = []
+            lowers: list[int] = []
+            for start in range(0, len(run.messages), WALK_ON_LOOP_ITEMS):
+                await asyncio.sleep(0)
+                chunk = run.messages[start : start + WALK_ON_LOOP_ITEMS]
+                more, fewer = calculator.message_bounds(chunk, encoding)
+                uppers += more
+                lowers += fewer
+            per_message = (uppers, lowers)
+        upper, lower = calculator.bounds(body, memory_cap=cap, message_bounds=per_message)
         run.budget = upper
-        settled = upper if upper.settled else None
-        if settled is None and upper.available_tokens == 0:  # only then can a lower bound
-            lower = calculator.calculate_request(body, memory_cap=cap, counting=LOWER_BOUND)
-            settled = lower if lower.settled else None
+        settled = upper if upper.settled else lower if lower.settled else None
         cheap = sum(upper.message_counts) + upper.tools_tokens <= COUNT_ON_LOOP_BYTES
         if settled is not None and not (run.options.mode == "explain" and cheap):
             return settled
-        return await self._exact_budget(run, body, upper)
+        return await self._exact_budget(run, body, upper, items > WALK_ON_LOOP_ITEMS)
 
     async def _exact_budget(
-        self, run: Run, body: Mapping[str, Any], upper: TokenBudget
+        self, run: Run, body: Mapping[str, Any], upper: TokenBudget, long_walk: bool
     ) -> TokenBudget:
         """The exact budget, per-message counts from the cache; large work off the loop."""
         cache, messages, encoding = self.cache, run.messages, upper.encoding
         bounds = upper.message_counts  # UTF-8 bytes per message: the cost of what follows
         names: list[str | None] = []
         cached: list[int | None] | None = None
+        # The newest message is never in the count cache (a conversation grows at its end): if
+        # even it cannot be counted in time, nothing is worth hashing or looking up.
+        self._in_time(run, (upper.tools_tokens + (bounds[-1] if bounds else 0)) / COUNT_BYTES_PER_S)
         if cache is not None:
             size = sum(bounds)
-            if size <= KEYS_ON_LOOP_BYTES:
+            if size <= KEYS_ON_LOOP_BYTES and not long_walk:
                 names = message_keys(messages, encoding)
             else:
                 names = await self._off_loop(
@@ -316,8 +331,9 @@ class Pipeline:
             memory_cap=run.options.max_tokens,
             cached_counts=cached,
         )
+        inline = work <= COUNT_ON_LOOP_BYTES and not long_walk
         if cache is None:
-            if work <= COUNT_ON_LOOP_BYTES:
+            if inline:
                 return count()
             budget: TokenBudget = await self._off_loop(run, work / COUNT_BYTES_PER_S, count)
             return budget
@@ -332,7 +348,7 @@ class Pipeline:
             }
             return functools.partial(cache.set_token_counts, run.tenant.id, encoding, fresh)
 
-        if work <= COUNT_ON_LOOP_BYTES:
+        if inline:
             budget = count()
             run.deferred.append(keep(budget))
             return budget
@@ -350,12 +366,16 @@ class Pipeline:
         *args: Any,
         on_done: Callable[[T], None] | None = None,
     ) -> T:
-        """``func(*args)`` on the offloader; work that needs more than the time left (``least_s``
-        at the fastest) is not started: the request degrades at once."""
+        """``func(*args)`` on the offloader, if it can finish in time (``_in_time``)."""
+        self._in_time(run, least_s)
+        return await self.offloader.run(func, *args, on_done=on_done)
+
+    def _in_time(self, run: Run, least_s: float) -> None:
+        """Degrade the request now when work needing ``least_s`` (at the fastest) cannot end
+        before its deadline: it is not started, so it holds no worker and no core."""
         if least_s > run.deadline_at - asyncio.get_running_loop().time():
             run.degrade(BUDGET_TIMEOUT)
             raise StageFailed
-        return await self.offloader.run(func, *args, on_done=on_done)
 
     async def _embed(self, run: Run, query: str) -> np.ndarray:
         if self.cache is not None:

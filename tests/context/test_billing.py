@@ -148,7 +148,12 @@ def test_bounds_enclose_the_exact_count_for_any_json_shape(body: dict[str, Any])
         assert low <= mid <= high
     # More tokens leave less room: the upper bound's budget is never above the exact one.
     assert upper.memory_tokens <= exact.memory_tokens <= lower.memory_tokens
-    for bounded in (upper, lower):
+    # One walk gives both: the same upper bound, a lower bound no higher than per-text ceilings.
+    walked_upper, walked_lower = calc.bounds(body)
+    assert walked_upper == upper
+    assert walked_lower.messages_tokens <= lower.messages_tokens
+    assert walked_lower.tools_tokens <= lower.tools_tokens
+    for bounded in (upper, lower, walked_lower):
         if bounded.settled:
             assert bounded.memory_tokens == exact.memory_tokens
 
@@ -162,6 +167,36 @@ def test_utf8_bounds_of_one_text(text: str) -> None:
         exact = billing.measure(encoding)(text)
         assert billing.measure(encoding, billing.LOWER_BOUND)(text) <= exact
         assert exact <= billing.measure(encoding, billing.UPPER_BOUND)(text) == len(text.encode())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" * (billing.MEASURED_CHARS + 1),
+        "é" * (billing.MEASURED_CHARS + 1),
+        "tea 🍵 " * 20_000,
+        "\U0010ffff" * (billing.MEASURED_CHARS + 5),
+    ],
+)
+def test_long_texts_are_bounded_without_encoding(text: str) -> None:
+    least, most = billing.utf8_bytes(text)
+    assert least <= len(text.encode("utf-8", "surrogatepass")) <= most
+    if not text.isascii():
+        assert (least, most) == (len(text), 4 * len(text))  # from the length alone
+
+
+@pytest.mark.parametrize(
+    ("body", "size"),
+    [
+        ({}, 0),
+        ({"messages": "x", "tools": {"a": 1}}, 0),
+        ({"messages": [{"role": "user", "content": "hi"}] * 3}, 3),
+        ({"messages": [{"content": [1, 2, 3], "tool_calls": [{}, {}]}, "x"]}, 7),
+        ({"messages": [], "tools": [{}] * 4, "functions": [{}]}, 5),
+    ],
+)
+def test_walk_size_counts_what_counting_visits(body: dict[str, Any], size: int) -> None:
+    assert billing.walk_size(body) == size
 
 
 @pytest.mark.parametrize(
