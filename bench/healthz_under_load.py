@@ -47,7 +47,8 @@ if __package__ in (None, ""):
 
 from bench.lib import stats
 from bench.lib.locomo_data import turn_content
-from bench.lib.servers import ROOT, ServerProcess, free_port, memproxy, python_env
+from bench.lib.servers import ROOT, ServerProcess, memproxy, served_from
+from bench.overhead import fake_process
 
 DEFAULT_DATA = ROOT.parent / "shared" / "bench" / "locomo" / "locomo_dev.json"
 TARGET_P99_MS = 50.0
@@ -55,13 +56,6 @@ MB = 1_000_000
 BODY_LIMIT = 16 * 1024 * 1024  # memproxy's default max_body_bytes
 POLL_GAP_S = 0.005  # between two health checks: ~150 polls a second at most
 KEY = "sk-healthz-bench"
-
-
-def fake_process() -> ServerProcess:
-    """The test suite's fake upstream (request log off) as a subprocess."""
-    port = free_port()
-    argv = [sys.executable, "-m", "tests.fakes.upstream", "--port", str(port), "--no-record"]
-    return ServerProcess("fake", argv, port=port, ready_path="/healthz", env=python_env())
 
 
 def prose(data: Path, size: int) -> str:
@@ -265,18 +259,18 @@ def main() -> None:
     args = parser.parse_args()
     cases = bodies(args.data, args.smoke)
     with tempfile.TemporaryDirectory(prefix="memproxy-healthz-") as tmp, ExitStack() as stack:
-        fake = stack.enter_context(fake_process())
+        fake = stack.enter_context(fake_process(chunks=5))
         upstream = fake.base_url + "/v1"
         servers = {"after": memproxy(upstream, Path(tmp, "after"))}
         if not args.smoke:  # what any proxy pays for such a body: parse and forward it
             off = {"MEMPROXY_MEMORY_ENABLED": "false"}
             servers["memory-off"] = memproxy(upstream, Path(tmp, "off"), extra_env=off)
         if args.baseline_tree and not args.smoke:
-            tree = args.baseline_tree.resolve()
             base = memproxy(upstream, Path(tmp, "before"))
-            base.name, base.cwd = "memproxy-before", tree
-            base.env["PYTHONPATH"] = str(tree)
-            servers = {"before": base, **servers}
+            servers = {
+                "before": served_from(base, args.baseline_tree, "memproxy-before"),
+                **servers,
+            }
         for server in servers.values():
             stack.enter_context(server)
             warm(server)

@@ -39,7 +39,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib import loadgen, stats
-from bench.lib.servers import ServerProcess, free_port, memproxy, python_env
+from bench.lib.servers import ServerProcess, free_port, memproxy, python_env, served_from
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -207,10 +207,7 @@ def main() -> None:
             )
         if args.baseline_tree:
             base = memproxy(upstream, Path(tmp, "base"), workers=args.workers, extra_env=extra)
-            tree = str(args.baseline_tree.resolve())
-            base.name, base.cwd = "memproxy-base", args.baseline_tree.resolve()
-            base.env["PYTHONPATH"] = tree
-            servers["memproxy-base"] = base
+            servers["memproxy-base"] = served_from(base, args.baseline_tree, "memproxy-base")
         for name, server in servers.items():
             if name != "direct":
                 stack.enter_context(server)
