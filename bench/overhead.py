@@ -41,7 +41,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib import loadgen, stats
-from bench.lib.servers import ServerProcess, free_port, memproxy, python_env
+from bench.lib.servers import ServerProcess, free_port, memproxy, python_env, served_from
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -222,16 +222,13 @@ def main() -> None:
                 upstream, Path(tmp, client), workers=args.workers, extra_env=env
             )
         if args.baseline_tree:
-            tree = args.baseline_tree.resolve()
             for client in args.baseline_client or [None]:
                 env = dict(extra)
                 if client:
                     env["MEMPROXY_CONFIG"] = client_config(Path(tmp), client)
                 name = f"base-{client}" if client else "memproxy-base"
                 base = memproxy(upstream, Path(tmp, name), workers=args.workers, extra_env=env)
-                base.name, base.cwd = name, tree
-                base.env["PYTHONPATH"] = str(tree)
-                servers[name] = base
+                servers[name] = served_from(base, args.baseline_tree, name)
         for name, server in servers.items():
             if name != "direct":
                 stack.enter_context(server)

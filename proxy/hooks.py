@@ -45,6 +45,7 @@ class Prepared:
     response_headers: Mapping[str, str] = field(default_factory=dict)
     on_complete: Callable[[Completion], Awaitable[None]] | None = None
     reply: Response | None = None  # answer without calling the upstream (explain mode)
+    encoded: bytes | None = None  # ``body`` already encoded, when the pipeline had to check it
 
 
 class MemoryPipeline(Protocol):

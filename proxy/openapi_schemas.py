@@ -87,7 +87,10 @@ def _memory_input(max_content_chars: int) -> dict[str, Any]:
             "created_at": {
                 "type": "string",
                 "pattern": DATE_TIME_PATTERN,
-                "description": "ISO 8601; a time without offset is UTC. Default: now.",
+                "description": (
+                    "ISO 8601; a time without offset is UTC, and in UTC it must fall within "
+                    "years 1000-9999. Default: now."
+                ),
             },
             "metadata": {"type": "object", "description": "Any JSON object (<= 16 KiB)."},
         },

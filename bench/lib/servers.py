@@ -181,3 +181,10 @@ def memproxy(
     )
     argv = [sys.executable, "-m", "proxy", "serve"]
     return ServerProcess("memproxy", argv, port=port, ready_path="/healthz", env=env)
+
+
+def served_from(server: ServerProcess, tree: Path, name: str) -> ServerProcess:
+    """``server`` run from another source tree (e.g. an older commit's ``git archive``)."""
+    server.name, server.cwd = name, tree.resolve()
+    server.env["PYTHONPATH"] = str(server.cwd)
+    return server

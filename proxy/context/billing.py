@@ -5,15 +5,25 @@ cookbook). Array content: text parts counted, images by a documented estimate pe
 audio and file parts by documented guesses. Tool calls: name + JSON arguments + 3. Tool and schema
 definitions: compact JSON plus framing, an upper estimate of the provider's private rendering.
 ``message_key`` is the content hash a caller can cache per-message counts under.
+
+Every text is measured by a ``Measure``: the exact one encodes with tiktoken; ``upper_bound``
+and ``lower_bound`` measure from the UTF-8 length alone, in constant time for a long text and
+with no BPE (whose cost is superlinear on a long run of one character). The rules around the
+measure are the same, so a request's bounds enclose its exact count: a token is 1 to
+``longest_token_bytes`` bytes of the text. Any JSON shape is counted, never refused: a value in
+an unexpected place (a number for a role, a string for ``tool_calls``) counts as its compact
+JSON text.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
+
+from proxy.context.tokens import get_encoding, longest_token_bytes
 
 # OpenAI's chat format: <|start|>{role}<|message|>{content}<|end|> costs 3 tokens a message,
 # a name 1 more, and every reply is primed with 3 (OpenAI cookbook, "How to count tokens").
@@ -31,6 +41,92 @@ RESPONSE_FORMAT_BASE = 8
 IMAGE_TOKENS: dict[str, int] = {"low": 85, "high": 765, "auto": 765}
 AUDIO_PART_TOKENS = 200  # a documented guess; audio input is billed separately by duration
 FILE_PART_TOKENS = 1_000  # a documented guess for file parts we cannot read
+
+# How a count was made: exactly, or bounded from the UTF-8 length without encoding.
+EXACT, UPPER_BOUND, LOWER_BOUND = "exact", "upper_bound", "lower_bound"
+COUNTINGS: tuple[str, ...] = (EXACT, UPPER_BOUND, LOWER_BOUND)
+
+Measure = Callable[[str], int]  # the tokens of one text (or a bound on them)
+# Longer non-ASCII texts are bounded from their length, not encoded (see ``utf8_bytes``).
+MEASURED_CHARS = 64 * 1024
+MAX_UTF8_BYTES_PER_CHAR = 4
+
+
+def utf8_bytes(text: str) -> tuple[int, int]:
+    """At least and at most how many UTF-8 bytes ``text`` is (equal unless it is long).
+
+    ASCII costs nothing (``isascii`` is O(1)). A long non-ASCII text is bounded from its length
+    instead of encoded (16 MB took 30-50 ms): every character is 1 to 4 bytes.
+    """
+    if text.isascii():
+        return len(text), len(text)
+    if len(text) <= MEASURED_CHARS:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        return size, size
+    return len(text), MAX_UTF8_BYTES_PER_CHAR * len(text)
+
+
+def upper_bound(text: str) -> int:
+    """At least the tokens of ``text`` in any BPE encoding: every token is at least one byte."""
+    return utf8_bytes(text)[1]
+
+
+def measure(encoding: str, counting: str = EXACT) -> Measure:
+    """The measure of ``counting`` for ``encoding``: exact tokens, or a bound from the bytes."""
+    if counting == UPPER_BOUND:
+        return upper_bound
+    if counting == LOWER_BOUND:
+        longest = longest_token_bytes(encoding)
+        return lambda text: -(-utf8_bytes(text)[0] // longest)  # ceil: at most `longest` a token
+    if counting != EXACT:
+        raise ValueError(f"unknown counting {counting!r}; expected one of {COUNTINGS}")
+    encode = get_encoding(encoding).encode_ordinary
+    return lambda text: len(encode(text))
+
+
+class ByteTally:
+    """The upper-bound measure, also adding up the bytes it saw at least and at most: one walk
+    over a request then gives both bounds (``lower_of``)."""
+
+    __slots__ = ("least", "most")
+
+    def __init__(self) -> None:
+        self.least = self.most = 0
+
+    def __call__(self, text: str) -> int:
+        least, most = utf8_bytes(text)
+        self.least += least
+        self.most += most
+        return most
+
+    def lower_of(self, upper: int, longest: int) -> int:
+        """The lower bound of what was measured as ``upper`` since the last ``reset``: the same
+        fixed costs, and the texts as ``ceil(least / longest)`` tokens."""
+        return upper - self.most + -(-self.least // longest)
+
+    def reset(self) -> None:
+        """Start a new item."""
+        self.least = self.most = 0
+
+
+def walk_size(body: Mapping[str, Any]) -> int:
+    """How many items counting ``body`` visits one by one (messages, content parts, tool calls,
+    tools); everything below them is encoded in one call. O(messages)."""
+    messages = body.get("messages")
+    size = 0
+    if isinstance(messages, list):
+        size += len(messages)
+        for message in messages:
+            if isinstance(message, Mapping):
+                for key in ("content", "tool_calls"):
+                    value = message.get(key)
+                    if isinstance(value, list):
+                        size += len(value)
+    for key in ("tools", "functions"):
+        value = body.get(key)
+        if isinstance(value, list):
+            size += len(value)
+    return size
 
 
 def message_key(message: Mapping[str, Any], encoding: str) -> str:
@@ -51,51 +147,65 @@ def json_text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def count_message(message: Mapping[str, Any], enc: Any) -> int:
+def text_of(value: Any) -> str:
+    """A field's text: a string as is, ``None`` as nothing, anything else as its JSON."""
+    if isinstance(value, str):
+        return value
+    return "" if value is None else json_text(value)
+
+
+def count_message(message: Mapping[str, Any], size: Measure) -> int:
     """Tokens of one chat message as billed: overhead, role, content, name, tool calls."""
-    total = TOKENS_PER_MESSAGE + len(enc.encode_ordinary(str(message.get("role") or "")))
-    total += count_content(message.get("content"), enc)
+    role, content = message.get("role"), message.get("content")
+    if len(message) == 2 and type(role) is str and type(content) is str:  # most messages
+        return TOKENS_PER_MESSAGE + size(role) + size(content)
+    total = TOKENS_PER_MESSAGE + size(text_of(role))
+    total += count_content(content, size)
     name = message.get("name")
     if name:
-        total += TOKENS_PER_NAME + len(enc.encode_ordinary(str(name)))
+        total += TOKENS_PER_NAME + size(text_of(name))
     tool_call_id = message.get("tool_call_id")
     if tool_call_id:
-        total += len(enc.encode_ordinary(str(tool_call_id)))
-    for call in message.get("tool_calls") or ():
-        total += TOKENS_PER_TOOL_CALL + count_function_call(call.get("function") or {}, enc)
+        total += size(text_of(tool_call_id))
+    tool_calls = message.get("tool_calls")
+    if isinstance(tool_calls, list):
+        for call in tool_calls:
+            function = call.get("function") if isinstance(call, Mapping) else call
+            total += TOKENS_PER_TOOL_CALL + count_function_call(function, size)
+    elif tool_calls:
+        total += TOKENS_PER_TOOL_CALL + size(json_text(tool_calls))
     function_call = message.get("function_call")
-    if isinstance(function_call, Mapping):
-        total += TOKENS_PER_TOOL_CALL + count_function_call(function_call, enc)
+    if function_call:
+        total += TOKENS_PER_TOOL_CALL + count_function_call(function_call, size)
     return total
 
 
-def count_function_call(call: Mapping[str, Any], enc: Any) -> int:
-    """Tokens of a function name and its JSON arguments."""
-    name = str(call.get("name") or "")
-    arguments = call.get("arguments") or ""
-    if not isinstance(arguments, str):
-        arguments = json_text(arguments)
-    return len(enc.encode_ordinary(name)) + len(enc.encode_ordinary(arguments))
+def count_function_call(call: Any, size: Measure) -> int:
+    """Tokens of a function name and its JSON arguments (any other shape: its JSON)."""
+    if not isinstance(call, Mapping):
+        return size(text_of(call))
+    return size(text_of(call.get("name"))) + size(text_of(call.get("arguments")))
 
 
-def count_content(content: Any, enc: Any) -> int:
+def count_content(content: Any, size: Measure) -> int:
     """Tokens of string or array content; images and other parts by documented estimates."""
     if content is None:
         return 0
     if isinstance(content, str):
-        return len(enc.encode_ordinary(content))
+        return size(content)
     if not isinstance(content, Sequence):
-        return len(enc.encode_ordinary(json_text(content)))
+        return size(json_text(content))
     total = 0
     for part in content:
         if isinstance(part, str):
-            total += len(enc.encode_ordinary(part))
+            total += size(part)
             continue
-        if not isinstance(part, Mapping):
+        if not isinstance(part, Mapping):  # malformed, refused upstream: counted as its JSON
+            total += size(json_text(part))
             continue
         kind = part.get("type")
         if kind in ("text", "input_text", "refusal"):
-            total += len(enc.encode_ordinary(str(part.get(kind if kind == "refusal" else "text"))))
+            total += size(str(part.get(kind if kind == "refusal" else "text")))
         elif kind == "image_url":
             image = part.get("image_url")
             detail = image.get("detail", "auto") if isinstance(image, Mapping) else "auto"
@@ -105,5 +215,25 @@ def count_content(content: Any, enc: Any) -> int:
         elif kind == "file":
             total += FILE_PART_TOKENS
         else:
-            total += len(enc.encode_ordinary(json_text(part)))
+            total += size(json_text(part))
+    return total
+
+
+def count_definitions(body: Mapping[str, Any], size: Measure) -> int:
+    """Tokens of ``tools``, ``functions`` and a ``response_format`` schema."""
+    total = 0
+    for key in ("tools", "functions"):
+        entries = body.get(key)
+        if isinstance(entries, list):
+            if entries:
+                total += TOOLS_BASE + sum(TOKENS_PER_TOOL + size(json_text(e)) for e in entries)
+        elif entries:  # not a list: the upstream refuses it, but it still costs its text
+            total += TOOLS_BASE + TOKENS_PER_TOOL + size(json_text(entries))
+    response_format = body.get("response_format")
+    if isinstance(response_format, Mapping):
+        if response_format.get("type") != "text":
+            schema = response_format.get("json_schema", response_format)
+            total += RESPONSE_FORMAT_BASE + size(json_text(schema))
+    elif response_format is not None:
+        total += RESPONSE_FORMAT_BASE + size(json_text(response_format))
     return total

@@ -14,6 +14,11 @@ Integration contract (stable):
 - Per-message counts can come from the caller's cache: pass ``cached_counts`` aligned with the
   messages (``None`` where unknown; key them with ``message_key``). The returned budget carries
   ``message_counts`` so the caller can store the ones it lacked. The cache itself stays outside.
+- ``counting=UPPER_BOUND`` / ``LOWER_BOUND`` bound every text from its UTF-8 length instead of
+  encoding it (no BPE; see billing). Overcounting only shrinks the memory budget, so an upper
+  bound that still leaves the whole cap, or a lower bound that leaves nothing, is the exact
+  ``memory_tokens`` (``TokenBudget.settled``): most requests need no tokenizer at all.
+  ``bounds(body, ...)`` gives both bounds from one walk over the request.
 
 Reserves (seed rules, exact): response = 15% of the window, clamped to [500, 4096], unless the
 request sets an output limit (then that limit, clamped to the model's max output); safety = 5% of
@@ -27,16 +32,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.context.billing import (
+    EXACT,
+    LOWER_BOUND,
     REPLY_PRIMING,
-    RESPONSE_FORMAT_BASE,
     TOKENS_PER_MESSAGE,
     TOKENS_PER_NAME,
-    TOKENS_PER_TOOL,
     TOOLS_BASE,
+    UPPER_BOUND,
+    ByteTally,
     as_message,
     count_content,
+    count_definitions,
     count_message,
-    json_text,
+    measure,
     message_key,
 )
 from proxy.context.limits import (
@@ -50,11 +58,13 @@ from proxy.context.limits import (
     limits_from_model_map,
     load_model_limits,
 )
-from proxy.context.tokens import encoding_name_for_model, get_encoding
+from proxy.context.tokens import encoding_name_for_model, longest_token_bytes
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
     "DEFAULT_MEMORY_CAP",
+    "EXACT",
+    "LOWER_BOUND",
     "MODEL_CONTEXT_WINDOWS",
     "MODEL_MAX_OUTPUT",
     "MODEL_OVERRIDES",
@@ -63,6 +73,7 @@ __all__ = [
     "TOKENS_PER_NAME",
     "TOOLS_BASE",
     "UNKNOWN_MODEL",
+    "UPPER_BOUND",
     "ModelLimit",
     "ModelLimits",
     "TokenBudget",
@@ -99,6 +110,18 @@ class TokenBudget:
     available_tokens: int = 0  # what is left before the cap
     memory_cap: int | None = None
     message_counts: tuple[int, ...] = ()
+    # How the token figures were found: exactly, or as bounds from the UTF-8 length (then
+    # messages/tools/directive figures are upper or lower bounds, available_tokens the opposite).
+    counting: str = EXACT
+
+    @property
+    def settled(self) -> bool:
+        """Whether ``memory_tokens`` is the exact budget, however the figures were counted."""
+        if self.counting == UPPER_BOUND:  # more tokens than the truth still leave the whole cap
+            return self.memory_cap is not None and self.memory_tokens >= self.memory_cap
+        if self.counting == LOWER_BOUND:  # fewer tokens than the truth already leave nothing
+            return self.memory_tokens == 0
+        return True
 
 
 class TokenBudgetCalculator:
@@ -117,7 +140,7 @@ class TokenBudgetCalculator:
 
     def count_tokens(self, text: str, model: str) -> int:
         """Tokens of ``text`` with ``model``'s encoding (cl100k_base for unknown models)."""
-        return len(get_encoding(encoding_name_for_model(model)).encode_ordinary(text))
+        return measure(encoding_name_for_model(model))(text)
 
     def count_messages_tokens(
         self,
@@ -136,31 +159,23 @@ class TokenBudgetCalculator:
         messages: Sequence[Any],
         encoding: str,
         cached_counts: Sequence[int | None] | None = None,
+        counting: str = EXACT,
     ) -> tuple[int, ...]:
-        """Per-message token counts, taking the cached ones where given."""
-        enc = get_encoding(encoding)
+        """Per-message token counts (or bounds), taking the cached ones where given."""
+        size = measure(encoding, counting)
         counts: list[int] = []
         for index, message in enumerate(messages):
             cached = cached_counts[index] if cached_counts is not None else None
-            counts.append(cached if cached is not None else count_message(as_message(message), enc))
+            counts.append(
+                cached if cached is not None else count_message(as_message(message), size)
+            )
         return tuple(counts)
 
-    def definitions_tokens(self, body: Mapping[str, Any], encoding: str) -> int:
+    def definitions_tokens(
+        self, body: Mapping[str, Any], encoding: str, counting: str = EXACT
+    ) -> int:
         """Tokens of ``tools``, ``functions`` and a ``response_format`` schema."""
-        enc = get_encoding(encoding)
-        total = 0
-        for key in ("tools", "functions"):
-            entries = body.get(key) or ()
-            if entries:
-                total += TOOLS_BASE
-                total += sum(
-                    TOKENS_PER_TOOL + len(enc.encode_ordinary(json_text(e))) for e in entries
-                )
-        response_format = body.get("response_format")
-        if isinstance(response_format, Mapping) and response_format.get("type") != "text":
-            schema = response_format.get("json_schema", response_format)
-            total += RESPONSE_FORMAT_BASE + len(enc.encode_ordinary(json_text(schema)))
-        return total
+        return count_definitions(body, measure(encoding, counting))
 
     def calculate(
         self,
@@ -186,17 +201,78 @@ class TokenBudgetCalculator:
         *,
         memory_cap: int | None = None,
         cached_counts: Sequence[int | None] | None = None,
+        counting: str = EXACT,
     ) -> TokenBudget:
-        """The budget for a whole chat request body; ``memory_cap`` never raises the own cap."""
+        """The budget for a whole chat request body; ``memory_cap`` never raises the own cap.
+
+        ``counting`` other than ``EXACT`` bounds the figures without encoding (module notes).
+        """
+        encoding = encoding_name_for_model(str(body.get("model") or ""))
+        counts = self.message_counts(messages_of(body), encoding, cached_counts, counting)
+        tools = self.definitions_tokens(body, encoding, counting)
+        directive_tokens = measure(encoding, counting)(directive) if directive else 0
+        return self._budget(body, counts, tools, directive_tokens, counting, memory_cap)
+
+    def bounds(
+        self,
+        body: Mapping[str, Any],
+        directive: str = "",
+        *,
+        memory_cap: int | None = None,
+        message_bounds: tuple[Sequence[int], Sequence[int]] | None = None,
+    ) -> tuple[TokenBudget, TokenBudget]:
+        """The upper- and lower-bound budgets of ``body`` in one walk over it.
+
+        Pass ``message_bounds`` (from the method of that name) when the messages were walked
+        already, e.g. in slices between which the caller let other work run.
+        """
+        encoding = encoding_name_for_model(str(body.get("model") or ""))
+        if message_bounds is None:
+            message_bounds = self.message_bounds(messages_of(body), encoding)
+        uppers, lowers = message_bounds
+        longest = longest_token_bytes(encoding)
+        tally = ByteTally()
+        tools = count_definitions(body, tally)
+        tools_lower = tally.lower_of(tools, longest)
+        tally.reset()
+        said = tally(directive) if directive else 0
+        said_lower = tally.lower_of(said, longest)
+        return (
+            self._budget(body, tuple(uppers), tools, said, UPPER_BOUND, memory_cap),
+            self._budget(body, tuple(lowers), tools_lower, said_lower, LOWER_BOUND, memory_cap),
+        )
+
+    def message_bounds(self, messages: Sequence[Any], encoding: str) -> tuple[list[int], list[int]]:
+        """Each message's upper and lower bound, from one walk.
+
+        A message's lower bound keeps its fixed costs and takes its texts together as
+        ``ceil(bytes / longest token)``: never above the sum of per-text lower bounds.
+        """
+        longest = longest_token_bytes(encoding)
+        tally = ByteTally()
+        uppers: list[int] = []
+        lowers: list[int] = []
+        for message in messages:
+            tally.reset()
+            upper = count_message(as_message(message), tally)
+            uppers.append(upper)
+            lowers.append(tally.lower_of(upper, longest))
+        return uppers, lowers
+
+    def _budget(
+        self,
+        body: Mapping[str, Any],
+        counts: tuple[int, ...],
+        tools_tokens: int,
+        directive_tokens: int,
+        counting: str,
+        memory_cap: int | None,
+    ) -> TokenBudget:
+        """The budget from the request's counts: reserves, window, cap."""
         model = str(body.get("model") or "")
-        encoding = encoding_name_for_model(model)
         limit = self._limits.lookup(model)
         window = limit.context_window
-        counts = self.message_counts(body.get("messages") or (), encoding, cached_counts)
         messages_tokens = REPLY_PRIMING + sum(counts)
-        tools_tokens = self.definitions_tokens(body, encoding)
-        enc = get_encoding(encoding)
-        directive_tokens = len(enc.encode_ordinary(directive)) if directive else 0
         response_reserve = reserve_for(body, limit)
         safety_buffer = int(window * SAFETY_BUFFER_RATIO)
         consumed = (
@@ -214,12 +290,21 @@ class TokenBudgetCalculator:
             safety_buffer=safety_buffer,
             memory_tokens=memory_tokens,
             is_constrained=memory_tokens < CONSTRAINED_BELOW,
-            encoding=encoding,
+            encoding=encoding_name_for_model(model),
             tools_tokens=tools_tokens,
             available_tokens=available,
             memory_cap=cap,
             message_counts=counts,
+            counting=counting,
         )
+
+
+def messages_of(body: Mapping[str, Any]) -> Sequence[Any]:
+    """The body's messages, or nothing to count when they are not a list."""
+    messages = body.get("messages") or ()
+    if not isinstance(messages, Sequence) or isinstance(messages, str):
+        return ()  # malformed: the upstream answers it
+    return messages
 
 
 def effective_cap(own: int | None, requested: int | None) -> int | None:

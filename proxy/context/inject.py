@@ -4,9 +4,11 @@ Integration contract (stable): ``inject(messages, block) -> list[dict]``.
 
 - The block is appended to the first system (or developer) message, after the application's own
   text, so the provider's prompt-cache prefix (everything before it) stays byte-identical across
-  requests. String content gets ``"\\n\\n" + block``; list content gets one more text part;
-  ``None`` content becomes the block.
-- Without a system message, ``{"role": "system", "content": block}`` is inserted first.
+  requests. String content gets ``"\\n\\n" + block``; list content (content parts) gets one
+  more text part; ``None`` content becomes the block.
+- Without a system message, or when its content is of no shape that takes text (a number, an
+  object), ``{"role": "system", "content": block}`` is inserted first: the client's message is
+  never rewritten into something it did not send.
 - An empty block returns an equal copy of the messages.
 - The block (from ``render.render_block``) is fenced and carries its own line saying it is
   reference data, not instructions. The few joining tokens (separator, or a new message's
@@ -30,17 +32,21 @@ def inject(messages: Sequence[Mapping[str, Any]], block: str) -> list[dict[str, 
         return result
     for message in result:
         if message.get("role") in SYSTEM_ROLES:
-            message["content"] = with_block(message.get("content"), block)
+            content = with_block(message.get("content"), block)
+            if content is None:
+                break
+            message["content"] = content
             return result
     return [{"role": "system", "content": block}, *result]
 
 
-def with_block(content: Any, block: str) -> Any:
-    """``content`` with ``block`` appended, keeping its shape (string or list of parts)."""
+def with_block(content: Any, block: str) -> str | list[Any] | None:
+    """``content`` with ``block`` appended in its own shape (string or list of parts), or
+    ``None`` when it has no shape that takes text."""
     if content is None or content == "":
         return block
     if isinstance(content, str):
         return content + SEPARATOR + block
     if isinstance(content, list):
         return [*content, {"type": "text", "text": block}]
-    return f"{content}{SEPARATOR}{block}"
+    return None

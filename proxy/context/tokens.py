@@ -50,6 +50,26 @@ def get_encoding(name: str) -> Any:
     return tiktoken.get_encoding(name)
 
 
+@functools.cache
+def longest_token_bytes(name: str) -> int:
+    """The most bytes one token of encoding ``name`` stands for (128 for o200k and cl100k).
+
+    Bounds a count from below without encoding: a text of n UTF-8 bytes is at least
+    ``ceil(n / longest)`` tokens.
+    """
+    encoding = get_encoding(name)
+    ranks = getattr(encoding, "_mergeable_ranks", None)  # ~5 ms; the public walk takes ~100 ms
+    if isinstance(ranks, dict) and ranks:
+        return max(len(token) for token in ranks)
+    longest = 1
+    for rank in range(encoding.n_vocab):
+        try:
+            longest = max(longest, len(encoding.decode_single_token_bytes(rank)))
+        except KeyError:  # a gap in the ranks
+            continue
+    return longest
+
+
 @functools.lru_cache(maxsize=1024)
 def encoding_name_for_model(model: str) -> str:
     """Return the encoding name for ``model``; unknown models fall back to cl100k_base.

@@ -59,6 +59,13 @@ DEFAULT_WORKERS = 2
 T = TypeVar("T")
 
 
+def is_engine_error(exc: BaseException) -> bool:
+    """Whether the shard itself failed: qdrant-edge raises a bare ``Exception`` for every
+    engine error ("Service runtime error: ...") and ``OSError`` for its files. Its ``ValueError``
+    or ``TypeError`` mean we passed it something wrong: a bug, not an outage."""
+    return type(exc) is Exception or isinstance(exc, OSError)
+
+
 class EdgeStore:
     """A ``MemoryStore`` on an embedded Qdrant Edge shard; build it with ``EdgeStore.open``."""
 
@@ -121,8 +128,14 @@ class EdgeStore:
         )
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
-        """Run a blocking shard call on the store's threads."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, func, *args)
+        """Run a blocking shard call on the store's threads; the engine's failures are
+        ``StoreError``s."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, func, *args)
+        except Exception as exc:
+            if is_engine_error(exc):
+                raise StoreError(f"the memory store failed: {exc}") from exc
+            raise
 
     async def add(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
         """Upsert records by (tenant, id); returns once the batch is in the write-ahead log."""

@@ -15,6 +15,8 @@ Rules (also in the OpenAPI document and adr/0070):
 - ``confidence``, ``usefulness``: numbers (not booleans) in [0, 1].
 - ``created_at``: ISO 8601 string (``DATE_TIME_PATTERN``: ``2024-05-01``,
   ``2024-05-01T12:00``, ``2024-05-01T12:00:00.5+02:00``, ...); a naive time means UTC; default: now.
+  In UTC it must still fall in years 1000-9999 (``9999-12-31T23:30-05:00`` does not), the range
+  the pattern accepts, so every stored time exports and imports again.
 - ``metadata``: a JSON object of at most ``MAX_METADATA_BYTES`` encoded, nested at most
   ``MAX_METADATA_DEPTH`` levels.
 - Any other field is refused, so a typo (``conent``) never silently stores nothing useful.
@@ -47,6 +49,7 @@ DATE_TIME_PATTERN = (
     r"([T ]([01][0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]{1,9})?)?"
     r"(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?)?$"
 )
+MIN_YEAR, MAX_YEAR = 1000, 9999  # the years DATE_TIME_PATTERN accepts, also once in UTC
 # /v1/memories/search is the search endpoint, so no memory may be called "search".
 SEARCH_ID = "search"
 _ID_RE = re.compile(ID_PATTERN)
@@ -103,7 +106,17 @@ def parse_created_at(value: Any, param: str = "created_at") -> datetime:
         ) from None
     if parsed.tzinfo is None:
         return parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    try:
+        utc = parsed.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:30-05:00 is in year 10000 in UTC
+        utc = None
+    if utc is None or not MIN_YEAR <= utc.year <= MAX_YEAR:
+        raise RequestError(
+            f"'{param}' is {value[:64]!r}, which is outside years {MIN_YEAR}-{MAX_YEAR} in UTC "
+            "(memories are stored and exported in UTC).",
+            param=param,
+        )
+    return utc
 
 
 def parse_fraction(value: Any, param: str) -> float:

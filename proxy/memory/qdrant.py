@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, ParamSpec, TypeVar
 
+import httpx
 import numpy as np
 from qdrant_client import AsyncQdrantClient, models
+from qdrant_client.common.client_exceptions import QdrantException
+from qdrant_client.http.exceptions import ApiException
 
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.errors import ConfigError
+from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
 from proxy.memory.filters import Condition, list_conditions, scope_conditions
 from proxy.memory.store import (
@@ -49,6 +53,25 @@ from proxy.memory.store import (
 )
 
 DEFAULT_COLLECTION = "memories"
+# What qdrant-client raises when the server fails: non-2xx answers and transport failures
+# (``ApiException``), rate limits (``QdrantException``), and sockets it did not wrap.
+CLIENT_ERRORS = (ApiException, QdrantException, httpx.HTTPError, OSError)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def store_errors(method: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """Translate the client's failures into ``StoreError`` (503 in the memories API, a degraded
+    chat request); anything else raised is a bug and stays itself."""
+
+    @functools.wraps(method)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(*args, **kwargs)
+        except CLIENT_ERRORS as exc:
+            raise StoreError(f"the Qdrant server failed: {type(exc).__name__}: {exc}") from exc
+
+    return call
 
 
 def to_filter(conditions: list[Condition]) -> models.Filter:
@@ -157,6 +180,7 @@ class QdrantStore:
                 self._collection, key, field_schema=models.PayloadSchemaType.KEYWORD
             )
 
+    @store_errors
     async def add(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
         """Upsert records by (tenant, id); returns once the server applied the batch."""
         check_vectors(records, vectors, self.dimensions)
@@ -184,12 +208,14 @@ class QdrantStore:
         )
         return [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
 
+    @store_errors
     async def get(self, tenant: str, memory_id: str) -> MemoryRecord | None:
         """Return the memory or ``None`` (also when it belongs to another tenant)."""
         require_tenant(tenant)
         found = await self._retrieve(tenant, [memory_id])
         return found[0] if found else None
 
+    @store_errors
     async def list(
         self, tenant: str, *, user: str | None, source: str | None, limit: int, after: str | None
     ) -> Page:
@@ -212,6 +238,7 @@ class QdrantStore:
             records=page, has_more=len(records) > limit, last_id=page[-1].id if page else None
         )
 
+    @store_errors
     async def delete(self, tenant: str, memory_id: str) -> bool:
         """Delete one memory; ``False`` if the tenant has no memory with that id."""
         require_tenant(tenant)
@@ -225,6 +252,7 @@ class QdrantStore:
             )
         return True
 
+    @store_errors
     async def delete_user(self, tenant: str, user: str) -> int:
         """Delete every memory of ``user`` in the tenant; return how many there were."""
         require_tenant(tenant)
@@ -237,6 +265,7 @@ class QdrantStore:
                 )
         return counted.count
 
+    @store_errors
     async def search(self, tenant: str, query: SearchQuery) -> builtins.list[Candidate]:
         """Return the best ``top_k`` memories of the user and the tenant's shared memories."""
         require_tenant(tenant)
@@ -284,6 +313,7 @@ class QdrantStore:
             for p, sim in zip(fused.points, sims, strict=True)
         ]
 
+    @store_errors
     async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:
         """Add one to a memory's retrieval count per occurrence of its id in ``ids``."""
         require_tenant(tenant)
@@ -307,6 +337,7 @@ class QdrantStore:
         value = check_usefulness(usefulness)
         return await self.update_usefulness(tenant, memory_id, lambda _: value)
 
+    @store_errors
     async def update_usefulness(
         self, tenant: str, memory_id: str, update: Callable[[float], float]
     ) -> MemoryRecord | None:
@@ -330,6 +361,7 @@ class QdrantStore:
             found = await self._retrieve(tenant, [memory_id])
         return found[0] if found else None
 
+    @store_errors
     async def count(self, tenant: str) -> int:
         """Return how many memories the tenant has."""
         require_tenant(tenant)

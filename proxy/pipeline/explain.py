@@ -1,4 +1,10 @@
-"""Explain mode: what would be injected, in DESIGN.md's exact shape, without an upstream call."""
+"""Explain mode: what would be injected, in DESIGN.md's exact shape, without an upstream call.
+
+When something needs saying (a budget counted only as an upper bound, memories that could not be
+injected, messages that cannot be shown), the document gets a ``notes`` list of sentences; it is
+absent otherwise, so the usual document keeps exactly the contract's keys. Explain answers 200
+whatever the body: it never fails where inject mode would forward.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,24 @@ from proxy.context.assembler import Assembly, MemoryExplanation
 from proxy.context.budget import TokenBudget
 
 EXPLAIN_OBJECT = "memory.explain"
+NOTE_BOUNDS = (
+    "budget: the request is too large to count on the spot, and bounds from its UTF-8 length "
+    "already fix memory_tokens exactly; the other token figures are those bounds (see counting)."
+)
+NOTE_UNFINISHED = (
+    "budget: exact counting could not finish within the memory deadline; the token figures are "
+    "upper bounds (counting: upper_bound), memory_tokens a safe lower figure, and no memories "
+    "would be injected."
+)
+NOTE_NOT_INJECTED = (
+    "These memories would not be injected: the request body cannot be re-encoded as sent "
+    "(nesting deeper than 254 levels, or an integer beyond 64 bits), so it would be forwarded "
+    "unchanged; messages shows that body."
+)
+NOTE_MESSAGES_HIDDEN = (
+    "messages is null: they are nested deeper than the 254 levels this document can encode; "
+    "they would be forwarded exactly as sent."
+)
 SCORE_KEYS = ("composite", "relevance", "recency", "usefulness", "confidence", "frequency")
 
 
@@ -56,6 +80,12 @@ def explain_body(
     }
 
 
-def explain_response(body: dict[str, Any]) -> Response:
-    """The 200 JSON response of explain mode."""
-    return Response(orjson.dumps(body), status_code=200, media_type="application/json")
+def explain_response(body: dict[str, Any], notes: Sequence[str] = ()) -> Response:
+    """The 200 JSON response of explain mode, with ``notes`` when there are any."""
+    document = {**body, "notes": list(notes)} if notes else body
+    try:
+        encoded = orjson.dumps(document)
+    except orjson.JSONEncodeError:  # only the client's messages can be nested that deep
+        hidden = [*notes, NOTE_MESSAGES_HIDDEN]
+        encoded = orjson.dumps({**body, "messages": None, "notes": hidden})
+    return Response(encoded, status_code=200, media_type="application/json")

@@ -10,6 +10,7 @@ header.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,6 +24,7 @@ Capture = Literal["off", "user", "turn"]
 MODES: tuple[str, ...] = ("inject", "off", "explain")
 CAPTURES: tuple[str, ...] = ("off", "user", "turn")
 MAX_ID_CHARS = 256  # user and session ids end up in cache keys and payloads
+DIGITS = re.compile(r"[0-9]{1,9}")  # more digits than any cap could be: refused
 HEADER_MODE = "x-memory-mode"
 HEADER_USER = "x-memory-user"
 HEADER_SESSION = "x-memory-session"
@@ -53,7 +55,8 @@ def bad_header(header: str, message: str) -> RequestError:
 def parse_int(header: str, raw: str, minimum: int) -> int:
     """Parse a non-negative decimal integer header value at least ``minimum``."""
     text = raw.strip()
-    if not text.isdigit() or len(text) > 9:
+    # ASCII digits only: str.isdigit() also accepts "³" and "٣", which int() refuses or reads.
+    if not DIGITS.fullmatch(text):
         raise bad_header(header, f"{header} must be an integer >= {minimum}, got {raw!r}.")
     value = int(text)
     if value < minimum:

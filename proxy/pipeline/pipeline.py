@@ -8,6 +8,11 @@ unchanged (its original bytes) with ``X-Memory-Status: degraded`` and counts the
 ``memproxy_memory_degraded_total``. A skipped cache alone also marks the request degraded, but
 memories found without it are still injected. Bad ``X-Memory-*`` headers are the client's
 mistake: 400 in OpenAI's shape, before any backend work.
+
+No CPU work on the loop grows with the body beyond linear, C-speed passes (adr/0084): the budget
+comes from byte-length bounds when they settle it (most requests), and exact counting of large
+texts runs on a bounded worker (``offload.Offloader``) within the deadline. A body that cannot be
+re-encoded as sent (``reencode``) is forwarded as the client's bytes, without memories.
 """
 
 from __future__ import annotations
@@ -15,28 +20,37 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import numpy as np
+import orjson
 
 from proxy.context.assembler import AssemblerConfig, Assembly, assemble
-from proxy.context.billing import message_key
-from proxy.context.budget import TokenBudget, TokenBudgetCalculator
+from proxy.context.billing import message_key, walk_size
+from proxy.context.budget import EXACT, TokenBudget, TokenBudgetCalculator
 from proxy.context.inject import inject
 from proxy.context.records import SOURCES, Candidate
 from proxy.context.render import LineRenderer, line_renderer
-from proxy.context.tokens import encoding_name_for_model
+from proxy.context.tokens import STORED_ENCODINGS, encoding_name_for_model, longest_token_bytes
 from proxy.hooks import Completion, Prepared
 from proxy.memory.service import MemoryService
 from proxy.memory.store import SearchQuery
 from proxy.pipeline.capture import capture_inputs, capture_turn
 from proxy.pipeline.counters import RetrievalCounter
-from proxy.pipeline.explain import explain_body, explain_response
+from proxy.pipeline.explain import (
+    NOTE_BOUNDS,
+    NOTE_NOT_INJECTED,
+    NOTE_UNFINISHED,
+    explain_body,
+    explain_response,
+)
+from proxy.pipeline.offload import Offloader
 from proxy.pipeline.options import RequestOptions, parse_options
 from proxy.pipeline.query import query_text
+from proxy.pipeline.reencode import reencode
 from proxy.pipeline.timing import StageClock
 from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
@@ -44,6 +58,24 @@ from proxy.tenancy import Tenant
 LOGGER = logging.getLogger("memproxy.pipeline")
 T = TypeVar("T")
 INJECTED, EMPTY, OFF, DEGRADED, EXPLAIN = "injected", "empty", "off", "degraded", "explain"
+ENCODE = "encode"  # degraded reason: the body cannot be re-encoded as the client sent it
+BUDGET_TIMEOUT = "budget_timeout"  # degraded reason: exact counting could not finish in time
+# Exact counting of more text than this (UTF-8 bytes, an upper bound of its tokens) runs off the
+# loop: BPE on one long run of a character costs ~3 ms for 16 KiB, and grows superlinearly.
+COUNT_ON_LOOP_BYTES = 16 * 1024
+# Hashing messages for the count cache costs ~7 ms a MiB (sorted JSON + blake2b): above this,
+# off the loop too.
+KEYS_ON_LOOP_BYTES = 256 * 1024
+# Counting visits messages, content parts, tool calls and tools one by one in Python, ~1 us each:
+# past this many, bounds are worked out in slices this long (the loop serves others in between),
+# and hashes and exact counts off the loop.
+WALK_ON_LOOP_ITEMS = 2_000
+# Faster than either ever runs (tiktoken does ~25-40 MB/s of prose, hashing ~150-500 MB/s): work
+# that could not finish in the time left even at these rates is not started at all, so a body
+# too big to count never holds the worker (nor a core) for nothing. Work is measured in UTF-8
+# bytes at most (a long non-ASCII text at 4 a character): an estimate on the safe side.
+COUNT_BYTES_PER_S = 60e6
+KEYS_BYTES_PER_S = 1e9
 ALL_SOURCES = frozenset(SOURCES)
 # Rendered, counted memory lines kept per encoding (~0.5 KB each): a memory injected again
 # skips sanitising and encoding its line, which cost 0.3 ms of a 50-memory block.
@@ -60,6 +92,7 @@ class Run:
     options: RequestOptions
     messages: list[Any]
     clock: StageClock = field(default_factory=StageClock)
+    deadline_at: float = float("inf")  # the memory deadline, in the event loop's clock
     budget: TokenBudget | None = None
     assembly: Assembly | None = None
     reasons: list[str] = field(default_factory=list)
@@ -116,6 +149,7 @@ class Pipeline:
         service: MemoryService | None = None,
         counter: RetrievalCounter | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        offloader: Offloader | None = None,
     ) -> None:
         self.settings = settings
         self.calculator = calculator
@@ -127,6 +161,7 @@ class Pipeline:
         self.service = service
         self.counter = counter
         self.clock = clock
+        self.offloader = offloader if offloader is not None else Offloader()
         self.deadline_s = settings.deadline_ms / 1000.0
         self.embed_s = settings.stage_timeouts.embed_ms / 1000.0
         self.search_s = settings.stage_timeouts.search_ms / 1000.0
@@ -135,6 +170,8 @@ class Pipeline:
             kind: AssemblerConfig(packer=kind, max_tokens=None) for kind in ("optimal", "greedy")
         }
         self._lines: dict[str, LineRenderer] = {}
+        for encoding in STORED_ENCODINGS:  # first-use costs paid at start, not by a request
+            longest_token_bytes(encoding)
 
     def _line_renderer(self, encoding: str) -> LineRenderer:
         """This pipeline's memoised line renderer for ``encoding`` (bounded, per instance)."""
@@ -156,13 +193,19 @@ class Pipeline:
         if options.mode == "off":
             return self._finish(run, body, OFF)
         if messages:
+            run.deadline_at = asyncio.get_running_loop().time() + self.deadline_s
             try:
-                async with asyncio.timeout(self.deadline_s):
+                async with asyncio.timeout_at(run.deadline_at):
                     await self._retrieve(run, body)
             except TimeoutError:
-                run.degrade("deadline")
+                run.degrade("deadline" if "budget" in run.clock.stages else BUDGET_TIMEOUT)
             except StageFailed:
                 pass  # the stage recorded its reason
+            except orjson.JSONEncodeError as exc:
+                # Nesting orjson reads but cannot write (message keys, JSON-valued fields): the
+                # body could not be re-encoded either, so it goes as sent.
+                LOGGER.debug("chat body not re-encodable, forwarded without memories: %s", exc)
+                run.degrade(ENCODE)
             except Exception:
                 LOGGER.exception("memory pipeline failed; forwarding without memories")
                 run.degrade("internal")
@@ -172,8 +215,14 @@ class Pipeline:
         if assembly is None or not assembly.block:
             return self._finish(run, body, DEGRADED if run.reasons else EMPTY)
         forwarded = {**body, "messages": inject(messages, assembly.block)}
+        encoded = reencode(forwarded)
         run.clock.mark("inject")
-        return self._finish(run, forwarded, DEGRADED if run.reasons else INJECTED)
+        if encoded is None:
+            LOGGER.debug("injected chat body not re-encodable; forwarding the original")
+            run.assembly = None  # nothing was injected after all
+            run.degrade(ENCODE)
+            return self._finish(run, body, DEGRADED)
+        return self._finish(run, forwarded, DEGRADED if run.reasons else INJECTED, encoded)
 
     async def _retrieve(self, run: Run, body: Mapping[str, Any]) -> None:
         """Budget, query, cached search (embed + store), assemble; fills ``run``."""
@@ -223,29 +272,110 @@ class Pipeline:
         run.clock.mark("assemble")
 
     async def _budget(self, run: Run, body: Mapping[str, Any]) -> TokenBudget:
-        """The memory budget, with per-message counts from the cache (new ones stored after)."""
-        cache = self.cache
-        if cache is None:
-            return self.calculator.calculate_request(body, memory_cap=run.options.max_tokens)
-        encoding = encoding_name_for_model(str(body.get("model") or ""))
-        # Only well-formed (dict) messages are cached; others are counted every time.
-        names = [message_key(m, encoding) if isinstance(m, dict) else None for m in run.messages]
-        known = [name for name in names if name is not None]
-        found = iter(await cache.get_token_counts(run.tenant.id, encoding, known))
-        cached = [next(found) if name is not None else None for name in names]
-        budget = self.calculator.calculate_request(
-            body, memory_cap=run.options.max_tokens, cached_counts=cached
+        """The memory budget: from byte-length bounds when they settle it, else counted.
+
+        ``run.budget`` holds the upper-bound budget meanwhile: if exact counting does not finish
+        in time, that is the (never over-estimated) figure the request reports. Explain shows
+        exact figures whenever counting them costs no worker.
+        """
+        calculator, cap = self.calculator, run.options.max_tokens
+        items = walk_size(body)
+        per_message = None
+        if items > WALK_ON_LOOP_ITEMS:  # in slices, letting the loop serve others in between
+            encoding = encoding_name_for_model(str(body.get("model") or ""))
+            uppers: list[int] = []
+            lowers: list[int] = []
+            for start in range(0, len(run.messages), WALK_ON_LOOP_ITEMS):
+                await asyncio.sleep(0)
+                chunk = run.messages[start : start + WALK_ON_LOOP_ITEMS]
+                more, fewer = calculator.message_bounds(chunk, encoding)
+                uppers += more
+                lowers += fewer
+            per_message = (uppers, lowers)
+        upper, lower = calculator.bounds(body, memory_cap=cap, message_bounds=per_message)
+        run.budget = upper
+        settled = upper if upper.settled else lower if lower.settled else None
+        cheap = sum(upper.message_counts) + upper.tools_tokens <= COUNT_ON_LOOP_BYTES
+        if settled is not None and not (run.options.mode == "explain" and cheap):
+            return settled
+        return await self._exact_budget(run, body, upper, items > WALK_ON_LOOP_ITEMS)
+
+    async def _exact_budget(
+        self, run: Run, body: Mapping[str, Any], upper: TokenBudget, long_walk: bool
+    ) -> TokenBudget:
+        """The exact budget, per-message counts from the cache; large work off the loop."""
+        cache, messages, encoding = self.cache, run.messages, upper.encoding
+        bounds = upper.message_counts  # UTF-8 bytes per message: the cost of what follows
+        names: list[str | None] = []
+        cached: list[int | None] | None = None
+        # The newest message is never in the count cache (a conversation grows at its end): if
+        # even it cannot be counted in time, nothing is worth hashing or looking up.
+        self._in_time(run, (upper.tools_tokens + (bounds[-1] if bounds else 0)) / COUNT_BYTES_PER_S)
+        if cache is not None:
+            size = sum(bounds)
+            if size <= KEYS_ON_LOOP_BYTES and not long_walk:
+                names = message_keys(messages, encoding)
+            else:
+                names = await self._off_loop(
+                    run, size / KEYS_BYTES_PER_S, message_keys, messages, encoding
+                )
+            known = [name for name in names if name is not None]
+            found = iter(await cache.get_token_counts(run.tenant.id, encoding, known))
+            cached = [next(found) if name is not None else None for name in names]
+        work = upper.tools_tokens + sum(
+            bound for index, bound in enumerate(bounds) if cached is None or cached[index] is None
         )
-        fresh = {
-            name: count
-            for name, hit, count in zip(names, cached, budget.message_counts, strict=False)
-            if hit is None and name is not None
-        }
-        if fresh:
-            run.deferred.append(
-                functools.partial(cache.set_token_counts, run.tenant.id, encoding, fresh)
-            )
-        return budget
+        count = functools.partial(
+            self.calculator.calculate_request,
+            body,
+            memory_cap=run.options.max_tokens,
+            cached_counts=cached,
+        )
+        inline = work <= COUNT_ON_LOOP_BYTES and not long_walk
+        if cache is None:
+            if inline:
+                return count()
+            budget: TokenBudget = await self._off_loop(run, work / COUNT_BYTES_PER_S, count)
+            return budget
+
+        def keep(budget: TokenBudget) -> Callable[[], Coroutine[Any, Any, None]]:
+            fresh = {
+                name: tokens
+                for name, hit, tokens in zip(
+                    names, cached or (), budget.message_counts, strict=False
+                )
+                if hit is None and name is not None
+            }
+            return functools.partial(cache.set_token_counts, run.tenant.id, encoding, fresh)
+
+        if inline:
+            budget = count()
+            run.deferred.append(keep(budget))
+            return budget
+        # Counts that finish after the deadline are still cached: the conversation's next turn
+        # then counts only its new message.
+        return await self._off_loop(
+            run, work / COUNT_BYTES_PER_S, count, on_done=lambda done: self.spawn(keep(done)())
+        )
+
+    async def _off_loop(
+        self,
+        run: Run,
+        least_s: float,
+        func: Callable[..., T],
+        *args: Any,
+        on_done: Callable[[T], None] | None = None,
+    ) -> T:
+        """``func(*args)`` on the offloader, if it can finish in time (``_in_time``)."""
+        self._in_time(run, least_s)
+        return await self.offloader.run(func, *args, on_done=on_done)
+
+    def _in_time(self, run: Run, least_s: float) -> None:
+        """Degrade the request now when work needing ``least_s`` (at the fastest) cannot end
+        before its deadline: it is not started, so it holds no worker and no core."""
+        if least_s > run.deadline_at - asyncio.get_running_loop().time():
+            run.degrade(BUDGET_TIMEOUT)
+            raise StageFailed
 
     async def _embed(self, run: Run, query: str) -> np.ndarray:
         if self.cache is not None:
@@ -269,18 +399,34 @@ class Pipeline:
         assembly = run.assembly
         block = assembly.block if assembly is not None else ""
         messages = inject(run.messages, block)
-        document = explain_body(str(body.get("model") or ""), run.budget, assembly, messages)
+        notes: list[str] = []
+        if block and reencode({**body, "messages": messages}) is None:
+            run.degrade(ENCODE)
+            notes.append(NOTE_NOT_INJECTED)
+            messages = inject(run.messages, "")  # what inject mode would send: the client's own
+        budget = run.budget
+        if budget is not None and budget.counting != EXACT:
+            notes.append(NOTE_BOUNDS if budget.settled else NOTE_UNFINISHED)
+        document = explain_body(str(body.get("model") or ""), budget, assembly, messages)
         status = DEGRADED if run.reasons else (INJECTED if block else EMPTY)
         headers = self._headers(run, status)
         self._record(run, EXPLAIN)
         for write in run.deferred:
             self.spawn(write())
-        return Prepared(body=dict(body), response_headers=headers, reply=explain_response(document))
+        reply = explain_response(document, notes)
+        return Prepared(body=dict(body), response_headers=headers, reply=reply)
 
-    def _finish(self, run: Run, body: dict[str, Any], status: str) -> Prepared:
+    def _finish(
+        self, run: Run, body: dict[str, Any], status: str, encoded: bytes | None = None
+    ) -> Prepared:
         headers = self._headers(run, status)
         self._record(run, status)
-        return Prepared(body=body, response_headers=headers, on_complete=self._hook(run, status))
+        return Prepared(
+            body=body,
+            response_headers=headers,
+            on_complete=self._hook(run, status),
+            encoded=encoded,
+        )
 
     def _headers(self, run: Run, status: str) -> dict[str, str]:
         total_ms = run.clock.total_ms()
@@ -330,6 +476,11 @@ class Pipeline:
                 await capture_turn(self.service, run.tenant.id, inputs, self.metrics)
 
         return on_complete
+
+
+def message_keys(messages: Sequence[Any], encoding: str) -> list[str | None]:
+    """Count-cache keys of the messages (``None`` for a malformed, non-dict message)."""
+    return [message_key(m, encoding) if isinstance(m, dict) else None for m in messages]
 
 
 class StageFailed(Exception):

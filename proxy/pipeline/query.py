@@ -8,6 +8,7 @@ like a memory block inside a user message (a client replaying a prompt) is cut o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,8 @@ from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 
 QUERY_MAX_CHARS = 2_000  # embedding, BM25 and keyword overlap all grow with the query
 USER_ROLE = "user"
+# A fence up to the first close after it (only ever applied where that close exists).
+CLOSED_FENCE = re.compile(re.escape(BLOCK_OPEN) + ".*?" + re.escape(BLOCK_CLOSE), re.S)
 
 
 def content_text(content: Any) -> str:
@@ -32,14 +35,21 @@ def content_text(content: Any) -> str:
 
 
 def strip_block(text: str) -> str:
-    """Remove anything fenced like memproxy's memory block (an unclosed fence cuts the rest)."""
-    while True:
-        start = text.find(BLOCK_OPEN)
-        if start < 0:
-            return text
-        end = text.find(BLOCK_CLOSE, start)
-        tail = "" if end < 0 else text[end + len(BLOCK_CLOSE) :]
-        text = text[:start] + tail
+    """Remove anything fenced like memproxy's memory block (an unclosed fence cuts the rest).
+
+    Linear in the text however many fences it holds: every fence before the last close is
+    closed (one regular-expression pass), and the first fence after it never is.
+    """
+    if BLOCK_OPEN not in text:
+        return text
+    last = text.rfind(BLOCK_CLOSE)
+    split = last + len(BLOCK_CLOSE) if last >= 0 else 0
+    head, tail = text[:split], text[split:]
+    opened = tail.find(BLOCK_OPEN)
+    kept = CLOSED_FENCE.sub("", head) + (tail if opened < 0 else tail[:opened])
+    # Cutting can join the halves of a fence ("<memo" + "ries>"): that one cuts the rest too.
+    opened = kept.find(BLOCK_OPEN)
+    return kept if opened < 0 else kept[:opened]
 
 
 def last_user_texts(messages: Sequence[Any], window: int) -> list[str]:

@@ -6,7 +6,10 @@ without Starlette's router and middleware layers (``proxy/fastpath.py``, ADR-000
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from typing import Any
 
 import orjson
 from starlette.datastructures import Headers
@@ -14,6 +17,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import MemproxyError
+from proxy.hooks import Prepared
 from proxy.relay import Relay, error_response
 from proxy.routes.forward import (
     parse_json_object,
@@ -22,8 +26,27 @@ from proxy.routes.forward import (
 )
 from proxy.services import Services
 
+LOGGER = logging.getLogger("memproxy.chat")
 ROUTE = "chat"
 PATH = "/v1/chat/completions"
+YIELD_AFTER_BYTES = 1024 * 1024
+
+
+def forwarded_bytes(raw: bytes, body: dict[str, Any], prepared: Prepared) -> bytes:
+    """What goes upstream: the client's bytes unless the pipeline changed the body.
+
+    A changed body the pipeline did not encode itself (another ``MemoryPipeline``) and that
+    orjson cannot write (nesting past 254 levels) goes as the client sent it, never as a 500.
+    """
+    if prepared.body is body:
+        return raw
+    if prepared.encoded is not None:
+        return prepared.encoded
+    try:
+        return orjson.dumps(prepared.body)
+    except orjson.JSONEncodeError as exc:
+        LOGGER.warning("the prepared body cannot be encoded (%s); forwarding the original", exc)
+        return raw
 
 
 async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
@@ -37,6 +60,9 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
         forward_headers = upstream_headers(scope, tenant)
         raw = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
         body = parse_json_object(raw)
+        if len(raw) > YIELD_AFTER_BYTES:
+            # Parsing held the loop for up to ~50 ms (16 MB); let waiting requests go first.
+            await asyncio.sleep(0)
         # The single plug-in point of the memory pipeline (see proxy/hooks.py).
         prepared = await services.pipeline.prepare(tenant, headers, body)
     except MemproxyError as exc:
@@ -46,8 +72,7 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
         prepared.reply.headers.update(prepared.response_headers)
         await prepared.reply(scope, receive, send)
         return
-    # An untouched body goes upstream byte for byte; a changed one is re-encoded.
-    forwarded = raw if prepared.body is body else orjson.dumps(prepared.body)
+    forwarded = forwarded_bytes(raw, body, prepared)
     relay = Relay(
         services,
         method="POST",

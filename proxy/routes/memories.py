@@ -6,7 +6,7 @@ Every call is scoped to the caller's tenant (its key, ``proxy/tenancy.py``); ids
 Deleting is idempotent in effect, not in status: the first ``DELETE /v1/memories/{id}`` answers
 200, a repeat 404 (nothing left to delete), and the store is the same either way.
 ``DELETE /v1/memories?user=U`` always answers 200 with the number of memories forgotten (0 on a
-repeat). Backend failures answer 503; see adr/0070 for the rest of the contract.
+repeat). Backend failures answer 503, bugs 500; see adr/0070 for the rest of the contract.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from proxy.errors import MemproxyError, MethodNotAllowed, RequestError, StoreError
+from proxy.errors import MemproxyError, MethodNotAllowed, RequestError
 from proxy.memory.inputs import (
     SEARCH_ID,
     parse_fraction,
@@ -58,8 +58,9 @@ def json_response(body: Any, status: int = 200) -> Response:
 def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     """Wrap a handler: resolve the tenant, turn errors into OpenAI-shaped responses.
 
-    A backend raising something that is not ours (a qdrant-client exception, a dead socket)
-    becomes a 503: the memories API's job is the backend, so its failure is "unavailable".
+    Our errors answer with their own status: a backend failure is a ``BackendError`` (503), as
+    the stores and embedders translate their clients' failures at their edge. Anything else is a
+    bug: logged once with its traceback and answered 500, never reported as an outage.
     """
 
     async def run(request: Request) -> Response:
@@ -69,9 +70,9 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             return await handler(request, services, tenant)
         except MemproxyError as exc:
             return error_response(exc)
-        except Exception as exc:
-            LOGGER.exception("memory backend failed")
-            return error_response(StoreError(f"The memory backend failed: {type(exc).__name__}."))
+        except Exception:
+            LOGGER.exception("memories API request failed")
+            return error_response(MemproxyError("Internal error in memproxy."))
 
     run.__name__ = handler.__name__
     run.__doc__ = handler.__doc__

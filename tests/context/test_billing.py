@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.context import billing
 from proxy.context.billing import message_key
@@ -99,3 +101,131 @@ def test_message_key_depends_on_content_and_encoding() -> None:
     assert message_key(one, "o200k_base") == message_key(dict(reversed(one.items())), "o200k_base")
     assert message_key(one, "o200k_base") != message_key(one, "cl100k_base")
     assert message_key(one, "o200k_base") != message_key({**one, "content": "b"}, "o200k_base")
+
+
+# --- bounds and odd shapes ---------------------------------------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)  # what orjson reads as integers
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+ROLES = st.sampled_from(["system", "developer", "user", "assistant", "tool"]) | JSON_VALUES
+MESSAGES = st.fixed_dictionaries(
+    {"role": ROLES},
+    optional={
+        "content": st.text(max_size=300) | JSON_VALUES,
+        "name": st.text(max_size=10) | JSON_VALUES,
+        "tool_call_id": JSON_VALUES,
+        "tool_calls": JSON_VALUES,
+        "function_call": JSON_VALUES,
+    },
+)
+BODIES = st.fixed_dictionaries(
+    {
+        "model": st.sampled_from(["gpt-4o", "gpt-4", "unknown-model"]),
+        "messages": st.lists(MESSAGES),
+    },
+    optional={"tools": JSON_VALUES, "functions": JSON_VALUES, "response_format": JSON_VALUES},
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(BODIES)
+def test_bounds_enclose_the_exact_count_for_any_json_shape(body: dict[str, Any]) -> None:
+    calc = TokenBudgetCalculator(memory_cap=4500)
+    exact = calc.calculate_request(body)
+    upper = calc.calculate_request(body, counting=billing.UPPER_BOUND)
+    lower = calc.calculate_request(body, counting=billing.LOWER_BOUND)
+    for name in ("messages_tokens", "tools_tokens"):
+        assert getattr(lower, name) <= getattr(exact, name) <= getattr(upper, name)
+    counts = zip(lower.message_counts, exact.message_counts, upper.message_counts, strict=True)
+    for low, mid, high in counts:
+        assert low <= mid <= high
+    # More tokens leave less room: the upper bound's budget is never above the exact one.
+    assert upper.memory_tokens <= exact.memory_tokens <= lower.memory_tokens
+    # One walk gives both: the same upper bound, a lower bound no higher than per-text ceilings.
+    walked_upper, walked_lower = calc.bounds(body)
+    assert walked_upper == upper
+    assert walked_lower.messages_tokens <= lower.messages_tokens
+    assert walked_lower.tools_tokens <= lower.tools_tokens
+    for bounded in (upper, lower, walked_lower):
+        if bounded.settled:
+            assert bounded.memory_tokens == exact.memory_tokens
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "hello world", "a" * 5000, "é" * 300, "🍵" * 100, " \n\t" * 50, "x\u0301" * 40, "1" * 999],
+)
+def test_utf8_bounds_of_one_text(text: str) -> None:
+    for encoding in ("o200k_base", "cl100k_base"):
+        exact = billing.measure(encoding)(text)
+        assert billing.measure(encoding, billing.LOWER_BOUND)(text) <= exact
+        assert exact <= billing.measure(encoding, billing.UPPER_BOUND)(text) == len(text.encode())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" * (billing.MEASURED_CHARS + 1),
+        "é" * (billing.MEASURED_CHARS + 1),
+        "tea 🍵 " * 20_000,
+        "\U0010ffff" * (billing.MEASURED_CHARS + 5),
+    ],
+)
+def test_long_texts_are_bounded_without_encoding(text: str) -> None:
+    least, most = billing.utf8_bytes(text)
+    assert least <= len(text.encode("utf-8", "surrogatepass")) <= most
+    if not text.isascii():
+        assert (least, most) == (len(text), 4 * len(text))  # from the length alone
+
+
+@pytest.mark.parametrize(
+    ("body", "size"),
+    [
+        ({}, 0),
+        ({"messages": "x", "tools": {"a": 1}}, 0),
+        ({"messages": [{"role": "user", "content": "hi"}] * 3}, 3),
+        ({"messages": [{"content": [1, 2, 3], "tool_calls": [{}, {}]}, "x"]}, 7),
+        ({"messages": [], "tools": [{}] * 4, "functions": [{}]}, 5),
+    ],
+)
+def test_walk_size_counts_what_counting_visits(body: dict[str, Any], size: int) -> None:
+    assert billing.walk_size(body) == size
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"tools": 5},
+        {"tools": "get_weather"},
+        {"tools": {"type": "function"}},
+        {"tools": [1, "x", None, []]},
+        {"functions": {"name": "f"}},
+        {"response_format": "json"},
+        {"response_format": 5},
+        {"messages": [{"role": "assistant", "tool_calls": "call it"}]},
+        {"messages": [{"role": "assistant", "tool_calls": [1, None, "x"]}]},
+        {"messages": [{"role": "assistant", "tool_calls": [{"function": "f"}]}]},
+        {"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": 5}}]}]},
+        {"messages": [{"role": "assistant", "function_call": "f"}]},
+        {"messages": [{"role": {"r": 1}, "name": [1], "tool_call_id": 5, "content": {"a": 1}}]},
+        {"messages": [{"role": "user", "content": ["a", 1, None, [], {"type": "text"}]}]},
+        {"messages": "not a list"},
+        {"messages": {"role": "user"}},
+    ],
+)
+def test_malformed_shapes_are_counted_as_their_json_text(extra: dict[str, Any]) -> None:
+    calc = TokenBudgetCalculator()
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], **extra}
+    plain = calc.calculate_request({"model": "gpt-4o", "messages": body["messages"]})
+    counted = calc.calculate_request(body)
+    assert counted.memory_tokens >= 0
+    if "messages" not in extra:  # the odd definitions cost something: never undercounted
+        assert counted.tools_tokens > 0
+        assert counted.available_tokens < plain.available_tokens

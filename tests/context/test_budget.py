@@ -139,3 +139,50 @@ def test_budget_never_exceeds_window_or_cap(texts: list[str], cap: int | None) -
         assert result.memory_tokens <= cap
     used = result.messages_tokens + result.response_reserve + result.safety_buffer
     assert result.memory_tokens + used <= result.context_window or result.memory_tokens == 0
+
+
+@pytest.mark.parametrize(
+    ("counting", "memory_tokens", "cap", "settled"),
+    [
+        (budget.EXACT, 100, 4500, True),
+        (budget.UPPER_BOUND, 4500, 4500, True),  # more tokens than the truth leave the cap
+        (budget.UPPER_BOUND, 4499, 4500, False),
+        (budget.UPPER_BOUND, 0, 0, True),  # a cap of 0 is always reached
+        (budget.UPPER_BOUND, 4500, None, False),  # no cap: only the exact count tells
+        (budget.LOWER_BOUND, 0, 4500, True),  # fewer tokens than the truth leave nothing
+        (budget.LOWER_BOUND, 1, 4500, False),
+    ],
+)
+def test_when_a_bounded_budget_is_settled(
+    counting: str, memory_tokens: int, cap: int | None, settled: bool
+) -> None:
+    result = budget.TokenBudget(
+        model="m",
+        context_window=8000,
+        messages_tokens=0,
+        directive_tokens=0,
+        response_reserve=0,
+        safety_buffer=0,
+        memory_tokens=memory_tokens,
+        is_constrained=False,
+        memory_cap=cap,
+        counting=counting,
+    )
+    assert result.settled is settled
+
+
+@pytest.mark.parametrize(
+    ("model", "content", "counting"),
+    [
+        ("gpt-4o", "short question", budget.UPPER_BOUND),  # the common case: no tokenizer
+        ("gpt-4o", "a" * 16_000_000, budget.LOWER_BOUND),  # 16 MB cannot fit 128k tokens
+        ("gpt-4", "word " * 1_000, None),  # near an 8k window: only counting decides
+    ],
+)
+def test_byte_bounds_settle_most_budgets(model: str, content: str, counting: str | None) -> None:
+    calc = TokenBudgetCalculator(memory_cap=4500)
+    body = {"model": model, "messages": [{"role": "user", "content": content}]}
+    upper = calc.calculate_request(body, counting=budget.UPPER_BOUND)
+    lower = calc.calculate_request(body, counting=budget.LOWER_BOUND)
+    settled = [b.counting for b in (upper, lower) if b.settled]
+    assert settled[:1] == ([counting] if counting else [])

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import qdrant_edge as qe
 
+from proxy.errors import StoreError
 from proxy.memory import edge_maintenance
-from proxy.memory.edge import EdgeStore
+from proxy.memory.edge import EdgeStore, is_engine_error
 from proxy.memory.store import DENSE_VECTOR, SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
 
@@ -188,3 +189,29 @@ async def test_background_flush_and_index_build_keep_every_write(
         assert await reopened.count("t1") == 600
     finally:
         await reopened.close()
+
+
+@pytest.mark.parametrize(
+    ("error", "engine"),
+    [
+        (Exception("Service runtime error: Shard is not initialized"), True),
+        (OSError(28, "No space left on device"), True),
+        (ValueError("failed to parse x as UUID"), False),  # what we passed it: a bug
+        (TypeError("argument 'points'"), False),
+        (KeyError("k"), False),
+    ],
+)
+def test_engine_errors_are_told_from_bugs(error: Exception, engine: bool) -> None:
+    assert is_engine_error(error) is engine
+
+
+async def test_engine_failures_are_store_errors(tmp_path: Path) -> None:
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    shard = store._shard
+    shard.close()  # every call now fails inside the engine
+    with pytest.raises(StoreError) as caught:
+        await store.count("t1")
+    assert caught.value.__cause__ is not None
+    assert type(caught.value.__cause__) is Exception
+    store._closed = True  # nothing left to flush or close
+    store._executor.shutdown()

@@ -56,6 +56,10 @@ def test_header_values(given_headers: dict[str, str], field: str, expected: Any)
         ("max_tokens", "1" * 20),
         ("top_k", "0"),
         ("top_k", "ten"),
+        ("top_k", "\u00b3"),  # str.isdigit() says yes, int() says no
+        ("top_k", "\u0663"),  # Arabic-Indic three: int() would read it
+        ("max_tokens", "\uff15"),  # fullwidth five
+        ("max_tokens", "1\u00b9"),
         ("sources", "secrets"),
         ("sources", ","),
         ("capture", "all"),

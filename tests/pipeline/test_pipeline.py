@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import threading
 from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
-from proxy.context.budget import TokenBudgetCalculator
+from proxy.context.billing import message_key
+from proxy.context.budget import MODEL_OVERRIDES, ModelLimit, ModelLimits, TokenBudgetCalculator
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.render import BLOCK_OPEN
 from proxy.context.tokens import count_tokens
 from proxy.hooks import Completion
 from proxy.metrics import Metrics
+from proxy.pipeline.explain import NOTE_BOUNDS
 from proxy.pipeline.pipeline import Pipeline
 from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
@@ -154,16 +158,41 @@ async def test_malformed_messages_are_forwarded_untouched(messages: Any) -> None
     assert prepared.response_headers["X-Memory-Status"] == "empty"
 
 
+def long_body(*contents: str) -> dict[str, Any]:
+    """A gpt-4 (8k window) conversation whose byte-length bound does not settle the budget."""
+    padding = " and more words about the dog" * 40
+    messages = [{"role": "user", "content": c + padding} for c in contents]
+    return {"model": "gpt-4", "messages": messages}
+
+
 async def test_a_conversation_counts_only_its_new_messages() -> None:
     lookups: list[tuple[str, int, int]] = []
     pipeline = build(FakeStore(), FakeEmbedder(), lookups)
-    first = await pipeline.prepare(TENANT, {}, body("a", "b", "dog?"))
+    first = await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?"))
     assert first.on_complete is not None
     await first.on_complete(Completion(200, False, True, "ok"))  # deferred cache writes
     lookups.clear()
-    await pipeline.prepare(TENANT, {}, body("a", "b", "dog?", "and the cat?"))
+    await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?", "and the cat?"))
     tokens = [(hits, misses) for kind, hits, misses in lookups if kind == "tokens"]
     assert tokens == [(3, 1)]
+
+
+async def test_a_budget_the_byte_bound_settles_counts_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import proxy.context.billing as billing
+
+    def no_tokenizer(encoding: str) -> Any:
+        raise AssertionError("the tokenizer was loaded")
+
+    monkeypatch.setattr(billing, "get_encoding", no_tokenizer)
+    lookups: list[tuple[str, int, int]] = []
+    prepared = await build(FakeStore(), FakeEmbedder(), lookups).prepare(
+        TENANT, {}, body("what is my dog called?")
+    )
+    assert prepared.response_headers["X-Memory-Status"] == "injected"
+    assert prepared.response_headers["X-Memory-Budget"] == str(SETTINGS.max_tokens)
+    assert [kind for kind, _, _ in lookups if kind == "tokens"] == []  # no count-cache trip
 
 
 async def test_no_messages_or_mode_off_do_no_backend_work() -> None:
@@ -245,3 +274,137 @@ async def test_a_memory_line_is_rendered_once_across_requests(
     assert first.response_headers["X-Memory-Tokens"] == second.response_headers["X-Memory-Tokens"]
     block = second.body["messages"][0]["content"]
     assert int(second.response_headers["X-Memory-Tokens"]) == count_tokens(block, "o200k_base")
+
+
+# --- budget work off the loop, and bodies that cannot be re-encoded ----------------------------
+
+
+# A model with a window 16 MB of text could fit: only exact counting can decide for it.
+HUGE_WINDOW = "huge-window-model"
+LIMITS = ModelLimits({**MODEL_OVERRIDES, HUGE_WINDOW: ModelLimit(4_000_000, 32_000)})
+
+
+def running_pipeline(*, cache: bool = True, deadline_ms: float = 200.0) -> Pipeline:
+    """A pipeline whose background writes really run (``build`` drops them)."""
+
+    tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    return Pipeline(
+        MemorySettings(deadline_ms=deadline_ms),
+        calculator=TokenBudgetCalculator(LIMITS, memory_cap=None),
+        store=FakeStore(),
+        embedder=FakeEmbedder(),
+        cache=RequestCache(LocalCache(100)) if cache else None,
+        metrics=Metrics(),
+        spawn=spawn,
+        clock=lambda: NOW,
+    )
+
+
+def degraded_by(pipeline: Pipeline, reason: str) -> float | None:
+    value: float | None = pipeline.metrics.registry.get_sample_value(
+        "memproxy_memory_degraded_total", {"reason": reason}
+    )
+    return value
+
+
+async def test_work_that_cannot_finish_in_time_is_not_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pipeline = running_pipeline(cache=False, deadline_ms=50.0)
+    started: list[Any] = []
+    monkeypatch.setattr(pipeline.offloader, "run", lambda *a, **k: started.append(a))
+    huge = {"model": HUGE_WINDOW, "messages": [{"role": "user", "content": "tea " * 1_000_000}]}
+    prepared = await pipeline.prepare(TENANT, {}, huge)  # 4 MB: ~70 ms at the fastest
+    assert prepared.response_headers["X-Memory-Status"] == "degraded"
+    assert prepared.body is huge
+    assert started == []
+    assert degraded_by(pipeline, "budget_timeout") == 1
+
+
+async def test_large_counts_run_off_the_loop_and_late_ones_are_still_cached() -> None:
+    pipeline = running_pipeline(deadline_ms=1_000.0)
+    calculate = pipeline.calculator.calculate_request
+    release = threading.Event()
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            release.wait(5)  # an exact count on the worker, held past the deadline
+        return calculate(*args, **kwargs)
+
+    pipeline.calculator.calculate_request = slow  # type: ignore[method-assign]
+    pipeline.deadline_s = 0.1
+
+    def conversation_of(*contents: str) -> dict[str, Any]:
+        # 120 KB: the byte bound cannot settle gpt-4o's budget, and it is too big to count inline.
+        messages = [{"role": "user", "content": c} for c in ("a " * 60_000, *contents)]
+        return {"model": "gpt-4o", "messages": messages}
+
+    conversation = conversation_of("dog?")
+    first = await pipeline.prepare(TENANT, {}, conversation)
+    assert first.response_headers["X-Memory-Status"] == "degraded"
+    assert first.body is conversation
+    assert degraded_by(pipeline, "budget_timeout") == 1
+    release.set()
+    cache = pipeline.cache
+    assert cache is not None
+    keys = [message_key(m, "o200k_base") for m in conversation["messages"]]
+    for _ in range(200):  # the worker finishes, then its counts are written
+        if None not in await cache.get_token_counts(TENANT.id, "o200k_base", keys):
+            break
+        await asyncio.sleep(0.01)
+    counts = await cache.get_token_counts(TENANT.id, "o200k_base", keys)
+    exact = TokenBudgetCalculator().calculate_request(conversation).message_counts
+    assert counts == list(exact)
+    release.clear()  # the next turn counts only its new message: on the loop, no worker needed
+    second = await pipeline.prepare(TENANT, {}, conversation_of("dog?", "and the cat?"))
+    assert second.response_headers["X-Memory-Status"] == "injected"
+
+
+async def test_explain_says_when_its_figures_are_bounds() -> None:
+    pipeline = running_pipeline()
+    huge = {"model": "gpt-4o", "messages": [{"role": "user", "content": "a" * 16_000_000}]}
+    prepared = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, huge)
+    assert prepared.reply is not None
+    document = orjson.loads(bytes(prepared.reply.body))
+    assert document["budget"]["counting"] == "lower_bound"
+    assert document["budget"]["memory_tokens"] == 0
+    assert document["notes"] == [NOTE_BOUNDS]
+    small = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, body("dog?"))
+    assert small.reply is not None
+    plain = orjson.loads(bytes(small.reply.body))
+    assert plain["budget"]["counting"] == "exact"  # exact figures where they cost no worker
+    assert "notes" not in plain
+
+
+def deep(depth: int) -> Any:
+    value: Any = "tea"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_a_body_nested_too_deep_to_re_encode_goes_as_sent() -> None:
+    pipeline = running_pipeline()
+    original = {**body("what is my dog called?"), "x": deep(300)}
+    prepared = await pipeline.prepare(TENANT, {}, original)
+    assert prepared.body is original  # the route then forwards the client's bytes
+    assert prepared.response_headers["X-Memory-Status"] == "degraded"
+    assert prepared.response_headers["X-Memory-Injected"] == "0"
+    assert degraded_by(pipeline, "encode") == 1
+
+
+async def test_explain_of_messages_too_deep_to_show_answers_200() -> None:
+    pipeline = running_pipeline()
+    original = {"model": "gpt-4o", "messages": [{"role": "user", "content": ["dog?", deep(300)]}]}
+    prepared = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, original)
+    assert prepared.reply is not None
+    assert prepared.reply.status_code == 200
+    document = orjson.loads(bytes(prepared.reply.body))
+    assert document["messages"] is None
+    assert document["notes"]

@@ -206,6 +206,19 @@ def test_bad_memory_headers_are_400_naming_the_header(
     assert list(fake.fake.requests) == []
 
 
+# Found here: str.isdigit() accepts "³" (a Latin-1 byte, so a header can carry it), which int()
+# then refused: 500. Raw bytes, as a client can send them; "٣" arrives as its UTF-8 bytes.
+@pytest.mark.parametrize("header", ["X-Memory-Top-K", "X-Memory-Max-Tokens"])
+@pytest.mark.parametrize("value", [b"\xb3", b"\xb2\xb3", b"1\xb9", b"\xd9\xa3", b"\xef\xbc\x95"])
+def test_non_ascii_digits_in_numeric_headers_are_400(
+    client: httpx.Client, fake: FakeServer, header: str, value: bytes
+) -> None:
+    response = client.post("/chat/completions", json=CHAT, headers={header: value})
+    assert_openai_error(response, 400, "invalid_memory_header")
+    assert response.json()["error"]["param"] == header.lower()
+    assert list(fake.fake.requests) == []
+
+
 @pytest.mark.parametrize(
     ("header", "value"),
     [

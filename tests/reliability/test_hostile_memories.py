@@ -12,6 +12,7 @@ every chat went ``degraded``; the inputs now refuse metadata nested deeper than
 
 from __future__ import annotations
 
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ import pytest
 from proxy.app import create_app
 from tests.fakes.upstream import FakeServer
 from tests.reliability.support import assert_openai_error, memory_settings, running
+
+KEYED = {"Authorization": "Bearer sk-hostile-memories"}
 
 
 def nested(depth: int, leaf: Any = 1) -> Any:
@@ -70,3 +73,89 @@ async def test_an_accepted_memory_never_poisons_the_tenant(
     assert searched.status_code == 200, searched.text
     assert answered.status_code == 200
     assert answered.headers["x-memory-status"] == "injected"
+
+
+# --- times and faults ------------------------------------------------------------------------
+# Found here: a created_at past year 9999 once in UTC answered 503 "backend failed" (an
+# OverflowError taken for an outage); every unexpected exception of the memories API answered
+# 503, so a bug looked like a backend outage.
+
+
+@pytest.mark.parametrize(
+    "created_at",
+    ["9999-12-31T23:30:00-05:00", "9999-12-31T20:00-23:59", "1000-01-01T00:30:00+01:00"],
+)
+async def test_times_outside_utc_years_1000_9999_are_400(
+    fake: FakeServer, tmp_path: Path, created_at: str
+) -> None:
+    app = create_app(memory_settings(fake.url, tmp_path))
+    async with running(app) as client:
+        client.headers.update(KEYED)
+        one = await client.post("/v1/memories", json={"content": "tea", "created_at": created_at})
+        batch = await client.post(
+            "/v1/memories",
+            json={"memories": [{"content": "a"}, {"content": "b", "created_at": created_at}]},
+        )
+        listed = await client.get("/v1/memories")
+    assert_openai_error(one, 400)
+    assert one.json()["error"]["param"] == "created_at"
+    assert_openai_error(batch, 400)
+    assert batch.json()["error"]["param"] == "memories[1].created_at"
+    assert listed.json()["data"] == []  # nothing of either write was kept
+
+
+class BuggyStore:
+    """A store with a bug: every call raises what no backend failure raises."""
+
+    def __getattr__(self, name: str) -> Any:
+        async def fail(*args: Any, **kwargs: Any) -> Any:
+            raise AttributeError(f"'NoneType' object has no attribute {name!r}")
+
+        return fail
+
+
+async def test_a_bug_is_a_500_logged_once_not_a_503(
+    fake: FakeServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(memory_settings(fake.url, tmp_path), store=BuggyStore())
+    with caplog.at_level(logging.WARNING):
+        async with running(app) as client:
+            client.headers.update(KEYED)
+            listed = await client.get("/v1/memories")
+    assert_openai_error(listed, 500)
+    assert listed.json()["error"]["type"] == "server_error"
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(logged) == 1
+    assert logged[0].exc_info is not None  # with its traceback
+
+
+class FailingShard:
+    """Qdrant Edge's shard when its engine fails: a bare ``Exception`` from every call."""
+
+    def __getattr__(self, name: str) -> Any:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            raise Exception("Service runtime error: No space left on device")
+
+        return fail
+
+
+async def test_a_failing_store_engine_is_a_503(fake: FakeServer, tmp_path: Path) -> None:
+    """The embedded engine's own errors are an outage (503), told apart from our bugs."""
+    app = create_app(memory_settings(fake.url, tmp_path))
+    async with running(app) as client:
+        client.headers.update(KEYED)
+        store = app.state.services.store
+        shard, store._shard = store._shard, FailingShard()
+        try:
+            listed = await client.get("/v1/memories")
+            written = await client.post("/v1/memories", json={"content": "tea"})
+            chat = await client.post(
+                "/v1/chat/completions",
+                json={"model": "gpt-4o", "messages": [{"role": "user", "content": "tea?"}]},
+            )
+        finally:
+            store._shard = shard
+    assert_openai_error(listed, 503, "memory_backend_unavailable")
+    assert_openai_error(written, 503, "memory_backend_unavailable")
+    assert chat.status_code == 200  # a chat request degrades instead
+    assert chat.headers["x-memory-status"] == "degraded"

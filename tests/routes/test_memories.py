@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -15,6 +16,7 @@ import pytest
 from proxy.app import create_app
 from proxy.context.limits import load_model_limits
 from proxy.context.tokens import count_tokens
+from proxy.errors import StoreError
 from proxy.memory.inputs import MAX_BATCH_MEMORIES
 from proxy.settings import LimitsSettings, Settings, StoreSettings, load_settings
 from tests.fakes.servers import ProxyServer
@@ -423,11 +425,22 @@ def test_writes_bump_the_tenant_generation(fake_server: FakeServer, tmp_path: Pa
 
 
 class BrokenStore:
-    """A store whose every call fails like an unreachable server."""
+    """A store whose every call fails like an unreachable server (stores translate their
+    client's failures into ``StoreError`` at their edge)."""
 
     def __getattr__(self, name: str) -> Any:
         async def fail(*args: Any, **kwargs: Any) -> Any:
-            raise ConnectionError("qdrant is down")
+            raise StoreError("qdrant is down")
+
+        return fail
+
+
+class BuggyStore:
+    """A store with a bug: every call raises something that is not a backend failure."""
+
+    def __getattr__(self, name: str) -> Any:
+        async def fail(*args: Any, **kwargs: Any) -> Any:
+            raise KeyError("a bug, not an outage")
 
         return fail
 
@@ -440,6 +453,22 @@ def test_backend_failures_are_503_in_openai_shape(fake_server: FakeServer, tmp_p
         assert_error(client.list(), 503)
         assert_error(client.search(query="x"), 503)
         assert_error(client.add({"content": ""}), 400)  # validation still answers first
+
+
+def test_bugs_are_500_logged_once_not_503(
+    fake_server: FakeServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(memory_settings(fake_server.url, tmp_path), store=BuggyStore())
+    with ProxyServer(app) as proxy:
+        client = Api(f"http://{proxy.host}:{proxy.port}")
+        with caplog.at_level(logging.ERROR):
+            response = client.list()
+    assert_error(response, 500)
+    assert response.json()["error"]["type"] == "server_error"
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert errors[0].exc_info is not None
+    assert errors[0].exc_info[0] is KeyError
 
 
 def test_memory_disabled_answers_503(fake_server: FakeServer, tmp_path: Path) -> None:

@@ -100,8 +100,9 @@ def memory_operations(settings_: Settings) -> list[Any]:
 
 def fuzz(operation: Any, mode: GenerationMode, root: str, http: requests.Session) -> None:
     """Run schemathesis' checks on generated cases of one operation."""
-    # Two rules of a write no JSON schema can state: ids unique within a batch, and February 29
-    # only in leap years; generated "valid" batches may break them and rightly get a 400.
+    # Rules of a write no JSON schema can state: ids unique within a batch, February 29 only in
+    # leap years, and years 1000-9999 once in UTC; generated "valid" batches may break them and
+    # rightly get a 400.
     excluded = (
         [positive_data_acceptance]
         if (operation.method, operation.path) == ("post", "/v1/memories")

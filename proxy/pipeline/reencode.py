@@ -1,0 +1,55 @@
+"""Re-encoding a chat body after injection, only when the result says what the client sent.
+
+orjson reads some JSON it cannot write back the same. It parses nesting up to 1024 levels but
+encodes at most 254, and it reads an integer beyond 64 bits as the nearest double, which it then
+writes as ``1.8446744073709552e+19``. A body like that is forwarded as the client's own bytes,
+without memories (the request is ``degraded``, reason ``encode``): memory on never fails or
+alters a request that memory off would pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+# An integer read as a double is at least 2**63 in magnitude: orjson writes it with an
+# exponent of 18 or more. A float the client wrote that large is caught too (harmless: that
+# request just goes without memories).
+EXPONENT = b"e+"
+LOSSY_EXPONENT_DIGITS = 2
+LOSSY_EXPONENT_MIN = 18
+# Hostile text can repeat "e+" millions of times; past this many look-ups, assume the worst.
+MAX_EXPONENT_CHECKS = 256
+
+
+def reencode(body: Any) -> bytes | None:
+    """``body`` as compact JSON, or ``None`` when that would not be the body the client sent."""
+    try:
+        encoded = orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return None
+    return None if has_lossy_number(encoded) else encoded
+
+
+def has_lossy_number(encoded: bytes) -> bool:
+    """Whether orjson's output holds a number written with an exponent of 18 or more.
+
+    A JSON string cannot hide one from this check, only cause a false alarm: the scan looks at
+    every ``<digit>e+NN``, quoted or not (bounded by ``MAX_EXPONENT_CHECKS``).
+    """
+    start = 0
+    for _ in range(MAX_EXPONENT_CHECKS):
+        at = encoded.find(EXPONENT, start)
+        if at < 0:
+            return False
+        start = at + len(EXPONENT)
+        if at == 0 or not encoded[at - 1 : at].isdigit():
+            continue
+        end = start
+        while end < len(encoded) and encoded[end : end + 1].isdigit():
+            end += 1
+        digits = encoded[start:end]
+        if len(digits) > LOSSY_EXPONENT_DIGITS or (digits and int(digits) >= LOSSY_EXPONENT_MIN):
+            return True
+    return True
