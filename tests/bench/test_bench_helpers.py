@@ -147,3 +147,18 @@ def test_unique_chat_bodies_are_distinct_json_with_the_stream_flag() -> None:
     questions = [b["messages"][-1]["content"] for b in bodies]
     assert len(set(questions)) == len(questions)
     assert all(b["stream"] is True and b["messages"][0]["role"] == "system" for b in bodies)
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (
+            "budget;dur=0.120, search;dur=3.700, memory;dur=6.2",
+            {"budget": 0.12, "search": 3.7, "memory": 6.2},
+        ),
+        ("cache;desc=miss, embed;dur=0.35", {"embed": 0.35}),
+        ("", {}),
+    ],
+)
+def test_parse_server_timing(header: str, expected: dict[str, float]) -> None:
+    assert loadgen.parse_server_timing(header) == pytest.approx(expected)
