@@ -3,11 +3,14 @@
 Three questions about ``proxy.memory.edge.EdgeStore`` (ADRs 0010-0013):
 
 1. Search: filtered top-50 p50/p99 *including the query embedding* (the real ``StaticEmbedder``)
-   at 100k memories in one tenant and at 1M memories over 1,000 tenants. Stored vectors are
-   random unit vectors written directly: embedding 1M synthetic texts would only measure the
-   embedder, whose bulk speed ``bench/embed.py`` reports. Queries embed real sentences.
+   at 100k memories in one tenant and at 1M memories over 1,000 tenants. By default the
+   memories are real text (``bench/lib/realtext.py``: LoCoMo items, then generated ones) with
+   their static embeddings, and every search asks a new LoCoMo question. ``--text synthetic``
+   stores eight-word template texts with random unit vectors and cycles eight fixed queries
+   (the figures before issue 14).
 2. Import throughput (memories/s through ``add`` in batches: token counting, BM25 encoding,
-   payloads, WAL), then the index build (``optimize``) time, reported separately.
+   payloads, WAL; the embedding is done before and timed apart), then the index build
+   (``optimize``) time, reported separately.
 3. The cost of keeping the synchronous shard off the event loop: one search inline versus
    through the store's thread pool.
 4. ``--recall``: LoCoMo dev evidence recall@k for dense-only versus hybrid (BM25 + RRF), reading
@@ -40,6 +43,7 @@ if __package__ in (None, ""):
 
 import numpy as np
 
+from bench.lib import realtext
 from bench.lib.locomo_data import CATEGORIES, build_memories, evidence_recall, questions
 from bench.lib.report import save_results
 from bench.lib.stats import format_table, summarize_ms
@@ -124,19 +128,46 @@ def unit_rows(count: int, dim: int, rng: np.random.Generator) -> np.ndarray:
     return rows
 
 
-async def ingest(store: EdgeStore, size: int, tenants: int, optimize: bool) -> dict[str, float]:
-    """Write ``size`` synthetic memories in batches; return import and index-build figures."""
+def real_records(
+    source: realtext.RealText, start: int, count: int, tenants: int
+) -> list[MemoryRecord]:
+    """Real-text records ``start..start+count``, over tenants and users like the synthetic."""
+    return [
+        MemoryRecord(
+            id=f"m{start + i}",
+            tenant=f"t{(start + i) % tenants}",
+            user=f"u{(start + i) // tenants % 5}",
+            source=kind,
+            content=content,
+            created_at=NOW - timedelta(minutes=start + i),
+        )
+        for i, (kind, content) in enumerate(source.texts(count, start=start))
+    ]
+
+
+async def ingest(
+    store: EdgeStore, size: int, tenants: int, optimize: bool, text: str
+) -> dict[str, float]:
+    """Write ``size`` memories in batches; return import, embedding and index-build figures."""
     rng = np.random.default_rng(SEED)
-    started = time.perf_counter()
+    source = realtext.RealText() if text == "real" else None
+    embedder = StaticEmbedder()
+    imported = embedded = 0.0
     for start in range(0, size, BATCH):
         count = min(BATCH, size - start)
-        await store.add(
-            synthetic_records(start, count, tenants, rng), unit_rows(count, store.dimensions, rng)
-        )
+        t0 = time.perf_counter()
+        if source is not None:
+            records = real_records(source, start, count, tenants)
+            vectors = embedder.embed_sync([r.content for r in records])
+        else:
+            records = synthetic_records(start, count, tenants, rng)
+            vectors = unit_rows(count, store.dimensions, rng)
+        t1 = time.perf_counter()
+        await store.add(records, vectors)
+        imported += time.perf_counter() - t1
+        embedded += t1 - t0
         if start and start % 100_000 == 0:
-            rate = start / (time.perf_counter() - started)
-            print(f"  imported {start:,} ({rate:,.0f}/s)", flush=True)
-    imported = time.perf_counter() - started
+            print(f"  imported {start:,} ({start / imported:,.0f}/s)", flush=True)
     started = time.perf_counter()
     if optimize:
         await store.optimize()
@@ -144,21 +175,23 @@ async def ingest(store: EdgeStore, size: int, tenants: int, optimize: bool) -> d
         "memories": float(size),
         "import_s": imported,
         "import_per_s": size / imported,
+        "make_and_embed_s": embedded,
         "optimize_s": time.perf_counter() - started if optimize else float("nan"),
     }
 
 
 async def search_latency(
-    store: EdgeStore, embedder: StaticEmbedder, tenants: int, rounds: int
+    store: EdgeStore, embedder: StaticEmbedder, tenants: int, rounds: int, kind: str
 ) -> dict[str, Any]:
     """Filtered top-50 latency, embed + search, plus the inline-versus-offloaded comparison.
 
     Inline and offloaded calls alternate which goes first, so neither always gets warm caches.
     """
     rng = np.random.default_rng(SEED + 1)
+    asked = realtext.RealText().questions() if kind == "real" else None
     end_to_end, embed_only, offloaded, inline = [], [], [], []
     for i in range(rounds):
-        text = QUERIES[i % len(QUERIES)]
+        text = next(asked) if asked is not None else QUERIES[i % len(QUERIES)]
         tenant = f"t{int(rng.integers(0, tenants))}"
         t0 = time.perf_counter()
         vector = (await embedder.embed([text]))[0]
@@ -191,7 +224,7 @@ async def search_latency(
 
 
 async def run_search(
-    size: int, tenants: int, rounds: int, keep: Path | None, optimize: bool
+    size: int, tenants: int, rounds: int, keep: Path | None, optimize: bool, text: str
 ) -> dict[str, Any]:
     """Import (unless ``keep`` already holds a store), then time dense and hybrid searches."""
     embedder = StaticEmbedder()
@@ -206,10 +239,10 @@ async def run_search(
                 print(f"reusing the store in {where}", flush=True)
             else:
                 print(f"importing {size:,} memories over {tenants:,} tenants ...", flush=True)
-                figures = await ingest(store, size, tenants, optimize)
+                figures = await ingest(store, size, tenants, optimize, text)
             for mode in ("dense", "hybrid"):
                 store.hybrid = mode == "hybrid"
-                latency[mode] = await search_latency(store, embedder, tenants, rounds)
+                latency[mode] = await search_latency(store, embedder, tenants, rounds, text)
             started = time.perf_counter()
             await store.close()
             figures["close_s"] = time.perf_counter() - started
@@ -224,6 +257,7 @@ async def run_search(
         print(format_table(rows, ["measure", "count", "p50", "p90", "p99", "max"]))
     print(format_table([figures]))
     return {
+        "text": text,
         "size": size,
         "tenants": tenants,
         "optimized": optimize,
@@ -293,6 +327,12 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=1, help="tenants to spread them over")
     parser.add_argument("--rounds", type=int, default=2_000, help="search queries to time")
     parser.add_argument(
+        "--text",
+        choices=("real", "synthetic"),
+        default="real",
+        help="real-text memories and questions (LoCoMo-based), or the synthetic templates",
+    )
+    parser.add_argument(
         "--keep", type=Path, default=None, help="build the store here and keep it (or reuse it)"
     )
     parser.add_argument(
@@ -316,11 +356,17 @@ def main() -> None:
         return
     if args.smoke:
         args.size, args.tenants, args.rounds = 3_000, 10, 50
+    if args.text == "real" and not realtext.available():
+        if not args.smoke:
+            raise SystemExit(f"real text needs the LoCoMo data at {realtext.LOCOMO_PATH}")
+        print("LoCoMo data absent: smoke run on synthetic text", file=sys.stderr)
+        args.text = "synthetic"
     out = asyncio.run(
-        run_search(args.size, args.tenants, args.rounds, args.keep, not args.no_optimize)
+        run_search(args.size, args.tenants, args.rounds, args.keep, not args.no_optimize, args.text)
     )
     if not args.smoke:
-        name = f"store_search_{args.size}_{args.tenants}{'_noopt' if args.no_optimize else ''}"
+        suffix = "_noopt" if args.no_optimize else ""
+        name = f"store_search_{args.text}_{args.size}_{args.tenants}{suffix}"
         print("saved", save_results(name, out))
 
 

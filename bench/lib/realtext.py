@@ -16,8 +16,8 @@ benchmarks store real text:
    overlapping real items give it near-duplicates at about the real rate. It cannot invent
    words: the vocabulary stops growing at the corpus's (``compare`` reports both).
 3. **Questions**: the LoCoMo questions (all categories) in a seeded shuffle, then questions
-   walked from an order-2 chain over them, each new text used once: a benchmark asking a new
-   question per request never hits a cache.
+   walked from an order-2 chain over them (about 15k new ones), then from an order-1 chain,
+   each text used once: a benchmark asking a new question per request never hits a cache.
 
 Everything is seeded and deterministic. The data is read in place (CC BY-NC 4.0) and never
 written into the repo; ``python bench/lib/realtext.py`` prints the real-vs-generated statistics.
@@ -129,7 +129,9 @@ class RealText:
         self.sources = sorted(by_source)
         self.chains = {source: Chain(by_source[source], order) for source in self.sources}
         self.cumulative = list(itertools.accumulate(len(by_source[s]) for s in self.sources))
-        self.question_chain = Chain(self.corpus.questions, order)
+        # Order 2 reads like the real questions but runs out after ~15k new ones; a long run
+        # goes on with order-1 walks (same words and lengths, looser grammar).
+        self.question_chains = [Chain(self.corpus.questions, o) for o in sorted({order, 1})[::-1]]
 
     def texts(self, count: int, *, start: int = 0) -> Iterator[tuple[str, str]]:
         """``count`` (source, content) pairs: the real items (shuffled), then generated ones.
@@ -181,15 +183,17 @@ class RealText:
         rng.shuffle(real)
         seen = set(real)
         yield from real
-        while True:
-            for _ in range(QUESTION_TRIES):
-                text = self.question_chain.walk(rng, max_words=40)
-                if text and text not in seen:
-                    break
-            else:
-                raise RuntimeError(f"no unseen question after {len(seen)} (chain exhausted)")
-            seen.add(text)
-            yield text
+        for chain in self.question_chains:
+            while True:
+                for _ in range(QUESTION_TRIES):
+                    text = chain.walk(rng, max_words=40)
+                    if text and text not in seen:
+                        break
+                else:
+                    break  # this chain is exhausted: the next, looser one
+                seen.add(text)
+                yield text
+        raise RuntimeError(f"no unseen question after {len(seen)} (chains exhausted)")
 
 
 class QuestionBodies:
