@@ -9,10 +9,12 @@
 3. ``api``: ``POST /v1/memories`` batches against ``memproxy serve`` (a subprocess), from
    ``--concurrency`` client threads.
 
-Each path imports the same synthetic memories (``bench/lib/memories.py``) into a fresh data
-dir. Run: ``.venv/bin/python bench/import.py`` (20,000 memories, ~a minute);
-``--smoke`` (500 memories, seconds). Results go to ``bench/results/import.json`` (not in smoke
-mode). The machine is shared with other work: figures are noisy.
+Each path imports the same memories into a fresh data dir: real text by default
+(``bench/lib/realtext.py``: LoCoMo items, then generated ones), or the synthetic templates
+(``bench/lib/memories.py``) with ``--text synthetic``. Run: ``.venv/bin/python bench/import.py``
+(20,000 memories, ~a minute);
+``--smoke`` (500 memories, seconds). Results go to ``bench/results/import_<text>.json`` (not
+in smoke mode). The machine is shared with other work: figures are noisy.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.lib import realtext  # noqa: E402
 from bench.lib.memories import synthetic_memories  # noqa: E402
 from bench.lib.report import save_results  # noqa: E402
 from bench.lib.servers import memproxy, python_env  # noqa: E402
@@ -139,16 +142,25 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=DEFAULT_BATCH)
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     parser.add_argument("--smoke", action="store_true", help="a few hundred memories, seconds")
+    parser.add_argument("--text", choices=("real", "synthetic"), default="real")
     args = parser.parse_args()
     size = SMOKE_SIZE if args.smoke else args.size
-    items = synthetic_memories(size, user="bench-user")
+    if args.text == "real" and not realtext.available():
+        if not args.smoke:
+            raise SystemExit(f"real text needs the LoCoMo data at {realtext.LOCOMO_PATH}")
+        print("LoCoMo data absent: smoke run on synthetic text", file=sys.stderr)
+        args.text = "synthetic"
+    if args.text == "real":
+        items = realtext.RealText().memories(size, user="bench-user")
+    else:
+        items = synthetic_memories(size, user="bench-user")
     rows = []
     with tempfile.TemporaryDirectory(prefix="memproxy-import-") as tmp:
         work = Path(tmp)
         rows.append(bench_service(items, args.batch, work / "service"))
         rows.append(bench_cli(items, args.batch, work / "cli", work))
         rows.append(bench_api(items, args.batch, args.concurrency, work / "api"))
-    print(f"import throughput, {size:,} synthetic memories, batches of {args.batch}")
+    print(f"import throughput, {size:,} {args.text}-text memories, batches of {args.batch}")
     for row in rows:
         extra = (
             f"  (wall incl. start: {row['memories_per_s_wall']:,} /s)"
@@ -157,7 +169,8 @@ def main() -> None:
         )
         print(f"  {row['path']:<8} {row['memories_per_s']:>10,} memories/s{extra}")
     if not args.smoke:
-        path = save_results("import", {"size": size, "batch": args.batch, "rows": rows})
+        figures = {"text": args.text, "size": size, "batch": args.batch, "rows": rows}
+        path = save_results(f"import_{args.text}", figures)
         print(f"saved {path.relative_to(ROOT)}")
 
 
