@@ -79,7 +79,7 @@ from proxy.memory.store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, SearchQuery, 
 
 VARIANTS = ("prune", "memo", "top30", "dense")
 ENCODING = "o200k_base"
-BUDGET = 2_000  # the memory budget of a gpt-4o-mini request with a short prompt (capped)
+BUDGET = 4_500  # a gpt-4o-mini request with a short prompt: memory.max_tokens caps it
 PARTS = (
     "embed",
     "encode_query",

@@ -23,6 +23,7 @@ with 10k real-text memories.
 
     .venv/bin/python bench/pipeline.py                  # a few minutes (100k seeding included)
     .venv/bin/python bench/pipeline.py --text both --sizes 10000
+    .venv/bin/python bench/pipeline.py --variant-config counts-off.yaml   # A/B a setting
     .venv/bin/python bench/pipeline.py --smoke          # seconds, for CI
 """
 
@@ -126,66 +127,83 @@ async def seed_store(
 def end_to_end(
     args: argparse.Namespace, embedder: StaticEmbedder, texts: tuple[str, ...]
 ) -> list[dict[str, Any]]:
-    """Memory off vs on through one memproxy process per text kind; one row per kind and c."""
+    """Memory off vs on through memproxy processes; one row per text kind, config and c.
+
+    One process per text kind with the default settings serves both ``{text}-off`` and
+    ``{text}-on``; each ``--variant-config`` YAML adds a process (its own copy of the seeded
+    store) serving ``{text}-on+{name}``, compared with the same memory-off cells.
+    """
     seconds, rounds = (0.5, 1) if args.smoke else (args.seconds, args.rounds)
     count = 300 if args.smoke else args.memories
     concurrencies = (1, 50)
+    configs: list[tuple[str, Path | None]] = [("", None)]
+    configs += [(f"+{path.stem}", path) for path in args.variant_config]
     with contextlib.ExitStack() as stack:
         fake = stack.enter_context(fake_upstream())
         targets, bodies = [], {}
         for text in texts:
-            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-pipeline-"))
+            for suffix, config in configs:
+                data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-pipeline-"))
 
-            async def seed(where: str = data_dir, kind: str = text) -> float:
-                store = await EdgeStore.open(where, dimensions=embedder.dimensions)
-                try:
-                    return await seed_store(store, embedder, bench_tenant(), count, kind)
-                finally:
-                    await store.close()
+                async def seed(where: str = data_dir, kind: str = text) -> float:
+                    store = await EdgeStore.open(where, dimensions=embedder.dimensions)
+                    try:
+                        return await seed_store(store, embedder, bench_tenant(), count, kind)
+                    finally:
+                        await store.close()
 
-            took = asyncio.run(seed())
-            print(f"seeded {count} {text} memories in {took:.1f} s", file=sys.stderr)
-            extra = {"MEMPROXY_ACCESS_LOG": "false"}
-            proxy = stack.enter_context(
-                memproxy(fake.base_url + "/v1", Path(data_dir), extra_env=extra)
-            )
-            auth = {"Authorization": f"Bearer {API_KEY}"}
-            for mode in ("off", "on"):
-                name = f"{text}-{mode}"
-                headers = {**auth, "X-Memory-Mode": "off"} if mode == "off" else auth
-                targets.append(loadgen.Target(name, proxy.base_url, headers))
-                bodies[name] = question_bodies(text)
+                took = asyncio.run(seed())
+                print(f"seeded {count} {text} memories in {took:.1f} s", file=sys.stderr)
+                extra = {"MEMPROXY_ACCESS_LOG": "false"}
+                if config is not None:
+                    extra["MEMPROXY_CONFIG"] = str(config)
+                proxy = stack.enter_context(
+                    memproxy(fake.base_url + "/v1", Path(data_dir), extra_env=extra)
+                )
+                auth = {"Authorization": f"Bearer {API_KEY}"}
+                modes = ("off", "on") if config is None else ("on",)
+                for mode in modes:
+                    name = f"{text}-{mode}{suffix}"
+                    headers = {**auth, "X-Memory-Mode": "off"} if mode == "off" else auth
+                    targets.append(loadgen.Target(name, proxy.base_url, headers))
+                    bodies[name] = question_bodies(text)
         results = loadgen.run_interleaved(
             targets, concurrencies=concurrencies, seconds=seconds, rounds=rounds, bodies=bodies
         )
     rows = []
     for text in texts:
-        for concurrency in concurrencies:
-            off_sample = results[(f"{text}-off", concurrency, False)]
-            on_sample = results[(f"{text}-on", concurrency, False)]
-            off, on = off_sample.summary(), on_sample.summary()
-            row: dict[str, Any] = {
-                "text": text,
-                "memories": count,
-                "c": concurrency,
-                "off_p50_ms": off["p50_ms"],
-                "on_p50_ms": on["p50_ms"],
-                "added_p50_ms": on["p50_ms"] - off["p50_ms"],
-                "added_p99_ms": on["p99_ms"] - off["p99_ms"],
-                "off_rps": off["rps"],
-                "on_rps": on["rps"],
-                "rps_ratio": stats.ratio(on["rps"], off["rps"]),
-                "errors": off["errors"] + on["errors"],
-                "injected": stats.ratio(
-                    on_sample.memory_status.get("injected", 0), on_sample.requests
-                ),
-            }
-            for stage in STAGES:
-                values = on_sample.stages_ms.get(stage)
-                if values:
-                    row[f"{stage}_p50"] = stats.percentile(values, 50)
-            rows.append(row)
+        for suffix, _ in configs:
+            for concurrency in concurrencies:
+                off_sample = results[(f"{text}-off", concurrency, False)]
+                on_sample = results[(f"{text}-on{suffix}", concurrency, False)]
+                rows.append(e2e_row(f"{text}{suffix}", count, concurrency, off_sample, on_sample))
     return rows
+
+
+def e2e_row(
+    name: str, count: int, concurrency: int, off_sample: loadgen.Sample, on_sample: loadgen.Sample
+) -> dict[str, Any]:
+    """One end-to-end table row: memory on against memory off, plus on's stage p50s."""
+    off, on = off_sample.summary(), on_sample.summary()
+    row: dict[str, Any] = {
+        "text": name,
+        "memories": count,
+        "c": concurrency,
+        "off_p50_ms": off["p50_ms"],
+        "on_p50_ms": on["p50_ms"],
+        "added_p50_ms": on["p50_ms"] - off["p50_ms"],
+        "added_p99_ms": on["p99_ms"] - off["p99_ms"],
+        "off_rps": off["rps"],
+        "on_rps": on["rps"],
+        "rps_ratio": stats.ratio(on["rps"], off["rps"]),
+        "errors": off["errors"] + on["errors"],
+        "injected": stats.ratio(on_sample.memory_status.get("injected", 0), on_sample.requests),
+    }
+    for stage in STAGES:
+        values = on_sample.stages_ms.get(stage)
+        if values:
+            row[f"{stage}_p50"] = stats.percentile(values, 50)
+    return row
 
 
 # -- part 2: stages in process ---------------------------------------------------------------
@@ -302,6 +320,14 @@ def main() -> None:
         choices=(*TEXTS, "both"),
         default="real",
         help="memories and questions: real text (LoCoMo-based), the synthetic templates, or both",
+    )
+    parser.add_argument(
+        "--variant-config",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="YAML",
+        help="end to end: also serve memory on from a process with this config (repeatable)",
     )
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--json", action="store_true")
