@@ -138,7 +138,11 @@ def search_parts(
     variant: str | None,
     max_df: float,
 ) -> tuple[list[Candidate], dict[str, float], dict[str, float]]:
-    """``edge_query.search_hits`` + record reads, step by step; returns hits, ms, facts."""
+    """``edge_query.search_hits`` + record reads, step by step; returns hits, ms, facts.
+
+    A copy of the store's steps with clocks between them (the store has no hooks for that);
+    ``tests/bench/test_memory_costs.py`` checks it still finds exactly what the store finds.
+    """
     store = scope.store
     shard = store._shard  # the bench times the store's own steps
     tenant = bench_pipeline.bench_tenant()

@@ -162,3 +162,26 @@ def test_unique_chat_bodies_are_distinct_json_with_the_stream_flag() -> None:
 )
 def test_parse_server_timing(header: str, expected: dict[str, float]) -> None:
     assert loadgen.parse_server_timing(header) == pytest.approx(expected)
+
+
+def test_run_interleaved_gives_each_target_its_own_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, list[object]] = {}
+
+    def fake_cell(target: loadgen.Target, **kwargs: object) -> loadgen.Sample:
+        seen.setdefault(target.name, []).append(kwargs.get("body"))
+        return loadgen.Sample(latencies=[0.001], elapsed=1.0)
+
+    monkeypatch.setattr(loadgen, "run_cell", fake_cell)
+    targets = [loadgen.Target("a", "http://a"), loadgen.Target("b", "http://b")]
+    marker = b"{}"
+    loadgen.run_interleaved(
+        targets,
+        concurrencies=(1,),
+        seconds=0.1,
+        rounds=2,
+        unique_queries=True,
+        bodies={"a": lambda stream: marker},
+        log=False,
+    )
+    assert seen["a"][1:] == [marker, marker]  # the first call is the warm-up
+    assert all(callable(body) for body in seen["b"][1:])  # unique template questions
