@@ -14,7 +14,8 @@ Three questions about ``proxy.memory.edge.EdgeStore`` (ADRs 0010-0013):
 3. The cost of keeping the synchronous shard off the event loop: one search inline versus
    through the store's thread pool.
 4. ``--recall``: LoCoMo dev evidence recall@k for dense-only versus hybrid (BM25 + RRF), reading
-   the data from ``/work/shared/bench/locomo`` (never copied).
+   the data from ``/work/shared/bench/locomo`` (never copied). ``--prune-share 0.05`` adds
+   hybrid with the BM25 query's common terms dropped (a prototype, issue 14).
 
 Both dense-only and hybrid search are timed on the same store (hybrid is a search-time switch).
 
@@ -29,11 +30,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,7 @@ from bench.lib.locomo_data import CATEGORIES, build_memories, evidence_recall, q
 from bench.lib.report import save_results
 from bench.lib.stats import format_table, summarize_ms
 from proxy.context.records import SOURCES, MemoryRecord
+from proxy.memory import lexical
 from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.store import SearchQuery
@@ -284,25 +288,69 @@ def locomo_records(sample: dict[str, Any]) -> list[MemoryRecord]:
     ]
 
 
-async def run_recall(samples: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:
-    """Evidence recall@k on LoCoMo for dense-only and hybrid search over the same store."""
+@contextlib.contextmanager
+def pruned_queries(df: Counter[int], documents: list[int], share: float) -> Iterator[None]:
+    """Make BM25 queries drop terms in more than ``share`` of the asking user's memories.
+
+    A bench-only prototype (issue 14): the store's query encoder is swapped for one that
+    prunes with ``df`` (term -> memories holding it) and ``documents[0]`` (the user's memory
+    count), both set by the caller per question; restored on exit.
+    """
+    original = lexical.encode_query
+
+    def encode(text: str) -> lexical.SparsePair:
+        indices, values = original(text)
+        keep = [
+            (i, v) for i, v in zip(indices, values, strict=True) if df[i] <= share * documents[0]
+        ]
+        return [i for i, _ in keep], [v for _, v in keep]
+
+    lexical.encode_query = encode  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        lexical.encode_query = original  # type: ignore[assignment]
+
+
+async def run_recall(
+    samples: Sequence[dict[str, Any]], ks: Sequence[int], prune_shares: Sequence[float] = ()
+) -> dict[str, Any]:
+    """Evidence recall@k on LoCoMo for dense-only and hybrid search over the same store.
+
+    Each of ``prune_shares`` adds a hybrid mode whose BM25 query drops the terms held by more
+    than that share of the user's memories (``pruned_queries``).
+    """
     embedder = StaticEmbedder()
     asked = [q for sample in samples for q in questions(sample, CATEGORIES)]
     vectors = embedder.embed_sync([q.text for q in asked])
     results: dict[str, Any] = {}
+    frequencies: dict[str, Counter[int]] = {}
+    sizes: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = await EdgeStore.open(tmp, dimensions=embedder.dimensions, optimize_after=None)
         try:
             for sample in samples:
                 records = locomo_records(sample)
                 await store.add(records, embedder.embed_sync([r.content for r in records]))
-            for mode in ("dense", "hybrid"):
-                store.hybrid = mode == "hybrid"
+                df: Counter[int] = Counter()
+                for record in records:
+                    df.update(set(lexical.encode_document(record.content)[0]))
+                frequencies[str(sample["sample_id"])] = df
+                sizes[str(sample["sample_id"])] = len(records)
+            modes: list[tuple[str, float | None]] = [("dense", None), ("hybrid", None)]
+            modes += [(f"hybrid-pruned{share:g}", share) for share in prune_shares]
+            for mode, share in modes:
+                store.hybrid = mode != "dense"
                 for k in ks:
                     by_category: dict[str, list[float]] = {}
                     for question, vector in zip(asked, vectors, strict=True):
                         query = SearchQuery(vector, question.text, question.sample_id, None, k)
-                        hits = await store.search("locomo", query)
+                        if share is None:
+                            hits = await store.search("locomo", query)
+                        else:
+                            user = question.sample_id
+                            with pruned_queries(frequencies[user], [sizes[user]], share):
+                                hits = await store.search("locomo", query)
                         recall = evidence_recall(
                             question.evidence, [{"metadata": h.record.metadata} for h in hits]
                         )
@@ -323,6 +371,13 @@ def main() -> None:
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI (seconds)")
     parser.add_argument("--recall", action="store_true", help="LoCoMo dense vs hybrid recall")
+    parser.add_argument(
+        "--prune-share",
+        type=float,
+        action="append",
+        default=[],
+        help="--recall: also hybrid with BM25 query terms above this df share dropped",
+    )
     parser.add_argument("--size", type=int, default=100_000, help="memories to import")
     parser.add_argument("--tenants", type=int, default=1, help="tenants to spread them over")
     parser.add_argument("--rounds", type=int, default=2_000, help="search queries to time")
@@ -349,7 +404,11 @@ def main() -> None:
             sys.exit(0 if args.smoke else 1)
         samples = json.loads(LOCOMO.read_text())
         out = asyncio.run(
-            run_recall(samples[:1] if args.smoke else samples, (10,) if args.smoke else RECALL_KS)
+            run_recall(
+                samples[:1] if args.smoke else samples,
+                (10,) if args.smoke else RECALL_KS,
+                args.prune_share,
+            )
         )
         if not args.smoke:
             print("saved", save_results("store_recall", out))
