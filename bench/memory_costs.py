@@ -80,21 +80,9 @@ from proxy.memory.store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, SearchQuery, 
 VARIANTS = ("prune", "memo", "top30", "dense")
 ENCODING = "o200k_base"
 BUDGET = 4_500  # a gpt-4o-mini request with a short prompt: memory.max_tokens caps it
-PARTS = (
-    "embed",
-    "encode_query",
-    "dense",
-    "sparse",
-    "fuse_rescore",
-    "records",
-    "match",
-    "score",
-    "dedup_words",
-    "dedup_walk",
-    "pack",
-    "render",
-    "assemble",
-)
+SEARCH_PARTS = ("embed", "encode_query", "dense", "sparse", "fuse_rescore", "records")
+ASSEMBLE_PARTS = ("match", "score", "dedup_words", "dedup_walk", "pack", "render", "assemble")
+PARTS = SEARCH_PARTS + ASSEMBLE_PARTS
 
 
 # -- the parts of one request ------------------------------------------------------------------
@@ -414,10 +402,7 @@ def measure(
             values = ms[(text, variant)].get(name)
             if values:
                 row[name] = stats.percentile(values, 50)
-        row["search_sum"] = sum(
-            row.get(p, 0.0)
-            for p in ("embed", "encode_query", "dense", "sparse", "fuse_rescore", "records")
-        )
+        row["search_sum"] = sum(row.get(p, 0.0) for p in SEARCH_PARTS)
         for name, values in facts[(text, variant)].items():
             row[name] = stats.percentile(values, 50)
         if variant is not None:
