@@ -9,10 +9,13 @@
 3. ``api``: ``POST /v1/memories`` batches against ``memproxy serve`` (a subprocess), from
    ``--concurrency`` client threads.
 
-Each path imports the same synthetic memories (``bench/lib/memories.py``) into a fresh data
-dir. Run: ``.venv/bin/python bench/import.py`` (20,000 memories, ~a minute);
-``--smoke`` (500 memories, seconds). Results go to ``bench/results/import.json`` (not in smoke
-mode). The machine is shared with other work: figures are noisy.
+Each path imports the same memories into a fresh data dir: real text by default
+(``bench/lib/realtext.py``: LoCoMo items, then generated ones), or the synthetic templates
+(``bench/lib/memories.py``) with ``--text synthetic``; ``--text both`` runs the two, the
+service path interleaved batch by batch. Run: ``.venv/bin/python bench/import.py``
+(20,000 memories, ~a minute);
+``--smoke`` (500 memories, seconds). Results go to ``bench/results/import_<text>.json`` (not
+in smoke mode). The machine is shared with other work: figures are noisy.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.lib import realtext  # noqa: E402
 from bench.lib.memories import synthetic_memories  # noqa: E402
 from bench.lib.report import save_results  # noqa: E402
 from bench.lib.servers import memproxy, python_env  # noqa: E402
@@ -46,36 +50,53 @@ DEFAULT_CONCURRENCY = 2
 UNUSED_UPSTREAM = "http://127.0.0.1:9/v1"
 
 
-def bench_service(items: list[dict[str, Any]], batch: int, data_dir: Path) -> dict[str, Any]:
-    """In-process ``MemoryService.write`` on EdgeStore with the shipped static embedder."""
+def bench_service(
+    sets: dict[str, list[dict[str, Any]]], batch: int, data_dir: Path
+) -> list[dict[str, Any]]:
+    """In-process ``MemoryService.write`` on EdgeStore with the shipped static embedder.
+
+    With several sets (text kinds) each gets its own store and their batches alternate, the
+    order swapping every batch, so machine drift falls on all alike.
+    """
     from proxy.memory.edge import EdgeStore
     from proxy.memory.embedders import StaticEmbedder
     from proxy.memory.inputs import parse_memories
     from proxy.memory.service import MemoryService
 
-    async def run() -> float:
+    async def run() -> dict[str, float]:
         embedder = StaticEmbedder()
-        store = await EdgeStore.open(data_dir, dimensions=embedder.dimensions)
-        service = MemoryService(store, embedder, None)
-        inputs = [
-            parse_memories(items[i : i + batch], max_content_chars=8000, max_batch=batch)
-            for i in range(0, len(items), batch)
-        ]
-        await service.write("warm", inputs[0][:1])
-        started = time.perf_counter()
-        for chunk in inputs:
-            await service.write("bench", chunk)
-        elapsed = time.perf_counter() - started
-        await store.close()
+        services, inputs, elapsed = {}, {}, {}
+        for kind, items in sets.items():
+            store = await EdgeStore.open(data_dir / kind, dimensions=embedder.dimensions)
+            services[kind] = MemoryService(store, embedder, None)
+            inputs[kind] = [
+                parse_memories(items[i : i + batch], max_content_chars=8000, max_batch=batch)
+                for i in range(0, len(items), batch)
+            ]
+            await services[kind].write("warm", inputs[kind][0][:1])
+            elapsed[kind] = 0.0
+        kinds = list(sets)
+        for n in range(max(len(chunks) for chunks in inputs.values())):
+            for kind in kinds[n % len(kinds) :] + kinds[: n % len(kinds)]:
+                if n < len(inputs[kind]):
+                    started = time.perf_counter()
+                    await services[kind].write("bench", inputs[kind][n])
+                    elapsed[kind] += time.perf_counter() - started
+        for service in services.values():
+            await service.store.close()
         return elapsed
 
     elapsed = asyncio.run(run())
-    return {
-        "path": "service",
-        "memories": len(items),
-        "seconds": round(elapsed, 3),
-        "memories_per_s": round(len(items) / elapsed, 1),
-    }
+    return [
+        {
+            "path": "service",
+            "text": kind,
+            "memories": len(sets[kind]),
+            "seconds": round(elapsed[kind], 3),
+            "memories_per_s": round(len(sets[kind]) / elapsed[kind], 1),
+        }
+        for kind in sets
+    ]
 
 
 def bench_cli(
@@ -139,25 +160,47 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=DEFAULT_BATCH)
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY)
     parser.add_argument("--smoke", action="store_true", help="a few hundred memories, seconds")
+    parser.add_argument(
+        "--text",
+        choices=("real", "synthetic", "both"),
+        default="real",
+        help="both: the service path interleaves the two kinds, the others run each in turn",
+    )
     args = parser.parse_args()
     size = SMOKE_SIZE if args.smoke else args.size
-    items = synthetic_memories(size, user="bench-user")
+    kinds = ["real", "synthetic"] if args.text == "both" else [args.text]
+    if "real" in kinds and not realtext.available():
+        if not args.smoke:
+            raise SystemExit(f"real text needs the LoCoMo data at {realtext.LOCOMO_PATH}")
+        print("LoCoMo data absent: smoke run on synthetic text", file=sys.stderr)
+        kinds = ["synthetic"]
+    sets = {
+        kind: realtext.RealText().memories(size, user="bench-user")
+        if kind == "real"
+        else synthetic_memories(size, user="bench-user")
+        for kind in kinds
+    }
     rows = []
     with tempfile.TemporaryDirectory(prefix="memproxy-import-") as tmp:
         work = Path(tmp)
-        rows.append(bench_service(items, args.batch, work / "service"))
-        rows.append(bench_cli(items, args.batch, work / "cli", work))
-        rows.append(bench_api(items, args.batch, args.concurrency, work / "api"))
-    print(f"import throughput, {size:,} synthetic memories, batches of {args.batch}")
+        rows += bench_service(sets, args.batch, work / "service")
+        for kind, items in sets.items():
+            cli = bench_cli(items, args.batch, work / f"cli-{kind}", work)
+            api = bench_api(items, args.batch, args.concurrency, work / f"api-{kind}")
+            rows += [{**cli, "text": kind}, {**api, "text": kind}]
+    print(f"import throughput, {size:,} memories per text kind, batches of {args.batch}")
     for row in rows:
         extra = (
             f"  (wall incl. start: {row['memories_per_s_wall']:,} /s)"
             if row["path"] == "cli"
             else ""
         )
-        print(f"  {row['path']:<8} {row['memories_per_s']:>10,} memories/s{extra}")
+        print(
+            f"  {row['text']:<10} {row['path']:<8} {row['memories_per_s']:>10,} memories/s{extra}"
+        )
     if not args.smoke:
-        path = save_results("import", {"size": size, "batch": args.batch, "rows": rows})
+        figures = {"text": args.text, "size": size, "batch": args.batch, "rows": rows}
+        path = save_results(f"import_{args.text}", figures)
         print(f"saved {path.relative_to(ROOT)}")
 
 

@@ -3,14 +3,15 @@
 Two phases, each against a fresh memproxy process in front of the fake upstream:
 
 1. ``healthy``: ``python -m proxy serve`` with memory on, the embedded store (seeded with
-   memories for every user) and a real ``redis-server`` as the cache.
+   real-text memories for every user, ``bench/lib/realtext.py``; templates when the LoCoMo
+   data is absent) and a real ``redis-server`` as the cache.
 2. ``failing``: Redis is started, then stopped (SIGKILL) as the phase begins, and the memory
    store fails every call (half of them only after hanging past the search timeout). The app is
    the same ``create_app`` served by uvicorn, with that failing store injected (``--serve``
    below). Chat must go on: every request answered, ``X-Memory-Status: degraded``.
 
 During each phase C clients loop over streaming (and every 5th, non-streaming) chat requests
-with rotating users and questions (repeats hit the caches). Every 5 s the proxy's resident
+with rotating users and LoCoMo questions (repeats hit the caches). Every 5 s the proxy's resident
 memory (VmRSS, and its anonymous part RssAnon) and open file count (/proc/PID/fd) are sampled.
 After the warm-up (a fifth of the phase, at least 20 s) both slopes are fitted by least
 squares. The judged one is RssAnon: VmRSS also counts the embedded store's memory-mapped WAL
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -50,6 +52,7 @@ import orjson
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.lib import realtext
 from bench.lib.servers import ROOT, ServerProcess, free_port, memproxy, python_env
 
 GROWTH_LIMIT_MIB_PER_MIN = 5.0
@@ -152,9 +155,25 @@ def open_files(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+MEMORIES_PER_USER = 20
+
+
+def soak_questions() -> list[str]:
+    """``QUESTIONS`` real questions, or numbered templates when the LoCoMo data is absent."""
+    if realtext.available():
+        return list(itertools.islice(realtext.RealText().questions(), QUESTIONS))
+    return [
+        f"Question {n}: what does the user drink and where did they travel?"
+        for n in range(QUESTIONS)
+    ]
+
+
+ASKED = soak_questions()
+
+
 def request_body(i: int, stream: bool) -> bytes:
     user = f"user-{i % USERS}"
-    question = f"Question {i % QUESTIONS}: what does {user} drink and where did they travel?"
+    question = ASKED[i % QUESTIONS]
     return orjson.dumps(
         {
             "model": "gpt-4o-mini",
@@ -295,17 +314,24 @@ def seed(base_url: str) -> None:
     import httpx
 
     with httpx.Client(base_url=base_url, timeout=60) as client:
+        source = realtext.RealText() if realtext.available() else None
         for u in range(USERS):
             user = f"user-{u}"
-            memories = [
-                {"user": user, "content": f"{user} drinks {d} and travelled to {p} in {y}."}
-                for d, p, y in zip(
-                    ["tea", "espresso", "matcha", "cocoa"] * 5,
-                    ["Lisbon", "Kyoto", "Oslo", "Quito", "Hanoi"] * 4,
-                    range(2000, 2020),
-                    strict=False,
-                )
-            ]
+            if source is not None:
+                texts = source.texts(MEMORIES_PER_USER, start=u * MEMORIES_PER_USER)
+                memories = [
+                    {"user": user, "source": kind, "content": content} for kind, content in texts
+                ]
+            else:
+                memories = [
+                    {"user": user, "content": f"{user} drinks {d} and travelled to {p} in {y}."}
+                    for d, p, y in zip(
+                        ["tea", "espresso", "matcha", "cocoa"] * 5,
+                        ["Lisbon", "Kyoto", "Oslo", "Quito", "Hanoi"] * 4,
+                        range(2000, 2020),
+                        strict=False,
+                    )
+                ]
             response = client.post(
                 "/v1/memories",
                 json={"memories": memories},

@@ -3,15 +3,19 @@
 Three questions about ``proxy.memory.edge.EdgeStore`` (ADRs 0010-0013):
 
 1. Search: filtered top-50 p50/p99 *including the query embedding* (the real ``StaticEmbedder``)
-   at 100k memories in one tenant and at 1M memories over 1,000 tenants. Stored vectors are
-   random unit vectors written directly: embedding 1M synthetic texts would only measure the
-   embedder, whose bulk speed ``bench/embed.py`` reports. Queries embed real sentences.
+   at 100k memories in one tenant and at 1M memories over 1,000 tenants. By default the
+   memories are real text (``bench/lib/realtext.py``: LoCoMo items, then generated ones) with
+   their static embeddings, and every search asks a new LoCoMo question. ``--text synthetic``
+   stores eight-word template texts with random unit vectors and cycles eight fixed queries
+   (the figures before issue 14).
 2. Import throughput (memories/s through ``add`` in batches: token counting, BM25 encoding,
-   payloads, WAL), then the index build (``optimize``) time, reported separately.
+   payloads, WAL; the embedding is done before and timed apart), then the index build
+   (``optimize``) time, reported separately.
 3. The cost of keeping the synchronous shard off the event loop: one search inline versus
    through the store's thread pool.
 4. ``--recall``: LoCoMo dev evidence recall@k for dense-only versus hybrid (BM25 + RRF), reading
-   the data from ``/work/shared/bench/locomo`` (never copied).
+   the data from ``/work/shared/bench/locomo`` (never copied). ``--prune-share 0.05`` adds
+   hybrid with the BM25 query's common terms dropped (a prototype, issue 14).
 
 Both dense-only and hybrid search are timed on the same store (hybrid is a search-time switch).
 
@@ -26,11 +30,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -40,10 +46,12 @@ if __package__ in (None, ""):
 
 import numpy as np
 
+from bench.lib import realtext
 from bench.lib.locomo_data import CATEGORIES, build_memories, evidence_recall, questions
 from bench.lib.report import save_results
 from bench.lib.stats import format_table, summarize_ms
 from proxy.context.records import SOURCES, MemoryRecord
+from proxy.memory import lexical
 from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.store import SearchQuery
@@ -124,19 +132,46 @@ def unit_rows(count: int, dim: int, rng: np.random.Generator) -> np.ndarray:
     return rows
 
 
-async def ingest(store: EdgeStore, size: int, tenants: int, optimize: bool) -> dict[str, float]:
-    """Write ``size`` synthetic memories in batches; return import and index-build figures."""
+def real_records(
+    source: realtext.RealText, start: int, count: int, tenants: int
+) -> list[MemoryRecord]:
+    """Real-text records ``start..start+count``, over tenants and users like the synthetic."""
+    return [
+        MemoryRecord(
+            id=f"m{start + i}",
+            tenant=f"t{(start + i) % tenants}",
+            user=f"u{(start + i) // tenants % 5}",
+            source=kind,
+            content=content,
+            created_at=NOW - timedelta(minutes=start + i),
+        )
+        for i, (kind, content) in enumerate(source.texts(count, start=start))
+    ]
+
+
+async def ingest(
+    store: EdgeStore, size: int, tenants: int, optimize: bool, text: str
+) -> dict[str, float]:
+    """Write ``size`` memories in batches; return import, embedding and index-build figures."""
     rng = np.random.default_rng(SEED)
-    started = time.perf_counter()
+    source = realtext.RealText() if text == "real" else None
+    embedder = StaticEmbedder()
+    imported = embedded = 0.0
     for start in range(0, size, BATCH):
         count = min(BATCH, size - start)
-        await store.add(
-            synthetic_records(start, count, tenants, rng), unit_rows(count, store.dimensions, rng)
-        )
+        t0 = time.perf_counter()
+        if source is not None:
+            records = real_records(source, start, count, tenants)
+            vectors = embedder.embed_sync([r.content for r in records])
+        else:
+            records = synthetic_records(start, count, tenants, rng)
+            vectors = unit_rows(count, store.dimensions, rng)
+        t1 = time.perf_counter()
+        await store.add(records, vectors)
+        imported += time.perf_counter() - t1
+        embedded += t1 - t0
         if start and start % 100_000 == 0:
-            rate = start / (time.perf_counter() - started)
-            print(f"  imported {start:,} ({rate:,.0f}/s)", flush=True)
-    imported = time.perf_counter() - started
+            print(f"  imported {start:,} ({start / imported:,.0f}/s)", flush=True)
     started = time.perf_counter()
     if optimize:
         await store.optimize()
@@ -144,21 +179,23 @@ async def ingest(store: EdgeStore, size: int, tenants: int, optimize: bool) -> d
         "memories": float(size),
         "import_s": imported,
         "import_per_s": size / imported,
+        "make_and_embed_s": embedded,
         "optimize_s": time.perf_counter() - started if optimize else float("nan"),
     }
 
 
 async def search_latency(
-    store: EdgeStore, embedder: StaticEmbedder, tenants: int, rounds: int
+    store: EdgeStore, embedder: StaticEmbedder, tenants: int, rounds: int, kind: str
 ) -> dict[str, Any]:
     """Filtered top-50 latency, embed + search, plus the inline-versus-offloaded comparison.
 
     Inline and offloaded calls alternate which goes first, so neither always gets warm caches.
     """
     rng = np.random.default_rng(SEED + 1)
+    asked = realtext.RealText().questions() if kind == "real" else None
     end_to_end, embed_only, offloaded, inline = [], [], [], []
     for i in range(rounds):
-        text = QUERIES[i % len(QUERIES)]
+        text = next(asked) if asked is not None else QUERIES[i % len(QUERIES)]
         tenant = f"t{int(rng.integers(0, tenants))}"
         t0 = time.perf_counter()
         vector = (await embedder.embed([text]))[0]
@@ -191,7 +228,7 @@ async def search_latency(
 
 
 async def run_search(
-    size: int, tenants: int, rounds: int, keep: Path | None, optimize: bool
+    size: int, tenants: int, rounds: int, keep: Path | None, optimize: bool, text: str
 ) -> dict[str, Any]:
     """Import (unless ``keep`` already holds a store), then time dense and hybrid searches."""
     embedder = StaticEmbedder()
@@ -206,10 +243,10 @@ async def run_search(
                 print(f"reusing the store in {where}", flush=True)
             else:
                 print(f"importing {size:,} memories over {tenants:,} tenants ...", flush=True)
-                figures = await ingest(store, size, tenants, optimize)
+                figures = await ingest(store, size, tenants, optimize, text)
             for mode in ("dense", "hybrid"):
                 store.hybrid = mode == "hybrid"
-                latency[mode] = await search_latency(store, embedder, tenants, rounds)
+                latency[mode] = await search_latency(store, embedder, tenants, rounds, text)
             started = time.perf_counter()
             await store.close()
             figures["close_s"] = time.perf_counter() - started
@@ -224,6 +261,7 @@ async def run_search(
         print(format_table(rows, ["measure", "count", "p50", "p90", "p99", "max"]))
     print(format_table([figures]))
     return {
+        "text": text,
         "size": size,
         "tenants": tenants,
         "optimized": optimize,
@@ -250,25 +288,69 @@ def locomo_records(sample: dict[str, Any]) -> list[MemoryRecord]:
     ]
 
 
-async def run_recall(samples: Sequence[dict[str, Any]], ks: Sequence[int]) -> dict[str, Any]:
-    """Evidence recall@k on LoCoMo for dense-only and hybrid search over the same store."""
+@contextlib.contextmanager
+def pruned_queries(df: Counter[int], documents: list[int], share: float) -> Iterator[None]:
+    """Make BM25 queries drop terms in more than ``share`` of the asking user's memories.
+
+    A bench-only prototype (issue 14): the store's query encoder is swapped for one that
+    prunes with ``df`` (term -> memories holding it) and ``documents[0]`` (the user's memory
+    count), both set by the caller per question; restored on exit.
+    """
+    original = lexical.encode_query
+
+    def encode(text: str) -> lexical.SparsePair:
+        indices, values = original(text)
+        keep = [
+            (i, v) for i, v in zip(indices, values, strict=True) if df[i] <= share * documents[0]
+        ]
+        return [i for i, _ in keep], [v for _, v in keep]
+
+    lexical.encode_query = encode  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        lexical.encode_query = original  # type: ignore[assignment]
+
+
+async def run_recall(
+    samples: Sequence[dict[str, Any]], ks: Sequence[int], prune_shares: Sequence[float] = ()
+) -> dict[str, Any]:
+    """Evidence recall@k on LoCoMo for dense-only and hybrid search over the same store.
+
+    Each of ``prune_shares`` adds a hybrid mode whose BM25 query drops the terms held by more
+    than that share of the user's memories (``pruned_queries``).
+    """
     embedder = StaticEmbedder()
     asked = [q for sample in samples for q in questions(sample, CATEGORIES)]
     vectors = embedder.embed_sync([q.text for q in asked])
     results: dict[str, Any] = {}
+    frequencies: dict[str, Counter[int]] = {}
+    sizes: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = await EdgeStore.open(tmp, dimensions=embedder.dimensions, optimize_after=None)
         try:
             for sample in samples:
                 records = locomo_records(sample)
                 await store.add(records, embedder.embed_sync([r.content for r in records]))
-            for mode in ("dense", "hybrid"):
-                store.hybrid = mode == "hybrid"
+                df: Counter[int] = Counter()
+                for record in records:
+                    df.update(set(lexical.encode_document(record.content)[0]))
+                frequencies[str(sample["sample_id"])] = df
+                sizes[str(sample["sample_id"])] = len(records)
+            modes: list[tuple[str, float | None]] = [("dense", None), ("hybrid", None)]
+            modes += [(f"hybrid-pruned{share:g}", share) for share in prune_shares]
+            for mode, share in modes:
+                store.hybrid = mode != "dense"
                 for k in ks:
                     by_category: dict[str, list[float]] = {}
                     for question, vector in zip(asked, vectors, strict=True):
                         query = SearchQuery(vector, question.text, question.sample_id, None, k)
-                        hits = await store.search("locomo", query)
+                        if share is None:
+                            hits = await store.search("locomo", query)
+                        else:
+                            user = question.sample_id
+                            with pruned_queries(frequencies[user], [sizes[user]], share):
+                                hits = await store.search("locomo", query)
                         recall = evidence_recall(
                             question.evidence, [{"metadata": h.record.metadata} for h in hits]
                         )
@@ -289,9 +371,22 @@ def main() -> None:
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, for CI (seconds)")
     parser.add_argument("--recall", action="store_true", help="LoCoMo dense vs hybrid recall")
+    parser.add_argument(
+        "--prune-share",
+        type=float,
+        action="append",
+        default=[],
+        help="--recall: also hybrid with BM25 query terms above this df share dropped",
+    )
     parser.add_argument("--size", type=int, default=100_000, help="memories to import")
     parser.add_argument("--tenants", type=int, default=1, help="tenants to spread them over")
     parser.add_argument("--rounds", type=int, default=2_000, help="search queries to time")
+    parser.add_argument(
+        "--text",
+        choices=("real", "synthetic"),
+        default="real",
+        help="real-text memories and questions (LoCoMo-based), or the synthetic templates",
+    )
     parser.add_argument(
         "--keep", type=Path, default=None, help="build the store here and keep it (or reuse it)"
     )
@@ -309,18 +404,28 @@ def main() -> None:
             sys.exit(0 if args.smoke else 1)
         samples = json.loads(LOCOMO.read_text())
         out = asyncio.run(
-            run_recall(samples[:1] if args.smoke else samples, (10,) if args.smoke else RECALL_KS)
+            run_recall(
+                samples[:1] if args.smoke else samples,
+                (10,) if args.smoke else RECALL_KS,
+                args.prune_share,
+            )
         )
         if not args.smoke:
             print("saved", save_results("store_recall", out))
         return
     if args.smoke:
         args.size, args.tenants, args.rounds = 3_000, 10, 50
+    if args.text == "real" and not realtext.available():
+        if not args.smoke:
+            raise SystemExit(f"real text needs the LoCoMo data at {realtext.LOCOMO_PATH}")
+        print("LoCoMo data absent: smoke run on synthetic text", file=sys.stderr)
+        args.text = "synthetic"
     out = asyncio.run(
-        run_search(args.size, args.tenants, args.rounds, args.keep, not args.no_optimize)
+        run_search(args.size, args.tenants, args.rounds, args.keep, not args.no_optimize, args.text)
     )
     if not args.smoke:
-        name = f"store_search_{args.size}_{args.tenants}{'_noopt' if args.no_optimize else ''}"
+        suffix = "_noopt" if args.no_optimize else ""
+        name = f"store_search_{args.text}_{args.size}_{args.tenants}{suffix}"
         print("saved", save_results(name, out))
 
 

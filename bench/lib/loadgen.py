@@ -75,6 +75,8 @@ class Sample:
     counted: int = 0  # successful requests of engines without raw samples
     # X-Memory-Status of memproxy's answers (aiohttp engine): shows degraded or empty memory.
     memory_status: dict[str, int] = field(default_factory=dict)
+    # memproxy's Server-Timing stages, ms per answer (aiohttp engine): where the time went.
+    stages_ms: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def requests(self) -> int:
@@ -90,6 +92,8 @@ class Sample:
         self.cpu += other.cpu
         for status, count in other.memory_status.items():
             self.memory_status[status] = self.memory_status.get(status, 0) + count
+        for stage, values in other.stages_ms.items():
+            self.stages_ms.setdefault(stage, []).extend(values)
         if other.percentiles_ms is not None:
             # wrk gives no raw samples: keep the worst round's percentiles (conservative).
             mine = self.percentiles_ms or {}
@@ -128,6 +132,16 @@ def chat_body(stream: bool, model: str = DEFAULT_MODEL, user: str | None = None)
     if user:
         body["user"] = user
     return json.dumps(body).encode()
+
+
+def parse_server_timing(value: str) -> dict[str, float]:
+    """``Server-Timing`` (``name;dur=ms, ...``) as {stage: ms}, skipping entries without one."""
+    out = {}
+    for part in value.split(","):
+        name, _, duration = part.strip().partition(";dur=")
+        if name and duration:
+            out[name] = float(duration)
+    return out
 
 
 def unique_chat_bodies(
@@ -187,6 +201,10 @@ async def _aiohttp_worker(
                 status = resp.headers.get("X-Memory-Status")
                 if status is not None:
                     sample.memory_status[status] = sample.memory_status.get(status, 0) + 1
+                timing = resp.headers.get("Server-Timing")
+                if timing:
+                    for stage, ms in parse_server_timing(timing).items():
+                        sample.stages_ms.setdefault(stage, []).append(ms)
         except (TimeoutError, aiohttp.ClientError):
             ok = False
         if ok:
@@ -348,12 +366,15 @@ def run_interleaved(
     streams: Iterable[bool] = (False,),
     engine: str = "aiohttp",
     unique_queries: bool = False,
+    bodies: Mapping[str, Callable[[bool], Body]] | None = None,
     log: bool = True,
 ) -> dict[Cell, Sample]:
     """Load every target in every cell for ``rounds`` rounds, rotating the target order.
 
     ``unique_queries`` gives every request its own question (all targets alike), so caches keyed
     by query text cannot turn the memory path into cache hits; it implies the aiohttp engine.
+    ``bodies`` maps a target's name to a factory of its cell's body (given ``stream``), e.g.
+    real-text questions (``realtext.QuestionBodies``); it overrides ``unique_queries`` there.
     """
     if isinstance(targets, Mapping):
         targets = [Target(name, url) for name, url in targets.items()]
@@ -366,17 +387,18 @@ def run_interleaved(
         for concurrency in concurrencies:
             for stream in streams:
                 for target in rotated(targets, round_no):
+                    body: Body | None = None
+                    if bodies is not None and target.name in bodies:
+                        body = bodies[target.name](stream)
+                    elif unique_queries:
+                        body = unique_chat_bodies(stream, base=next(cells) * UNIQUE_STRIDE)
                     sample = run_cell(
                         target,
                         concurrency=concurrency,
                         seconds=seconds,
                         stream=stream,
                         engine=engine,
-                        body=(
-                            unique_chat_bodies(stream, base=next(cells) * UNIQUE_STRIDE)
-                            if unique_queries
-                            else None
-                        ),
+                        body=body,
                     )
                     results.setdefault((target.name, concurrency, stream), Sample()).merge(sample)
                     if log:

@@ -147,3 +147,41 @@ def test_unique_chat_bodies_are_distinct_json_with_the_stream_flag() -> None:
     questions = [b["messages"][-1]["content"] for b in bodies]
     assert len(set(questions)) == len(questions)
     assert all(b["stream"] is True and b["messages"][0]["role"] == "system" for b in bodies)
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (
+            "budget;dur=0.120, search;dur=3.700, memory;dur=6.2",
+            {"budget": 0.12, "search": 3.7, "memory": 6.2},
+        ),
+        ("cache;desc=miss, embed;dur=0.35", {"embed": 0.35}),
+        ("", {}),
+    ],
+)
+def test_parse_server_timing(header: str, expected: dict[str, float]) -> None:
+    assert loadgen.parse_server_timing(header) == pytest.approx(expected)
+
+
+def test_run_interleaved_gives_each_target_its_own_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, list[object]] = {}
+
+    def fake_cell(target: loadgen.Target, **kwargs: object) -> loadgen.Sample:
+        seen.setdefault(target.name, []).append(kwargs.get("body"))
+        return loadgen.Sample(latencies=[0.001], elapsed=1.0)
+
+    monkeypatch.setattr(loadgen, "run_cell", fake_cell)
+    targets = [loadgen.Target("a", "http://a"), loadgen.Target("b", "http://b")]
+    marker = b"{}"
+    loadgen.run_interleaved(
+        targets,
+        concurrencies=(1,),
+        seconds=0.1,
+        rounds=2,
+        unique_queries=True,
+        bodies={"a": lambda stream: marker},
+        log=False,
+    )
+    assert seen["a"][1:] == [marker, marker]  # the first call is the warm-up
+    assert all(callable(body) for body in seen["b"][1:])  # unique template questions

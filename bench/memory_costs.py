@@ -1,0 +1,498 @@
+"""Where does the memory path spend its time on real text, and what would make it cheaper?
+
+In process, on one seeded store per text kind (real text from ``bench/lib/realtext.py``, and
+the synthetic templates), every question new. Each request's memory path is cut into its parts
+and each part is timed on its own, the kinds alternating request by request:
+
+- search: query embedding, BM25 query encoding, the dense branch, the BM25 branch, fusion and
+  the dense rescoring of lexical-only hits, record reads (``RecordCache``);
+- assemble: query-word matching over the candidates, scoring, dedup word sets and the dedup
+  walk, the knapsack, rendering/counting; and the whole ``assemble`` call.
+
+Beside the times it reports what drives them: BM25 query terms, the documents their posting
+lists hold in the scope, candidate length, lexical-only hits, duplicates dropped.
+
+``--variants`` also times prototype fixes, bench-side only (nothing in ``proxy/`` changes):
+
+- ``prune``: the BM25 query keeps only terms held by at most ``--max-df`` of the scope's
+  memories (a document-frequency table the store would keep at write time);
+- ``memo``: word sets and matchable words per memory computed once (as if stored at write
+  time) instead of per request;
+- ``top30``: 30 candidates instead of 50;
+- ``dense``: no BM25 branch at all (the floor, for scale; costs recall).
+
+Each variant reports its top-50 overlap with the default search and whether the injected
+block changed, so a speed gain is never read without its quality cost.
+
+    .venv/bin/python bench/memory_costs.py                     # 10k memories, ~2 minutes
+    .venv/bin/python bench/memory_costs.py --variants all      # plus the prototypes
+    .venv/bin/python bench/memory_costs.py --profile real      # cProfile of Pipeline.prepare
+    .venv/bin/python bench/memory_costs.py --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import functools
+import json
+import pstats
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import qdrant_edge as qe
+
+from bench import pipeline as bench_pipeline
+from bench.lib import loadgen, realtext, stats
+from proxy.context import assembler as assembler_module
+from proxy.context.assembler import AssemblerConfig, assemble
+from proxy.context.dedup import dedup_order
+from proxy.context.knapsack import select_optimal
+from proxy.context.records import Candidate
+from proxy.context.render import label_cost, line_renderer, render_within
+from proxy.context.scorer import MemoryScorer
+from proxy.context.synthesizer import BASE_RELEVANCE, DEFAULT_BASE_RELEVANCE, fragment_score
+from proxy.context.words import (
+    ASCII_WORD_FOLD,
+    STOPWORDS,
+    dedup_words,
+    idf_weights,
+    normalise_words,
+)
+from proxy.context.words import query_matcher as plain_query_matcher
+from proxy.memory import lexical
+from proxy.memory.edge import EdgeStore
+from proxy.memory.edge_query import DENSE_PARAMS, scope_filter, uuid_of
+from proxy.memory.embedders import StaticEmbedder
+from proxy.memory.fusion import fuse_ranks
+from proxy.memory.store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, SearchQuery, clip_similarity
+
+VARIANTS = ("prune", "memo", "top30", "dense")
+ENCODING = "o200k_base"
+BUDGET = 4_500  # a gpt-4o-mini request with a short prompt: memory.max_tokens caps it
+SEARCH_PARTS = ("embed", "encode_query", "dense", "sparse", "fuse_rescore", "records")
+ASSEMBLE_PARTS = ("match", "score", "dedup_words", "dedup_walk", "pack", "render", "assemble")
+PARTS = SEARCH_PARTS + ASSEMBLE_PARTS
+
+
+# -- the parts of one request ------------------------------------------------------------------
+
+
+class Scope:
+    """A seeded store with its BM25 document frequencies (what ``prune`` needs)."""
+
+    def __init__(self, store: EdgeStore, df: Counter[int], documents: int) -> None:
+        self.store = store
+        self.df = df
+        self.documents = documents
+
+
+async def seeded_scope(
+    text: str, size: int, embedder: StaticEmbedder, where: Path
+) -> tuple[Scope, float]:
+    """Seed ``size`` memories of ``text`` like ``bench/pipeline.py``; count BM25 df's."""
+    store = await EdgeStore.open(where / text, dimensions=embedder.dimensions)
+    took = await bench_pipeline.seed_store(
+        store, embedder, bench_pipeline.bench_tenant(), size, text
+    )
+    df: Counter[int] = Counter()
+    for item in bench_pipeline.memory_items(text, size):
+        df.update(set(lexical.encode_document(item["content"])[0]))
+    return Scope(store, df, size), took
+
+
+def timed(parts: dict[str, float], name: str, started: float) -> float:
+    """Add the ms since ``started`` to ``parts[name]``; return the new start."""
+    now = time.perf_counter()
+    parts[name] = parts.get(name, 0.0) + (now - started) * 1000.0
+    return now
+
+
+def search_parts(
+    scope: Scope,
+    embedder: StaticEmbedder,
+    question: str,
+    top_k: int,
+    variant: str | None,
+    max_df: float,
+) -> tuple[list[Candidate], dict[str, float], dict[str, float]]:
+    """``edge_query.search_hits`` + record reads, step by step; returns hits, ms, facts.
+
+    A copy of the store's steps with clocks between them (the store has no hooks for that);
+    ``tests/bench/test_memory_costs.py`` checks it still finds exactly what the store finds.
+    """
+    store = scope.store
+    shard = store._shard  # the bench times the store's own steps
+    tenant = bench_pipeline.bench_tenant()
+    parts: dict[str, float] = {}
+    t = time.perf_counter()
+    vector = embedder.embed_sync([question])[0]
+    t = timed(parts, "embed", t)
+    query = SearchQuery(vector, question, "", None, top_k)
+    scope_f = scope_filter(tenant, query)
+    indices, values = lexical.encode_query(question) if variant != "dense" else ([], [])
+    terms = len(indices)
+    if variant == "prune" and indices:
+        limit = max_df * scope.documents
+        kept = [(i, v) for i, v in zip(indices, values, strict=True) if scope.df[i] <= limit]
+        indices, values = [i for i, _ in kept], [v for _, v in kept]
+    posting = sum(scope.df[i] for i in indices)
+    t = timed(parts, "encode_query", t)
+    dense = qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR)
+    dense_found = shard.query(
+        qe.QueryRequest(
+            limit=top_k, query=dense, filter=scope_f, with_payload=False, params=DENSE_PARAMS
+        )
+    )
+    t = timed(parts, "dense", t)
+    cosine = {uuid_of(p.id): p.score for p in dense_found}
+    lexical_ids = []
+    if indices:
+        sparse = qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_VECTOR)
+        found = shard.query(
+            qe.QueryRequest(limit=top_k, query=sparse, filter=scope_f, with_payload=False)
+        )
+        lexical_ids = [uuid_of(p.id) for p in found]
+    t = timed(parts, "sparse", t)
+    fused = fuse_ranks([list(cosine), lexical_ids], k=RRF_K, limit=top_k)
+    ids = [pid for pid, _ in fused]
+    missing = [pid for pid in ids if pid not in cosine]
+    if missing:
+        rescored = shard.query(
+            qe.QueryRequest(
+                limit=len(missing),
+                query=dense,
+                filter=qe.Filter(must=[qe.HasIdCondition(set(missing))]),
+                with_payload=False,
+                params=DENSE_PARAMS,
+            )
+        )
+        cosine.update((uuid_of(p.id), p.score) for p in rescored)
+    t = timed(parts, "fuse_rescore", t)
+    records = store._records_of(tenant, ids)
+    hits = [Candidate(records[p], clip_similarity(cosine.get(p, 0.0))) for p in ids if p in records]
+    timed(parts, "records", t)
+    facts = {
+        "bm25_terms": float(terms),
+        "bm25_terms_used": float(len(indices)),
+        "posting_docs": float(posting),
+        "lexical_only": float(len(missing)),
+    }
+    return hits, parts, facts
+
+
+def assemble_parts(
+    hits: Sequence[Candidate], question: str, line: Callable[[str, str], tuple[str, int]]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The assembler's steps (``assembler.assemble``) timed one by one on ``hits``."""
+    parts: dict[str, float] = {}
+    now = datetime.now(UTC)
+    t = time.perf_counter()
+    query_words = normalise_words(question, stopwords=STOPWORDS, stemmed=True)
+    found_in = assembler_module.query_matcher(query_words, stemmed=True)
+    matches = [found_in(c.record.content) for c in hits]
+    t = timed(parts, "match", t)
+    weights = idf_weights(matches)
+    mass = sum(weights.values()) or 1.0
+    scored = [MemoryScorer.score_candidate(c, now=now) for c in hits]
+    costs = [c.record.token_count(ENCODING) + label_cost(c.record.source, ENCODING) for c in hits]
+    values = [
+        (
+            0.2 * s.composite_score
+            + 0.8
+            * fragment_score(
+                BASE_RELEVANCE.get(c.record.source, DEFAULT_BASE_RELEVANCE),
+                sum(weights[w] for w in found) / mass,
+            )
+        )
+        ** 4
+        for c, s, found in zip(hits, scored, matches, strict=True)
+    ]
+    t = timed(parts, "score", t)
+    word_sets = [assembler_module.dedup_words(c.record.content) for c in hits]
+    t = timed(parts, "dedup_words", t)
+    kept, dropped = dedup_order(word_sets, range(len(hits)))
+    t = timed(parts, "dedup_walk", t)
+    solution = select_optimal([values[i] for i in kept], [costs[i] for i in kept], BUDGET)
+    chosen = [kept[j] for j in solution.indices]
+    t = timed(parts, "pack", t)
+    render_within([c.record for c in hits], values, costs, chosen, BUDGET, ENCODING, line)
+    timed(parts, "render", t)
+    words = [len(c.record.content.split()) for c in hits]
+    facts = {
+        "query_words": float(len(query_words)),
+        "matched_words": float(sum(len(m) for m in matches)),
+        "candidates": float(len(hits)),
+        "cand_words_mean": sum(words) / len(words) if words else 0.0,
+        "duplicates": float(len(dropped)),
+    }
+    return parts, facts
+
+
+# -- the ``memo`` prototype: per-memory word data computed once ---------------------------------
+
+
+@functools.lru_cache(maxsize=200_000)
+def stored_dedup_words(text: str) -> frozenset[str]:
+    """``dedup_words`` once per memory text (as a write-time field would be)."""
+    return dedup_words(text)
+
+
+@functools.lru_cache(maxsize=200_000)
+def stored_match_words(text: str) -> frozenset[str]:
+    """The words ``query_matcher`` looks up in an ASCII text, once per memory text."""
+    return frozenset(text.encode().translate(ASCII_WORD_FOLD).decode().split())
+
+
+def memo_query_matcher(query_words: frozenset[str], *, stemmed: bool) -> Callable[[str], set[str]]:
+    """``words.query_matcher`` reading each ASCII memory's stored word set."""
+    slow = plain_query_matcher(query_words, stemmed=stemmed)
+    forms: dict[str, str] = {}
+    for word in sorted(query_words, key=len):
+        for ending in ("", "ing", "ed", "es", "s") if stemmed else ("",):
+            forms[word + ending] = word
+    keys, lookup = forms.keys(), forms.__getitem__
+
+    def found(text: str) -> set[str]:
+        if text.isascii():
+            return set(map(lookup, keys & stored_match_words(text)))
+        return slow(text)
+
+    return found
+
+
+def use_memo(enabled: bool) -> None:
+    """Point the assembler at the memoised word helpers (or back at the plain ones)."""
+    assembler_module.dedup_words = stored_dedup_words if enabled else dedup_words  # type: ignore[attr-defined]
+    assembler_module.query_matcher = memo_query_matcher if enabled else plain_query_matcher  # type: ignore[attr-defined]
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def questions_of(text: str) -> Iterator[str]:
+    """New questions of the ``text`` kind, as ``bench/pipeline.py`` asks them."""
+    if text == "real":
+        yield from realtext.RealText().questions()
+    build = loadgen.unique_chat_bodies(False, base=7 * loadgen.UNIQUE_STRIDE)
+    n = 0
+    while True:
+        yield json.loads(build(n))["messages"][-1]["content"]
+        n += 1
+
+
+def one_request(
+    scope: Scope,
+    embedder: StaticEmbedder,
+    question: str,
+    variant: str | None,
+    max_df: float,
+    line: Callable[[str, str], tuple[str, int]],
+) -> tuple[dict[str, float], dict[str, float], list[Candidate], str]:
+    """All parts of one request under ``variant``; returns ms, facts, hits and the block."""
+    top_k = 30 if variant == "top30" else 50
+    use_memo(variant == "memo")
+    try:
+        hits, parts, facts = search_parts(scope, embedder, question, top_k, variant, max_df)
+        more_parts, more_facts = assemble_parts(hits, question, line)
+        t = time.perf_counter()
+        block = assemble(
+            hits,
+            question,
+            BUDGET,
+            now=datetime.now(UTC),
+            encoding=ENCODING,
+            config=AssemblerConfig(max_tokens=None),
+            line=line,
+        ).block
+        timed(more_parts, "assemble", t)
+    finally:
+        use_memo(False)
+    return {**parts, **more_parts}, {**facts, **more_facts}, hits, block
+
+
+def run_costs(
+    sizes: Sequence[int],
+    requests: int,
+    variants: Sequence[str],
+    max_df: float,
+    texts: Sequence[str],
+) -> list[dict[str, Any]]:
+    """Time every part per text kind and variant, interleaved request by request."""
+    embedder = StaticEmbedder()
+    rows: list[dict[str, Any]] = []
+    for size in sizes:
+        rows += asyncio.run(costs_at(size, embedder, requests, variants, max_df, texts))
+    return rows
+
+
+async def costs_at(
+    size: int,
+    embedder: StaticEmbedder,
+    requests: int,
+    variants: Sequence[str],
+    max_df: float,
+    texts: Sequence[str],
+) -> list[dict[str, Any]]:
+    """Seed one store per text kind of ``size`` memories and measure them (see ``measure``)."""
+    scopes: dict[str, Scope] = {}
+    with tempfile.TemporaryDirectory(prefix="memproxy-costs-") as tmp:
+        try:
+            for text in texts:
+                scopes[text], took = await seeded_scope(text, size, embedder, Path(tmp))
+                print(f"seeded {size} {text} memories in {took:.1f} s", file=sys.stderr)
+            return measure(scopes, embedder, size, requests, variants, max_df)
+        finally:
+            for scope in scopes.values():
+                await scope.store.close()
+
+
+def measure(
+    scopes: dict[str, Scope],
+    embedder: StaticEmbedder,
+    size: int,
+    requests: int,
+    variants: Sequence[str],
+    max_df: float,
+) -> list[dict[str, Any]]:
+    """The interleaved loop: per request, every (text, variant) cell in a rotating order."""
+    line = functools.lru_cache(maxsize=16_384)(line_renderer(ENCODING))
+    cells = [(text, v) for text in scopes for v in (None, *variants)]
+    asked = {text: questions_of(text) for text in scopes}
+    ms: dict[tuple[str, str | None], dict[str, list[float]]] = {c: {} for c in cells}
+    facts: dict[tuple[str, str | None], dict[str, list[float]]] = {c: {} for c in cells}
+    quality: dict[tuple[str, str | None], list[float]] = {c: [] for c in cells}
+    same_block: dict[tuple[str, str | None], list[float]] = {c: [] for c in cells}
+    warmup = 20
+    for n in range(requests + warmup):
+        question = {text: next(asked[text]) for text in scopes}
+        outcome: dict[tuple[str, str | None], tuple[set[str], str]] = {}
+        for text, variant in loadgen.rotated(cells, n):
+            parts, found, hits, block = one_request(
+                scopes[text], embedder, question[text], variant, max_df, line
+            )
+            outcome[(text, variant)] = ({c.record.id for c in hits}, block)
+            if n < warmup:
+                continue
+            for name, value in parts.items():
+                ms[(text, variant)].setdefault(name, []).append(value)
+            for name, value in found.items():
+                facts[(text, variant)].setdefault(name, []).append(value)
+        if n < warmup:
+            continue
+        for text, variant in cells:  # quality against the default on the same question
+            ids, block = outcome[(text, None)]
+            got, other = outcome[(text, variant)]
+            quality[(text, variant)].append(len(got & ids) / max(1, len(ids)))
+            same_block[(text, variant)].append(float(other == block))
+    rows = []
+    for text, variant in cells:
+        row: dict[str, Any] = {"text": text, "memories": size, "variant": variant or "default"}
+        for name in PARTS:
+            values = ms[(text, variant)].get(name)
+            if values:
+                row[name] = stats.percentile(values, 50)
+        row["search_sum"] = sum(row.get(p, 0.0) for p in SEARCH_PARTS)
+        for name, values in facts[(text, variant)].items():
+            row[name] = stats.percentile(values, 50)
+        if variant is not None:
+            row["top_overlap"] = sum(quality[(text, variant)]) / len(quality[(text, variant)])
+            row["same_block"] = sum(same_block[(text, variant)]) / len(same_block[(text, variant)])
+        rows.append(row)
+    return rows
+
+
+def profile(text: str, size: int, requests: int, out: Path | None) -> None:
+    """cProfile ``Pipeline.prepare`` on ``requests`` new questions of ``text`` (tottime top 30)."""
+    embedder = StaticEmbedder()
+
+    async def run() -> pstats.Stats:
+        with tempfile.TemporaryDirectory(prefix="memproxy-profile-") as tmp:
+            scope, _ = await seeded_scope(text, size, embedder, Path(tmp))
+            try:
+                pipe = bench_pipeline.bench_pipeline(scope.store, embedder)
+                tenant = bench_pipeline.TenantResolver(
+                    bench_pipeline.load_settings(env={})
+                ).for_key(bench_pipeline.API_KEY)
+                build = bench_pipeline.question_bodies(text)(False)
+                for n in range(50):  # warm-up
+                    await pipe.prepare(tenant, {}, json.loads(build(n)))
+                bodies = [json.loads(build(n)) for n in range(requests)]
+                profiler = cProfile.Profile()
+                profiler.enable()
+                for body in bodies:
+                    await pipe.prepare(tenant, {}, body)
+                profiler.disable()
+                return pstats.Stats(profiler)
+            finally:
+                await scope.store.close()
+
+    result = asyncio.run(run())
+    if out is not None:
+        result.dump_stats(str(out))
+    result.sort_stats("tottime").print_stats(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true", help="seconds, for CI")
+    parser.add_argument("--sizes", default="10000")
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--variants", default="", help=f"comma list of {VARIANTS}, or 'all'")
+    parser.add_argument("--max-df", type=float, default=0.05, help="prune: largest df share kept")
+    parser.add_argument("--text", choices=("real", "synthetic", "both"), default="both")
+    parser.add_argument("--profile", choices=("real", "synthetic"), help="cProfile instead")
+    parser.add_argument("--profile-out", type=Path, default=None)
+    args = parser.parse_args()
+    texts = ("real", "synthetic") if args.text == "both" else (args.text,)
+    if "real" in texts and not realtext.available():
+        if not args.smoke:
+            raise SystemExit(f"real text needs the LoCoMo data at {realtext.LOCOMO_PATH}")
+        print("LoCoMo data absent: smoke run on synthetic text", file=sys.stderr)
+        texts = ("synthetic",)
+    if args.profile:
+        profile(args.profile, int(args.sizes.split(",")[0]), args.requests, args.profile_out)
+        return
+    variants = (
+        list(VARIANTS) if args.variants == "all" else [v for v in args.variants.split(",") if v]
+    )
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        raise SystemExit(f"unknown variants {sorted(unknown)}; choose from {VARIANTS}")
+    sizes = [300] if args.smoke else [int(s) for s in args.sizes.split(",")]
+    requests = 10 if args.smoke else args.requests
+    if args.smoke:
+        variants = list(VARIANTS)
+    rows = run_costs(sizes, requests, variants, args.max_df, texts)
+    print("p50 ms per part (search_sum = embed..records; assemble = the whole call):")
+    print(stats.format_table(rows, ["text", "memories", "variant", *PARTS, "search_sum"]))
+    print("\nwhat drives them (p50 per request):")
+    fact_columns = [
+        "bm25_terms",
+        "bm25_terms_used",
+        "posting_docs",
+        "lexical_only",
+        "query_words",
+        "matched_words",
+        "candidates",
+        "cand_words_mean",
+        "duplicates",
+    ]
+    quality = ["top_overlap", "same_block"] if variants else []
+    print(stats.format_table(rows, ["text", "variant", *fact_columns, *quality]))
+
+
+if __name__ == "__main__":
+    main()
