@@ -6,6 +6,7 @@ connection ended; ``parse_responses`` splits what came back into responses with 
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Iterable
@@ -142,3 +143,21 @@ def request(
     if body and not any(name.lower() == "content-length" for name, _ in headers):
         lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def metric(port: int, name: str) -> float | None:
+    """One sample's value from ``/metrics`` (``name`` with its labels), or ``None``."""
+    answer = exchange(port, request("GET", "/metrics", [("Connection", "close")]))
+    body = answer.responses[0].body.decode()
+    found = re.search(rf"^{re.escape(name)} (\S+)$", body, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def wait_for_metric(port: int, name: str, value: float, timeout: float = 10.0) -> float | None:
+    """Poll ``metric`` until it equals ``value`` or ``timeout`` passes; the last value seen."""
+    deadline = time.monotonic() + timeout
+    seen = metric(port, name)
+    while seen != value and time.monotonic() < deadline:
+        time.sleep(0.05)
+        seen = metric(port, name)
+    return seen
