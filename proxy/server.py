@@ -7,10 +7,13 @@ head (httptools joins the pieces of a header value until it ends, so a 300 MiB h
 sends nothing, or a byte a second, is held forever). ``LimitedHttpProtocol`` adds, per
 connection (ADR-0083):
 
-- head limits: bytes of an unfinished head are counted as they arrive and the head is
-  refused with 431 once over ``max_head_bytes``; header fields over ``max_headers``, 431;
-- a head timeout from the connection (or the first byte of a later request) to the end of the
-  head: 408 and close, or just close when nothing was sent;
+- head limits: the bytes of the reads that carry an unfinished head are counted, and the head
+  is refused with 431 once over ``max_head_bytes`` (so at most one read past the limit is ever
+  buffered; a pipelined head that begins inside an earlier read can exceed it by that read);
+  a finished head is measured exactly when the count cannot vouch for it; more than
+  ``max_headers`` fields, 431;
+- a head timeout from the connection (or from the first read that leaves a later request's
+  head unfinished) to the end of the head: 408 and close, or just close when nothing was sent;
 - the keep-alive idle timeout, also after a body dropped behind an early answer;
 - draining: an answer sent before the whole body arrived (413) is followed by reading and
   dropping the rest of the body, bounded by bytes and time. A client that writes its whole
@@ -140,9 +143,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._lost = False
         self._in_head = True  # the next bytes belong to a request head
         self._message_open = False  # between the parser's message begin and complete
-        self._head_bytes = 0  # bytes received for the current head (whole reads)
-        self._field_bytes = 0  # bytes of the current head's URL and header lines
-        self._header_count = 0
+        self._head_bytes = 0  # bytes of the reads that carried the current head
+        self._head_counted = False  # those reads include its start (else measure the head)
         self._head_timer: asyncio.TimerHandle | None = None
         self._draining = False  # answered early: the rest of the body is parsed and dropped
         self._drain_left = 0
@@ -183,8 +185,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 return
         self._unset_keepalive_if_required()
         if self._in_head:
-            if self._head_timer is None:
-                self._arm_head_timer()
+            if not self._message_open:
+                self._head_counted = True
             self._head_bytes += len(data)
         try:
             self.parser.feed_data(data)
@@ -202,9 +204,14 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 )
                 self._refuse(error, "malformed")
             return
-        if self._in_head and self._head_bytes > self.limits.max_head_bytes:
-            # An unfinished head over the limit: refused before the parser buffers more of it.
-            self._refuse(self._too_large(), "too_large")
+        if self._in_head:
+            if self._head_bytes > self.limits.max_head_bytes:
+                # Unfinished and over the limit: refused before the parser buffers more of it.
+                self._refuse(self._too_large(), "too_large")
+            elif self._head_timer is None and (self._head_bytes or self._message_open):
+                # Armed only for a head left unfinished by a read: a whole head in one read
+                # (the usual case) costs no timer.
+                self._arm_head_timer()
 
     def shutdown(self) -> None:
         """Server shutdown: close at once unless a response is being sent."""
@@ -216,40 +223,35 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     # Parser callbacks
 
     def on_message_begin(self) -> None:
-        """A request starts: reset the head counters (its timer may already run)."""
+        """A request starts."""
         super().on_message_begin()
         self._message_open = True
-        self._field_bytes = 0
-        self._header_count = 0
-        if self._head_timer is None:
-            self._arm_head_timer()
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        """Count the header; past ``max_headers`` the head is refused."""
-        self._header_count += 1
-        self._field_bytes += len(name) + len(value) + HEADER_LINE_OVERHEAD
-        if self._header_count > self.limits.max_headers:
-            limit = self.limits.max_headers
-            error = HeadTooLarge(f"The request has more than {limit} header fields.")
-            raise HeadRefused(error, "too_many_headers")
-        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
-        """Check the whole head's size (it may have come in one read), then start the request."""
-        if self._field_bytes + len(self.url) > self.limits.max_head_bytes:
-            raise HeadRefused(self._too_large(), "too_large")
+        """Check the head's field count and size, then start the request."""
+        limits = self.limits
+        if len(self.headers) > limits.max_headers:
+            # The byte limit bounds how many fields the parser can have collected by now.
+            error = HeadTooLarge(f"The request has more than {limits.max_headers} header fields.")
+            raise HeadRefused(error, "too_many_headers")
+        if self._head_bytes > limits.max_head_bytes or not self._head_counted:
+            # The reads counted also hold body bytes, or the head began inside an earlier
+            # request's read: measure the head itself.
+            size = len(self.url) + sum(
+                len(name) + len(value) + HEADER_LINE_OVERHEAD for name, value in self.headers
+            )
+            if size > limits.max_head_bytes:
+                raise HeadRefused(self._too_large(), "too_large")
         if self.parser.get_http_version() == "1.0" and any(
             name == b"transfer-encoding" for name, _ in self.headers
         ):
             # RFC 9112 6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing (a
             # proxy in front may read its body differently: a smuggling vector).
-            error = RequestError(
-                "Transfer-Encoding is not allowed in an HTTP/1.0 request.",
-                code="invalid_http_request",
-            )
-            raise HeadRefused(error, "malformed")
+            message = "Transfer-Encoding is not allowed in an HTTP/1.0 request."
+            raise HeadRefused(RequestError(message, code="invalid_http_request"), "malformed")
         self._in_head = False
         self._head_bytes = 0
+        self._head_counted = False
         self._cancel_head_timer()
         super().on_headers_complete()
 
@@ -257,7 +259,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """The body is complete; an early answer's drain is over, the connection idles."""
         super().on_message_complete()
         self._message_open = False
-        self._in_head = True
+        self._in_head = True  # the next head may begin inside this read: not counted
         if self._draining:
             self._draining = False
             self._cancel_drain_timer()
