@@ -8,8 +8,8 @@ so a route turns any of them into a response with ``to_body()``:
 - ``RequestError`` (400)   the client's request is malformed or out of range.
   - ``PayloadTooLarge`` (413), ``NotFound`` (404), ``MethodNotAllowed`` (405),
     ``Unprocessable`` (422 semantics, sent as 400)
-  - ``HeadTooLarge`` (431), ``HeadTimeout`` (408): the HTTP server's refusals of a request
-    head (``proxy/server.py``)
+  - ``HeadTooLarge`` (431), ``RequestTimeout`` (408): the HTTP server's refusals of a request
+    head, or of a stalled body (``proxy/server.py``)
   - ``ClientDisconnected`` (499): the client left before its body was read; its answer is
     never sent, the status only names the outcome in metrics and the access log.
 - ``AuthError`` (401)      missing or unknown memproxy key.
@@ -81,8 +81,8 @@ class HeadTooLarge(RequestError):
     code = "request_header_fields_too_large"
 
 
-class HeadTimeout(RequestError):
-    """The request head did not arrive within ``server.http.head_timeout_s``."""
+class RequestTimeout(RequestError):
+    """The request head (or the next bytes of its body) did not arrive in time."""
 
     status = 408
     code = "request_timeout"

@@ -136,10 +136,10 @@ class Metrics:
             registry=reg,
             multiprocess_mode="livesum",
         )
-        self.heads_refused = Counter(
-            "memproxy_request_heads_refused",
-            "Requests refused by the HTTP server before the app saw them, by reason: too_large "
-            "and too_many_headers (431), timeout (408, or closed when nothing was sent), "
+        self.refused = Counter(
+            "memproxy_requests_refused",
+            "Requests the HTTP server refused by reason: head_too_large and too_many_headers "
+            "(431), head_timeout (408, or closed when nothing was sent), body_timeout (408), "
             "malformed (400).",
             ["reason"],
             registry=reg,

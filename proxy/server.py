@@ -14,6 +14,8 @@ connection (ADR-0083):
   ``max_headers`` fields, 431;
 - a head timeout from the connection (or from the first read that leaves a later request's
   head unfinished) to the end of the head: 408 and close, or just close when nothing was sent;
+  a body timeout between two reads of a body still arriving: 408 and close (the app reading
+  it sees a disconnect);
 - the keep-alive idle timeout, also after a body dropped behind an early answer;
 - draining: an answer sent before the whole body arrived (413) is followed by reading and
   dropping the rest of the body, bounded by bytes and time. A client that writes its whole
@@ -43,7 +45,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from uvicorn.server import ServerState
 from uvicorn.supervisors import Multiprocess
 
-from proxy.errors import HeadTimeout, HeadTooLarge, RequestError
+from proxy.errors import HeadTooLarge, RequestError, RequestTimeout
 from proxy.metrics import Metrics
 from proxy.settings import HttpServerSettings, ServerSettings
 
@@ -149,6 +151,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._draining = False  # answered early: the rest of the body is parsed and dropped
         self._drain_left = 0
         self._drain_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._last_read = 0.0  # loop time of the last read, while a body timer runs
         # A refused request's answer and whether to linger, sent once earlier responses are.
         self._refusal: tuple[RequestError, bool] | None = None
         self._running: RequestResponseCycle | None = None  # the cycle whose app runs
@@ -169,6 +173,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._lost = True
         self._cancel_head_timer()
         self._cancel_drain_timer()
+        self._cancel_body_timer()
         super().connection_lost(exc)
         if self.metrics is not None:
             self.metrics.connections.dec()
@@ -184,6 +189,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 self.raw.close()
                 return
         self._unset_keepalive_if_required()
+        if self._body_timer is not None:
+            self._last_read = self.loop.time()
         if self._in_head:
             if not self._message_open:
                 self._head_counted = True
@@ -207,11 +214,18 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if self._in_head:
             if self._head_bytes > self.limits.max_head_bytes:
                 # Unfinished and over the limit: refused before the parser buffers more of it.
-                self._refuse(self._too_large(), "too_large")
+                self._refuse(self._too_large(), "head_too_large")
             elif self._head_timer is None and (self._head_bytes or self._message_open):
                 # Armed only for a head left unfinished by a read: a whole head in one read
                 # (the usual case) costs no timer.
                 self._arm_head_timer()
+        elif self._message_open and self._body_timer is None and not self._draining:
+            # A body left unfinished by a read; one timer, pushed back by reads (no re-arming
+            # per read).
+            self._last_read = self.loop.time()
+            self._body_timer = self.loop.call_later(
+                self.limits.body_timeout_s, self._body_timed_out
+            )
 
     def shutdown(self) -> None:
         """Server shutdown: close at once unless a response is being sent."""
@@ -241,7 +255,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
                 len(name) + len(value) + HEADER_LINE_OVERHEAD for name, value in self.headers
             )
             if size > limits.max_head_bytes:
-                raise HeadRefused(self._too_large(), "too_large")
+                raise HeadRefused(self._too_large(), "head_too_large")
         if self.parser.get_http_version() == "1.0" and any(
             name == b"transfer-encoding" for name, _ in self.headers
         ):
@@ -260,6 +274,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         super().on_message_complete()
         self._message_open = False
         self._in_head = True  # the next head may begin inside this read: not counted
+        self._cancel_body_timer()
         if self._draining:
             self._draining = False
             self._cancel_drain_timer()
@@ -280,6 +295,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self._answer_refusal()
             return
         if self._message_open and not self.lingering and not self.raw.is_closing():
+            self._cancel_body_timer()  # the drain bounds take over
             self._draining = True
             self._drain_left = self.limits.drain_bytes
             self._drain_timer = self.loop.call_later(self.limits.drain_s, self.raw.close)
@@ -305,6 +321,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         """
         self.lingering = True
         self._cancel_head_timer()
+        self._cancel_body_timer()
         self._unset_keepalive_if_required()
         if self.raw.can_write_eof():
             self.raw.write_eof()
@@ -330,8 +347,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         A request whose own body broke the rules ends here: its app sees a disconnect.
         """
         self._cancel_head_timer()
+        self._cancel_body_timer()
         if self.metrics is not None:
-            self.metrics.child(self.metrics.heads_refused, reason).inc()
+            self.metrics.child(self.metrics.refused, reason).inc()
         LOGGER.info("refused a request from %s: %s", _address(self.client), error.message)
         self._refusal = (error, linger)
         self._drain_left = self.limits.drain_bytes  # input from now on is dropped (bounded)
@@ -386,6 +404,26 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
 
+    def _cancel_body_timer(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        if not self._message_open or self.lingering or self.raw.is_closing():
+            return
+        idle = self.loop.time() - self._last_read
+        timeout = self.limits.body_timeout_s
+        if self.flow.read_paused:  # the app is not reading: the client is not to blame
+            idle = 0.0
+            self._last_read = self.loop.time()
+        if idle < timeout:  # bytes came since: wait for the rest of the timeout
+            self._body_timer = self.loop.call_later(timeout - idle, self._body_timed_out)
+            return
+        error = RequestTimeout(f"The request body stalled: no bytes for {timeout:g} s.")
+        self._refuse(error, "body_timeout", linger=False)
+
     def _cancel_drain_timer(self) -> None:
         if self._drain_timer is not None:
             self._drain_timer.cancel()
@@ -398,13 +436,13 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         if not self._head_bytes and not self._message_open:
             # Nothing sent: no answer (a pooled client could take it for its next request's).
             if self.metrics is not None:
-                self.metrics.child(self.metrics.heads_refused, "timeout").inc()
+                self.metrics.child(self.metrics.refused, "head_timeout").inc()
             self.raw.close()
             return
         timeout = self.limits.head_timeout_s
-        error = HeadTimeout(f"The request head did not arrive within {timeout:g} s.")
+        error = RequestTimeout(f"The request head did not arrive within {timeout:g} s.")
         # A client this slow gets its answer and the close at once, no lingering.
-        self._refuse(error, "timeout", linger=False)
+        self._refuse(error, "head_timeout", linger=False)
 
 
 def _address(client: tuple[str, int] | None) -> str:

@@ -70,6 +70,9 @@ class HttpServerSettings:
     max_headers: int = 100  # header fields per request; more answer 431
     # From the connection (or the first byte of a later request) to the end of its head.
     head_timeout_s: float = 10.0
+    # Longest wait for the next bytes of a request body still arriving (not a total), like
+    # nginx's client_body_timeout: a stalled upload answers 408 and is closed.
+    body_timeout_s: float = 60.0
     # An idle keep-alive connection is closed after this; longer than the 60 s idle timeout
     # of common load balancers, so they close first and never reuse a connection being closed.
     keepalive_s: float = 75.0

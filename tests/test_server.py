@@ -91,13 +91,13 @@ def test_metrics_count_open_connections_and_refused_heads(fake: FakeServer) -> N
             for sock in idle:
                 sock.close()
         assert wait_for_metric(port, "memproxy_connections_open", 1.0) == 1.0
-        refused = 'memproxy_request_heads_refused_total{reason="%s"}'
-        assert metric(port, refused % "timeout") == 3.0
+        refused = 'memproxy_requests_refused_total{reason="%s"}'
+        assert metric(port, refused % "head_timeout") == 3.0
         big = request("GET", "/healthz", [("X-Big", "a" * 100_000)])
         assert exchange(port, big).statuses == [431]
         assert exchange(port, b"GARBAGE\r\n\r\n").statuses == [400]
         many = request("GET", "/healthz", [(f"X-{i}", "v") for i in range(200)])
         assert exchange(port, many).statuses == [431]
-        assert metric(port, refused % "too_large") == 1.0
+        assert metric(port, refused % "head_too_large") == 1.0
         assert metric(port, refused % "malformed") == 1.0
         assert metric(port, refused % "too_many_headers") == 1.0

@@ -32,7 +32,10 @@ from tests.reliability.raw_http import (
 )
 
 HEAD_TIMEOUT_S = 0.5
-HTTP = HttpServerSettings(head_timeout_s=HEAD_TIMEOUT_S, keepalive_s=0.5, drain_s=2.0)
+BODY_TIMEOUT_S = 0.5
+HTTP = HttpServerSettings(
+    head_timeout_s=HEAD_TIMEOUT_S, body_timeout_s=BODY_TIMEOUT_S, keepalive_s=0.5, drain_s=2.0
+)
 MAX_HEAD = HTTP.max_head_bytes
 MAX_HEADERS = HTTP.max_headers
 # Long enough for any answer on a loaded machine, far shorter than the dribbles below.
@@ -322,6 +325,28 @@ def test_many_dribbling_connections_are_all_cut_off(server: ProxyServer, port: i
     # Each one that got an answer got a 408.
     for data, _ in results:
         assert [r.status for r in parse_responses(data)] in ([], [408])
+
+
+def test_stalled_body_times_out_with_408(port: int, fake: FakeServer) -> None:
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(CHAT_BODY)))]
+    with connect(port) as sock:
+        sock.sendall(request("POST", "/v1/chat/completions", headers) + CHAT_BODY[:10])
+        data, ending = read_all(sock, READ_TIMEOUT_S)
+    responses = parse_responses(data)
+    assert [r.status for r in responses] == [408]
+    assert responses[0].error_code() == "request_timeout"
+    assert ending == "closed"
+    assert list(fake.fake.requests) == []
+
+
+def test_slow_but_steady_body_is_served(port: int, fake: FakeServer) -> None:
+    """The body timeout is between reads, not a total: a byte every fifth of it goes through."""
+    headers = [("Content-Type", "application/json"), ("Connection", "close")]
+    head = request("POST", "/v1/chat/completions", headers, CHAT_BODY)[: -len(CHAT_BODY)]
+    pieces = [CHAT_BODY[i : i + 5] for i in range(0, len(CHAT_BODY), 5)]  # ~3 body timeouts
+    result = exchange(port, [head, *pieces], pause_s=BODY_TIMEOUT_S / 5, timeout=READ_TIMEOUT_S)
+    assert result.statuses == [200]
+    assert len(fake.fake.requests) == 1
 
 
 def test_pipelined_requests_are_answered_in_order(port: int, fake: FakeServer) -> None:
