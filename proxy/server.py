@@ -17,6 +17,8 @@ connection (ADR-0083):
   a body timeout between two reads of a body still arriving: 408 and close (the app reading
   it sees a disconnect);
 - the keep-alive idle timeout, also after a body dropped behind an early answer;
+- half-close: a client that shuts down its sending side after a whole request still gets
+  the answer (uvicorn closed at once);
 - draining: an answer sent before the whole body arrived (413) is followed by reading and
   dropping the rest of the body, bounded by bytes and time. A client that writes its whole
   body before reading (Python's urllib, ``Connection: close``) then reads the 413 instead of
@@ -171,12 +173,24 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         """Stop the timers and uncount the connection."""
         self._lost = True
-        self._cancel_head_timer()
-        self._cancel_drain_timer()
-        self._cancel_body_timer()
+        self._head_timer = _cancel(self._head_timer)
+        self._drain_timer = _cancel(self._drain_timer)
+        self._body_timer = _cancel(self._body_timer)
         super().connection_lost(exc)
         if self.metrics is not None:
             self.metrics.connections.dec()
+
+    def eof_received(self) -> bool:  # type: ignore[override]
+        """The client is done sending: close, unless it half-closed after a whole request.
+
+        uvicorn closes on EOF, so a client that shuts down its sending side after its request
+        (allowed by HTTP) never got the answer. Lingering connections close here.
+        """
+        cycle = self.cycle
+        if self.lingering or self._message_open or cycle is None or cycle.response_complete:
+            return False
+        cycle.keep_alive = False  # answer, then close
+        return True
 
     def data_received(self, data: bytes) -> None:
         """Feed the parser, counting head bytes; drop input while draining or lingering."""
@@ -266,7 +280,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_bytes = 0
         self._head_counted = False
-        self._cancel_head_timer()
+        self._head_timer = _cancel(self._head_timer)
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -274,10 +288,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         super().on_message_complete()
         self._message_open = False
         self._in_head = True  # the next head may begin inside this read: not counted
-        self._cancel_body_timer()
+        self._body_timer = _cancel(self._body_timer)
         if self._draining:
             self._draining = False
-            self._cancel_drain_timer()
+            self._drain_timer = _cancel(self._drain_timer)
             if not self.pipeline and not self.lingering and not self.raw.is_closing():
                 self._unset_keepalive_if_required()
                 self.timeout_keep_alive_task = self.loop.call_later(
@@ -295,7 +309,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self._answer_refusal()
             return
         if self._message_open and not self.lingering and not self.raw.is_closing():
-            self._cancel_body_timer()  # the drain bounds take over
+            self._body_timer = _cancel(self._body_timer)  # the drain bounds take over
             self._draining = True
             self._drain_left = self.limits.drain_bytes
             self._drain_timer = self.loop.call_later(self.limits.drain_s, self.raw.close)
@@ -320,8 +334,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         None): by then the client has sent everything and can read the answer.
         """
         self.lingering = True
-        self._cancel_head_timer()
-        self._cancel_body_timer()
+        self._head_timer = _cancel(self._head_timer)
+        self._body_timer = _cancel(self._body_timer)
         self._unset_keepalive_if_required()
         if self.raw.can_write_eof():
             self.raw.write_eof()
@@ -346,8 +360,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
 
         A request whose own body broke the rules ends here: its app sees a disconnect.
         """
-        self._cancel_head_timer()
-        self._cancel_body_timer()
+        self._head_timer = _cancel(self._head_timer)
+        self._body_timer = _cancel(self._body_timer)
         if self.metrics is not None:
             self.metrics.child(self.metrics.refused, reason).inc()
         LOGGER.info("refused a request from %s: %s", _address(self.client), error.message)
@@ -399,16 +413,6 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def _arm_head_timer(self) -> None:
         self._head_timer = self.loop.call_later(self.limits.head_timeout_s, self._head_timed_out)
 
-    def _cancel_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _cancel_body_timer(self) -> None:
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
-
     def _body_timed_out(self) -> None:
         self._body_timer = None
         if not self._message_open or self.lingering or self.raw.is_closing():
@@ -424,11 +428,6 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         error = RequestTimeout(f"The request body stalled: no bytes for {timeout:g} s.")
         self._refuse(error, "body_timeout", linger=False)
 
-    def _cancel_drain_timer(self) -> None:
-        if self._drain_timer is not None:
-            self._drain_timer.cancel()
-            self._drain_timer = None
-
     def _head_timed_out(self) -> None:
         self._head_timer = None
         if self.lingering or self.raw.is_closing():
@@ -443,6 +442,13 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         error = RequestTimeout(f"The request head did not arrive within {timeout:g} s.")
         # A client this slow gets its answer and the close at once, no lingering.
         self._refuse(error, "head_timeout", linger=False)
+
+
+def _cancel(timer: asyncio.TimerHandle | None) -> asyncio.TimerHandle | None:
+    """Cancel ``timer`` if there is one; ``None``, to assign back to its attribute."""
+    if timer is not None:
+        timer.cancel()
+    return None
 
 
 def _address(client: tuple[str, int] | None) -> str:
