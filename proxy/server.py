@@ -17,13 +17,11 @@ connection (ADR-0083):
   a body timeout between two reads of a body still arriving: 408 and close (the app reading
   it sees a disconnect);
 - the keep-alive idle timeout, also after a body dropped behind an early answer;
-- half-close: a client that shuts down its sending side after a whole request still gets
-  the answer (uvicorn closed at once);
 - draining: an answer sent before the whole body arrived (413) is followed by reading and
   dropping the rest of the body, bounded by bytes and time. A client that writes its whole
   body before reading (Python's urllib, ``Connection: close``) then reads the 413 instead of
   a connection reset (closing a socket with unread input makes the kernel send RST);
-- metrics: open connections, and heads refused by reason.
+- metrics: open connections, and requests refused by reason.
 
 Errors the server writes itself are in OpenAI's shape, like the app's.
 """
@@ -179,18 +177,6 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
         if self.metrics is not None:
             self.metrics.connections.dec()
-
-    def eof_received(self) -> bool:  # type: ignore[override]
-        """The client is done sending: close, unless it half-closed after a whole request.
-
-        uvicorn closes on EOF, so a client that shuts down its sending side after its request
-        (allowed by HTTP) never got the answer. Lingering connections close here.
-        """
-        cycle = self.cycle
-        if self.lingering or self._message_open or cycle is None or cycle.response_complete:
-            return False
-        cycle.keep_alive = False  # answer, then close
-        return True
 
     def data_received(self, data: bytes) -> None:
         """Feed the parser, counting head bytes; drop input while draining or lingering."""
