@@ -25,41 +25,27 @@ EXIT_CONFIG = 2
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Run the proxy on uvicorn (uvloop + httptools) with ``--workers`` processes."""
-    import uvicorn
-
+    """Run the proxy (``proxy/server.py``) with ``--workers`` processes."""
     overrides = {"server.host": args.host, "server.port": args.port, "server.workers": args.workers}
     settings = load_settings(args.config, overrides=overrides)
     configure_logging(settings.server)
     if args.config:
         # Worker processes load their settings from the environment, so pass the path on.
         os.environ["MEMPROXY_CONFIG"] = args.config
-    server = settings.server
     metrics_dir = None
-    if server.workers > 1:
+    if settings.server.workers > 1:
         # prometheus_client reads this at import time, so it must be set before workers start.
         metrics_dir = tempfile.mkdtemp(prefix="memproxy-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
         os.environ["MEMPROXY_METRICS_DIR"] = metrics_dir
     try:
-        uvicorn.run(
-            APP_FACTORY,
-            factory=True,
-            host=server.host,
-            port=server.port,
-            workers=server.workers,
-            loop="uvloop",
-            http="httptools",
-            lifespan="on",
-            log_config=None,
-            access_log=False,
-            proxy_headers=False,
-            timeout_graceful_shutdown=int(server.graceful_timeout_s),
-        )
+        # Imported only now: prometheus_client reads PROMETHEUS_MULTIPROC_DIR at import time.
+        from proxy.server import run, server_config
+
+        return run(server_config(APP_FACTORY, settings.server))
     finally:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
-    return 0
 
 
 def register_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -8,6 +8,10 @@ so a route turns any of them into a response with ``to_body()``:
 - ``RequestError`` (400)   the client's request is malformed or out of range.
   - ``PayloadTooLarge`` (413), ``NotFound`` (404), ``MethodNotAllowed`` (405),
     ``Unprocessable`` (422 semantics, sent as 400)
+  - ``HeadTooLarge`` (431), ``RequestTimeout`` (408): the HTTP server's refusals of a request
+    head, or of a stalled body (``proxy/server.py``)
+  - ``ClientDisconnected`` (499): the client left before its body was read; its answer is
+    never sent, the status only names the outcome in metrics and the access log.
 - ``AuthError`` (401)      missing or unknown memproxy key.
 - ``UpstreamError`` (502)  the upstream could not be reached or broke the protocol.
   - ``UpstreamTimeout`` (504)
@@ -68,6 +72,27 @@ class PayloadTooLarge(RequestError):
 
     status = 413
     code = "payload_too_large"
+
+
+class HeadTooLarge(RequestError):
+    """The request line and headers are over ``server.http.max_head_bytes`` or ``max_headers``."""
+
+    status = 431
+    code = "request_header_fields_too_large"
+
+
+class RequestTimeout(RequestError):
+    """The request head (or the next bytes of its body) did not arrive in time."""
+
+    status = 408
+    code = "request_timeout"
+
+
+class ClientDisconnected(RequestError):
+    """The client closed the connection before sending its whole body: not a failure of ours."""
+
+    status = 499  # nginx's "client closed request"
+    code = "client_disconnected"
 
 
 class NotFound(RequestError):

@@ -69,6 +69,7 @@ class MemproxyApp(Starlette):
         **kwargs: Any,
     ) -> None:
         super().__init__(routes=routes, **kwargs)
+        self.metrics = metrics  # also the HTTP server's, for its connection metrics
         self.fast_routes = {
             key: ErrorGuard(RequestContextMiddleware(endpoint, metrics=metrics))
             for key, endpoint in fast_routes.items()

@@ -44,7 +44,7 @@ STAGE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.02
 
 
 class Metrics:
-    """The proxy's metrics: requests, latencies, in-flight requests and streams."""
+    """The proxy's metrics: requests, latencies, in-flight requests and streams, connections."""
 
     def __init__(self, multiprocess_dir: str | None = None) -> None:
         self.multiprocess_dir = multiprocess_dir
@@ -127,6 +127,21 @@ class Metrics:
             "memproxy_memory_background",
             "After-response memory work by kind (capture, retrievals) and result (ok, error).",
             ["kind", "result"],
+            registry=reg,
+        )
+        # The HTTP server's own events (proxy/server.py): per connection, not per request.
+        self.connections = Gauge(
+            "memproxy_connections_open",
+            "Client connections open.",
+            registry=reg,
+            multiprocess_mode="livesum",
+        )
+        self.refused = Counter(
+            "memproxy_requests_refused",
+            "Requests the HTTP server refused by reason: head_too_large and too_many_headers "
+            "(431), head_timeout (408, or closed when nothing was sent), body_timeout (408), "
+            "malformed (400).",
+            ["reason"],
             registry=reg,
         )
         self._children: dict[tuple[str, ...], Any] = {}

@@ -11,11 +11,10 @@ from proxy.memory.inputs import (
     MAX_BATCH_MEMORIES,
     MAX_ID_CHARS,
     MAX_USER_CHARS,
+    NON_BLANK,
     SEARCH_ID,
 )
 from proxy.memory.service import API_TOKEN_ENCODING, DEFAULT_TOP_K, MAX_TOP_K
-
-NON_BLANK = r"\S"
 
 
 def ref(name: str) -> dict[str, str]:

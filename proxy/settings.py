@@ -63,6 +63,28 @@ class Secret:
 
 
 @dataclass(frozen=True, slots=True)
+class HttpServerSettings:
+    """Limits of the HTTP server on request heads, idle connections and refused bodies."""
+
+    # Request line plus header lines; a longer head answers 431 (and is never buffered whole).
+    max_head_bytes: int = 64 * 1024
+    max_headers: int = 100  # header fields per request; more answer 431
+    # From the connection (or the first byte of a later request) to the end of its head.
+    head_timeout_s: float = 10.0
+    # Longest wait for the next bytes of a request body still arriving (not a total), like
+    # nginx's client_body_timeout: a stalled upload answers 408 and is closed.
+    body_timeout_s: float = 60.0
+    # An idle keep-alive connection is closed after this; longer than the 60 s idle timeout
+    # of common load balancers, so they close first and never reuse a connection being closed.
+    keepalive_s: float = 75.0
+    # After an answer sent before the whole body arrived (413), the rest of the body is read
+    # and dropped, up to this many bytes and seconds, so the client reads the answer instead
+    # of a connection reset.
+    drain_bytes: int = 64 * MIB
+    drain_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
 class ServerSettings:
     """Where and how the HTTP server runs."""
 
@@ -77,6 +99,7 @@ class ServerSettings:
     graceful_timeout_s: float = 30.0
     # Set by the CLI when several workers share Prometheus metrics (multiprocess mode).
     metrics_dir: str | None = None
+    http: HttpServerSettings = HttpServerSettings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,12 +459,20 @@ def _resolve_secret(value: Any, key: str, source: str, environ: Mapping[str, str
     return Secret(ref=value, value=secret)
 
 
+def _check_http(http: HttpServerSettings) -> list[tuple[bool, str, str]]:
+    """Every ``server.http`` value must be positive."""
+    return [
+        (getattr(http, f.name) > 0, f"server.http.{f.name}", "must be > 0") for f in fields(http)
+    ]
+
+
 def _check(settings: Settings, source: str) -> None:
     """Cross-field rules a type cannot express."""
     rules: list[tuple[bool, str, str]] = [
         (1 <= settings.server.port <= 65535, "server.port", "must be in 1..65535"),
         (settings.server.workers >= 1, "server.workers", "must be >= 1"),
         (settings.limits.max_body_bytes > 0, "limits.max_body_bytes", "must be > 0"),
+        *_check_http(settings.server.http),
         (settings.memory.max_tokens >= 0, "memory.max_tokens", "must be >= 0"),
         (settings.memory.top_k >= 1, "memory.top_k", "must be >= 1"),
         (settings.store.record_cache_entries >= 0, "store.record_cache_entries", "must be >= 0"),

@@ -17,6 +17,7 @@ import pytest
 
 from proxy.cli import build_parser, main
 from tests.fakes.upstream import FakeServer
+from tests.reliability.raw_http import connect, wait_for_metric
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -109,3 +110,19 @@ def test_workers_serve_and_shut_down_gracefully(
     assert proc.stderr is not None
     log = proc.stderr.read().decode()
     assert '"request_id"' in log  # JSON lines with the request id
+
+
+@pytest.mark.slow
+def test_workers_share_the_open_connections_gauge(
+    served: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    url, _ = served
+    port = int(url.rsplit(":", 1)[1])
+    idle = [connect(port) for _ in range(4)]
+    try:
+        # Summed over both workers (livesum): the four idle ones and the one asking.
+        assert wait_for_metric(port, "memproxy_connections_open", 5.0) == 5.0
+    finally:
+        for sock in idle:
+            sock.close()
+    assert wait_for_metric(port, "memproxy_connections_open", 1.0) == 1.0

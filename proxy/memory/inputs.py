@@ -53,6 +53,11 @@ MIN_YEAR, MAX_YEAR = 1000, 9999  # the years DATE_TIME_PATTERN accepts, also onc
 # /v1/memories/search is the search endpoint, so no memory may be called "search".
 SEARCH_ID = "search"
 _ID_RE = re.compile(ID_PATTERN)
+# "Not blank": some character that is not whitespace, by Python's ``str.isspace`` and JSON
+# Schema's (ECMA-262) ``\s`` together. One pattern for the server and the OpenAPI document:
+# ``\S`` alone let "\x1e" pass the document and fail the server (Python strips it).
+NON_BLANK = "[^\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+_NON_BLANK_RE = re.compile(NON_BLANK)
 _DATE_TIME_RE = re.compile(DATE_TIME_PATTERN)
 MAX_USER_CHARS = 256
 MAX_METADATA_BYTES = 16 * 1024
@@ -119,6 +124,11 @@ def parse_created_at(value: Any, param: str = "created_at") -> datetime:
     return utc
 
 
+def is_blank(text: str) -> bool:
+    """Whether ``text`` holds nothing but whitespace (``NON_BLANK`` finds nothing)."""
+    return _NON_BLANK_RE.search(text) is None
+
+
 def parse_fraction(value: Any, param: str) -> float:
     """Return a number in [0, 1] as float; booleans, strings and NaN are refused."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -170,7 +180,7 @@ def parse_content(value: Any, max_chars: int, param: str = "content") -> str:
     if value is None:
         raise RequestError(f"'{param}' is required.", param=param)
     text = _string(value, param, max_chars)
-    if not text.strip():
+    if is_blank(text):
         raise RequestError(f"'{param}' must not be empty.", param=param)
     return text
 

@@ -7,19 +7,21 @@ for Starlette ``Request`` handlers (the memories API).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope
 
-from proxy.errors import PayloadTooLarge, RequestError
+from proxy.errors import ClientDisconnected, PayloadTooLarge, RequestError
 from proxy.tenancy import Tenant, bearer_auth
 from proxy.transport import Headers
 from proxy.upstream import request_headers
 
 CONTENT_LENGTH = b"content-length"
 REQUEST_ID = b"x-request-id"
+LOGGER = logging.getLogger("memproxy")
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -41,7 +43,7 @@ async def receive_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
+            raise client_left(size, declared)
         chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
@@ -61,12 +63,21 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
     parts = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
-        parts.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
+            parts.append(chunk)
+    except ClientDisconnect:
+        raise client_left(size, declared) from None
     return b"".join(parts)
+
+
+def client_left(received: int, declared: str | None) -> ClientDisconnected:
+    """The client went away mid-body: logged and answered (to no one) as a 499, not a failure."""
+    LOGGER.info("client disconnected after %d of %s body bytes", received, declared or "unknown")
+    return ClientDisconnected("The client closed the connection before sending its body.")
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:

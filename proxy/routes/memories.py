@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 from proxy.errors import MemproxyError, MethodNotAllowed, RequestError
 from proxy.memory.inputs import (
     SEARCH_ID,
+    is_blank,
     parse_fraction,
     parse_source,
     parse_user,
@@ -171,7 +172,7 @@ async def search_memories(request: Request, services: Services, tenant: Tenant) 
     body = await read_object(request, services)
     reject_unknown(body, SEARCH_FIELDS, "field")
     query = body.get("query")
-    if not isinstance(query, str) or not query.strip():
+    if not isinstance(query, str) or is_blank(query):
         raise RequestError("'query' must be a non-empty string.", param="query")
     if len(query) > tenant.memory.max_content_chars:
         raise RequestError(

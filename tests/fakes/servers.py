@@ -1,4 +1,8 @@
-"""Run memproxy over a real socket in a background thread, on a free port."""
+"""Run memproxy over a real socket in a background thread, on a free port.
+
+The server is configured by ``proxy.server.server_config``, as ``memproxy serve`` configures it:
+the tests exercise the production server (its head limits, timeouts and draining).
+"""
 
 from __future__ import annotations
 
@@ -10,22 +14,28 @@ from types import TracebackType
 import uvicorn
 from starlette.applications import Starlette
 
+from proxy.server import server_config
+from proxy.settings import ServerSettings
+
 START_TIMEOUT_S = 10.0
 
 
 class ProxyServer:
-    """uvicorn (uvloop + httptools) serving an app in a thread; a context manager."""
+    """memproxy's server serving an app in a thread; a context manager.
 
-    def __init__(self, app: Starlette, host: str = "127.0.0.1") -> None:
+    ``server`` is the ``server.*`` section (defaults: production's); its host and port are
+    ignored, the socket is bound here.
+    """
+
+    def __init__(
+        self, app: Starlette, host: str = "127.0.0.1", server: ServerSettings | None = None
+    ) -> None:
         self.host = host
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((host, 0))
         self.port: int = self._sock.getsockname()[1]
-        config = uvicorn.Config(
-            app, loop="uvloop", http="httptools", lifespan="on", log_config=None, access_log=False
-        )
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn.Server(server_config(app, server or ServerSettings()))
         self._thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True
         )
