@@ -36,6 +36,12 @@ def route_label(path: str) -> str:
     return "other"
 
 
+def logged_path(scope: Scope) -> str:
+    """The path as the client wrote it: decoded, an escaped CR or LF would forge log lines."""
+    raw = scope.get("raw_path")
+    return raw.decode("latin-1") if raw else repr(scope["path"])[1:-1]
+
+
 def accept_request_id(scope: Scope) -> str:
     """The client's ``X-Request-Id`` if it is sane, else a fresh one."""
     for name, value in scope["headers"]:
@@ -104,7 +110,7 @@ class RequestContextMiddleware:
                     __file__,
                     0,
                     ACCESS_FORMAT,
-                    (scope["method"], path, status, elapsed * 1000),
+                    (scope["method"], logged_path(scope), status, elapsed * 1000),
                     None,
                     extra={"status": status, "duration_ms": round(elapsed * 1000, 2)},
                 )
