@@ -37,7 +37,9 @@ from typing import Annotated, Any, ClassVar
 
 import orjson
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -51,7 +53,6 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
-from pydantic.functional_validators import AfterValidator, BeforeValidator
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
@@ -161,10 +162,8 @@ def utc_time(value: object) -> datetime:
             raise _not_a_time(value) from None
     else:
         raise _not_a_time(value)
-    if parsed.tzinfo is None:
-        return parsed.replace(tzinfo=UTC)
     try:
-        utc = parsed.astimezone(UTC)
+        utc = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
     except OverflowError:  # 9999-12-31T23:30-05:00 is in year 10000 in UTC
         utc = None
     if utc is None or not MIN_YEAR <= utc.year <= MAX_YEAR:

@@ -115,6 +115,8 @@ def test_code_may_pass_a_datetime_naive_meaning_utc() -> None:
     assert MemoryInput(content="x", created_at=datetime(2024, 5, 1)).created_at == datetime(
         2024, 5, 1, tzinfo=UTC
     )
+    with pytest.raises(ValidationError):  # the years rule holds for code too
+        MemoryInput(content="x", created_at=datetime(999, 12, 31))
 
 
 def test_defaults_and_null_fields() -> None:
