@@ -52,6 +52,15 @@ def refused(memory: dict[str, Any]) -> RequestError:
     return info.value
 
 
+def check(field: str, value: Any, ok: bool) -> None:
+    """A memory with ``field`` set to ``value`` is kept as sent, or refused naming ``field``."""
+    memory = {"content": "x", field: value}
+    if ok:
+        assert getattr(one(memory), field) == value
+    else:
+        assert refused(memory).param == field
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -171,10 +180,7 @@ def test_single_memory_and_batch_bodies() -> None:
     ],
 )
 def test_content_is_not_blank_and_within_the_tenant_limit(content: str, ok: bool) -> None:
-    if ok:
-        assert one({"content": content}).content == content
-    else:
-        assert refused({"content": content}).param == "content"
+    check("content", content, ok)
 
 
 def test_without_limits_code_may_build_longer_content() -> None:
@@ -207,10 +213,7 @@ def test_blank_is_python_and_json_schema_whitespace_together() -> None:
     ],
 )
 def test_ids(memory_id: Any, ok: bool) -> None:
-    if ok:
-        assert one({"content": "x", "id": memory_id}).id == memory_id
-    else:
-        assert refused({"content": "x", "id": memory_id}).param == "id"
+    check("id", memory_id, ok)
 
 
 @pytest.mark.parametrize(
@@ -219,10 +222,7 @@ def test_ids(memory_id: Any, ok: bool) -> None:
 )
 def test_fractions_are_numbers_in_0_1_not_booleans(value: Any, ok: bool) -> None:
     for name in ("confidence", "usefulness"):
-        if ok:
-            assert getattr(one({"content": "x", name: value}), name) == float(value)
-        else:
-            assert refused({"content": "x", name: value}).param == name
+        check(name, value, ok)
     with pytest.raises(ValidationError):  # only code can pass a NaN
         MemoryInput(content="x", confidence=math.nan)
 
@@ -247,20 +247,14 @@ def nested(depth: int) -> Any:
     ],
 )
 def test_metadata_is_a_small_shallow_object(metadata: Any, ok: bool) -> None:
-    if ok:
-        assert one({"content": "x", "metadata": metadata}).metadata == metadata
-    else:
-        assert refused({"content": "x", "metadata": metadata}).param == "metadata"
+    check("metadata", metadata, ok)
 
 
 @pytest.mark.parametrize(
     ("user", "ok"), [("", True), ("u" * 256, True), ("u" * 257, False), (7, False)]
 )
 def test_users(user: Any, ok: bool) -> None:
-    if ok:
-        assert one({"content": "x", "user": user}).user == user
-    else:
-        assert refused({"content": "x", "user": user}).param == "user"
+    check("user", user, ok)
 
 
 @pytest.mark.parametrize(

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
-from proxy.context.records import Candidate, MemoryRecord
+from proxy.context.records import Candidate
 from proxy.memory import outputs
 from proxy.memory.service import memory_object, search_hit_object
+from tests.memory.support import record
 
-RECORD = MemoryRecord(
-    id="m",
-    tenant="t",
-    user="u",
-    source="playbook",
-    content="hello world",
-    created_at=datetime(2024, 1, 1, tzinfo=UTC),
-    tokens={"o200k_base": 2, "cl100k_base": 2},
-    metadata={"a": [1]},
-)
+RECORD = record("m", tokens={"o200k_base": 2, "cl100k_base": 2}, metadata={"a": [1]})
 
 
 def test_memory_object_is_a_memory() -> None:
