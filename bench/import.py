@@ -60,7 +60,7 @@ def bench_service(
     """
     from proxy.memory.edge import EdgeStore
     from proxy.memory.embedders import StaticEmbedder
-    from proxy.memory.inputs import parse_memories
+    from proxy.memory.parsing import parse_memories
     from proxy.memory.service import MemoryService
 
     async def run() -> dict[str, float]:
@@ -70,7 +70,7 @@ def bench_service(
             store = await EdgeStore.open(data_dir / kind, dimensions=embedder.dimensions)
             services[kind] = MemoryService(store, embedder, None)
             inputs[kind] = [
-                parse_memories(items[i : i + batch], max_content_chars=8000, max_batch=batch)
+                parse_memories(items[i : i + batch], max_content_chars=8000)
                 for i in range(0, len(items), batch)
             ]
             await services[kind].write("warm", inputs[kind][0][:1])

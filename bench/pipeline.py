@@ -113,7 +113,7 @@ async def seed_store(
 ) -> float:
     """Write ``count`` memories (tenant-shared) through the service; build the index."""
     started = time.perf_counter()
-    service = MemoryService(store, embedder, None, max_batch=SEED_BATCH)
+    service = MemoryService(store, embedder, None)
     inputs = to_inputs(memory_items(text, count))
     for start in range(0, count, SEED_BATCH):
         await service.write(tenant, inputs[start : start + SEED_BATCH])

@@ -30,8 +30,9 @@ from starlette.datastructures import Headers
 
 from proxy.backends import open_embedder, open_request_cache, warm_up
 from proxy.errors import ConfigError, MemproxyError, StoreError
-from proxy.memory.inputs import MemoryInput, parse_source
+from proxy.memory.inputs import InputLimits, MemoryInput
 from proxy.memory.io import BadRecord, batches, export_line, read_inputs
+from proxy.memory.parsing import parse_list_query, parse_search
 from proxy.memory.service import MemoryService, search_hit_object
 from proxy.memory.store import open_store
 from proxy.settings import Settings, load_settings
@@ -97,11 +98,7 @@ async def open_service(settings: Settings) -> AsyncIterator[MemoryService]:
         # A local cache would be this process's own; only Redis is shared with a server.
         cache = open_request_cache(settings, stack) if settings.cache.redis_url else None
         yield MemoryService(
-            store,
-            embedder,
-            cache,
-            max_content_chars=settings.memory.max_content_chars,
-            max_batch=sys.maxsize,
+            store, embedder, cache, max_content_chars=settings.memory.max_content_chars
         )
 
 
@@ -202,14 +199,15 @@ async def import_memories(args: argparse.Namespace, settings: Settings) -> int:
 async def export_memories(args: argparse.Namespace, settings: Settings) -> int:
     """``memories export``: every memory of the tenant as JSONL (importable as is)."""
     tenant = resolve_tenant(settings, args.tenant, args.key)
-    source = parse_source(args.source) if args.source else None
+    given = {"user": args.user, "source": args.source}
+    scope = parse_list_query({name: value for name, value in given.items() if value is not None})
     count = 0
     with open_output(args.output) as out:
         async with open_service(settings) as service:
             after = None
             while True:
                 page = await service.store.list(
-                    tenant, user=args.user, source=source, limit=EXPORT_PAGE, after=after
+                    tenant, user=scope.user, source=scope.source, limit=EXPORT_PAGE, after=after
                 )
                 out.writelines(export_line(r) for r in page.records)
                 count += len(page.records)
@@ -223,8 +221,10 @@ async def export_memories(args: argparse.Namespace, settings: Settings) -> int:
 async def search_memories(args: argparse.Namespace, settings: Settings) -> int:
     """``memories search QUERY``: the closest memories, as a table or JSON."""
     tenant = resolve_tenant(settings, args.tenant, args.key)
+    limits = InputLimits(settings.memory.max_content_chars)
+    search = parse_search({"query": args.query, "user": args.user, "top_k": args.top_k}, limits)
     async with open_service(settings) as service:
-        hits = await service.search(tenant, args.query, user=args.user, top_k=args.top_k)
+        hits = await service.search(tenant, search.query, user=search.user, top_k=search.top_k)
     if args.json:
         print(
             orjson.dumps({"object": "list", "data": [search_hit_object(h) for h in hits]}).decode()

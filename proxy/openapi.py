@@ -1,24 +1,35 @@
 """The OpenAPI 3.1 document of memproxy's own endpoints, served at ``/openapi.json``.
 
-Written by hand from the constants the validation itself uses (``proxy.memory.inputs``,
-``proxy.memory.service``) and the running settings (content size, auth mode), so the document
-and the server do not drift apart: ``tests/routes/test_openapi.py`` fuzzes the memories API
-against it with schemathesis. ``/v1/chat/completions`` is described by its memory headers (the
-body is OpenAI's); every other ``/v1/*`` path is forwarded upstream and not described here.
+The memories API's schemas are generated from the pydantic models that validate its input
+(``proxy.memory.inputs``) and describe its answers (``proxy.memory.outputs``), so the document
+and the server cannot drift apart; ``tests/routes/test_openapi.py`` fuzzes the API against it
+with schemathesis. The running settings fill in what they decide (content size, auth mode).
+``/v1/chat/completions`` is described by its memory headers (the body is OpenAI's); every other
+``/v1/*`` path is forwarded upstream and not described here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, TypeAdapter
+from pydantic.json_schema import JsonSchemaMode
+
 from proxy import __version__
 from proxy.context.records import SOURCES
-from proxy.memory.inputs import MAX_USER_CHARS
-from proxy.memory.service import DEFAULT_PAGE, MAX_PAGE
-from proxy.openapi_schemas import ref, schemas
+from proxy.memory import outputs
+from proxy.memory.inputs import (
+    CONTENT_LIMIT_KEY,
+    Feedback,
+    ListQuery,
+    SearchRequest,
+    UserScope,
+    WriteBody,
+)
 from proxy.settings import Settings
 
 OPENAPI_VERSION = "3.1.0"
+REF_TEMPLATE = "#/components/schemas/{model}"
 MEMORY_HEADERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("X-Memory-User", "End user whose memories are used (default: the body's `user`).", {}),
     ("X-Memory-Session", "Conversation id, for capture and the `conversation` source.", {}),
@@ -49,6 +60,64 @@ ERRORS: dict[str, str] = {
     "503": "The memory backend is unavailable, or memory is disabled.",
 }
 COMMON_ERRORS = ("400", "401", "405", "503")
+# Request bodies: schemas of the types the routes validate with (``proxy.memory.parsing``).
+BODIES: dict[str, Any] = {"write": WriteBody, "search": SearchRequest, "feedback": Feedback}
+
+
+class Schemas:
+    """The component schemas, and each request body's schema (a ``$ref`` or a ``oneOf``)."""
+
+    def __init__(self, max_content_chars: int) -> None:
+        inputs: list[tuple[str, JsonSchemaMode, TypeAdapter[Any]]] = [
+            (name, "validation", TypeAdapter(kind)) for name, kind in BODIES.items()
+        ]
+        inputs += [
+            (model.__name__, "validation", TypeAdapter(model)) for model in outputs.RESPONSES
+        ]
+        refs, definitions = TypeAdapter.json_schemas(inputs, ref_template=REF_TEMPLATE)
+        self.components: dict[str, Any] = bound_content(definitions["$defs"], max_content_chars)
+        self.bodies = {name: refs[(name, "validation")] for name in BODIES}
+
+
+def ref(model: type[BaseModel]) -> dict[str, str]:
+    """A reference to a component schema."""
+    return {"$ref": REF_TEMPLATE.format(model=model.__name__)}
+
+
+def bound_content(schema: Any, max_content_chars: int) -> Any:
+    """Replace each ``CONTENT_LIMIT_KEY`` mark by the ``maxLength`` these settings allow."""
+    if isinstance(schema, list):
+        return [bound_content(item, max_content_chars) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: bound_content(value, max_content_chars) for key, value in schema.items()}
+    if out.pop(CONTENT_LIMIT_KEY, False):
+        out["maxLength"] = max_content_chars
+    return out
+
+
+def query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """The query parameters a model of a query string describes (a parameter is absent or a
+    string: null is no value of a query string)."""
+    schema = model.model_json_schema(ref_template=REF_TEMPLATE)
+    required = set(schema.get("required", ()))
+    parameters = []
+    for name, prop in schema["properties"].items():
+        description = prop.pop("description", "")
+        prop.pop("title", None)
+        if prop.get("default", 0) is None:
+            del prop["default"]
+        branches = [s for s in prop.pop("anyOf", [prop]) if s != {"type": "null"}]
+        parameters.append(
+            {
+                "name": name,
+                "in": "query",
+                "required": name in required,
+                "schema": {**prop, **branches[0]},
+                "description": description,
+            }
+        )
+    return parameters
 
 
 def json_body(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -64,11 +133,6 @@ def responses(ok: str, schema: dict[str, Any], description: str, *errors: str) -
     return out
 
 
-def query(name: str, schema: dict[str, Any], description: str, **extra: Any) -> dict[str, Any]:
-    """A query parameter."""
-    return {"name": name, "in": "query", "schema": schema, "description": description, **extra}
-
-
 MEMORY_ID = {
     "name": "memory_id",
     "in": "path",
@@ -78,52 +142,39 @@ MEMORY_ID = {
 }
 
 
-def memories_paths() -> dict[str, Any]:
-    """The memories API of DESIGN.md."""
-    user = {"type": "string", "maxLength": MAX_USER_CHARS}
+def memories_paths(bodies: dict[str, Any]) -> dict[str, Any]:
+    """The memories API."""
     return {
         "/v1/memories": {
             "post": {
                 "operationId": "createMemories",
                 "summary": "Store one memory, or a batch (all or nothing).",
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {"oneOf": [ref("MemoryInput"), ref("MemoryBatch")]}
-                        }
-                    },
-                },
-                "responses": responses("201", ref("MemoryList"), "The stored memories.", "413"),
+                "requestBody": {"required": True, **json_body(bodies["write"], "Memories.")},
+                "responses": responses(
+                    "201", ref(outputs.MemoryList), "The stored memories.", "413"
+                ),
             },
             "get": {
                 "operationId": "listMemories",
                 "summary": "One page of the tenant's memories; follow `last_id` with `after`.",
-                "parameters": [
-                    query("user", user, 'Only this user\'s memories ("" = tenant-shared).'),
-                    query("source", {"enum": list(SOURCES)}, "Only this source."),
-                    query(
-                        "limit",
-                        {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
-                        f"Page size (default {DEFAULT_PAGE}).",
-                    ),
-                    query("after", {"type": "string"}, "The previous page's `last_id`."),
-                ],
-                "responses": responses("200", ref("MemoryPage"), "A page of memories."),
+                "parameters": query_parameters(ListQuery),
+                "responses": responses("200", ref(outputs.MemoryPage), "A page of memories."),
             },
             "delete": {
                 "operationId": "deleteUserMemories",
                 "summary": "Forget every memory of one user (0 deleted is not an error).",
-                "parameters": [query("user", user, "The user to forget.", required=True)],
-                "responses": responses("200", ref("UserDeleted"), "How many were deleted."),
+                "parameters": query_parameters(UserScope),
+                "responses": responses("200", ref(outputs.UserDeleted), "How many were deleted."),
             },
         },
         "/v1/memories/search": {
             "post": {
                 "operationId": "searchMemories",
                 "summary": "The memories of `user` plus the tenant-shared ones closest to `query`.",
-                "requestBody": {"required": True, **json_body(ref("SearchRequest"), "Query.")},
-                "responses": responses("200", ref("SearchResult"), "Hits, best first.", "413"),
+                "requestBody": {"required": True, **json_body(bodies["search"], "Query.")},
+                "responses": responses(
+                    "200", ref(outputs.SearchResult), "Hits, best first.", "413"
+                ),
             }
         },
         "/v1/memories/{memory_id}": {
@@ -131,12 +182,12 @@ def memories_paths() -> dict[str, Any]:
             "get": {
                 "operationId": "getMemory",
                 "summary": "One memory.",
-                "responses": responses("200", ref("Memory"), "The memory.", "404"),
+                "responses": responses("200", ref(outputs.Memory), "The memory.", "404"),
             },
             "delete": {
                 "operationId": "deleteMemory",
                 "summary": "Delete one memory; a repeat answers 404 (nothing left to delete).",
-                "responses": responses("200", ref("MemoryDeleted"), "Deleted.", "404"),
+                "responses": responses("200", ref(outputs.MemoryDeleted), "Deleted.", "404"),
             },
         },
         "/v1/memories/{memory_id}/feedback": {
@@ -144,8 +195,12 @@ def memories_paths() -> dict[str, Any]:
             "post": {
                 "operationId": "memoryFeedback",
                 "summary": "Vote on a memory or set its usefulness.",
-                "requestBody": {"required": True, **json_body(ref("Feedback"), "Feedback.")},
-                "responses": responses("200", ref("Memory"), "The updated memory.", "404", "413"),
+                "description": "A vote moves usefulness 20% of the way to 1 (useful) or 0; "
+                "`usefulness` sets it.",
+                "requestBody": {"required": True, **json_body(bodies["feedback"], "Feedback.")},
+                "responses": responses(
+                    "200", ref(outputs.Memory), "The updated memory.", "404", "413"
+                ),
             },
         },
     }
@@ -237,7 +292,8 @@ def build_openapi(settings: Settings) -> dict[str, Any]:
     # share the "anonymous" tenant (passthrough mode, auth.anonymous).
     keyed: list[dict[str, list[str]]] = [{name: []} for name in KEY_SCHEMES]
     security = [{}, *keyed] if settings.auth.anonymous else keyed
-    paths = {**memories_paths(), **other_paths()}
+    schemas = Schemas(settings.memory.max_content_chars)
+    paths = {**memories_paths(schemas.bodies), **other_paths()}
     if settings.auth.mode == "passthrough":
         # A keyless chat request still goes upstream, with memory off.
         paths["/v1/chat/completions"]["post"]["security"] = [{}, *keyed]
@@ -255,9 +311,9 @@ def build_openapi(settings: Settings) -> dict[str, Any]:
         "paths": paths,
         "components": {
             "securitySchemes": KEY_SCHEMES,
-            "schemas": schemas(settings.memory.max_content_chars),
+            "schemas": schemas.components,
             "responses": {
-                f"E{status}": json_body(ref("Error"), text) for status, text in ERRORS.items()
+                f"E{status}": json_body(ref(outputs.Error), text) for status, text in ERRORS.items()
             },
         },
     }

@@ -41,7 +41,6 @@ from proxy.memory.store import (
     Page,
     SearchQuery,
     check_query,
-    check_usefulness,
     check_vectors,
     clip_similarity,
     group_new_counts,
@@ -289,8 +288,7 @@ class EdgeStore:
         self, tenant: str, memory_id: str, usefulness: float
     ) -> MemoryRecord | None:
         """Set a memory's usefulness; return the updated memory, or ``None`` if there is none."""
-        value = check_usefulness(usefulness)
-        return await self.update_usefulness(tenant, memory_id, lambda _: value)
+        return await self.update_usefulness(tenant, memory_id, lambda _: usefulness)
 
     async def update_usefulness(
         self, tenant: str, memory_id: str, update: Callable[[float], float]
@@ -308,7 +306,7 @@ class EdgeStore:
             current = owned(found[0].payload, tenant) if found else None
             if current is None:
                 return None
-            value = check_usefulness(update(current.usefulness))
+            value = update(current.usefulness)
             self._shard.update(qe.UpdateOperation.set_payload([pid], {"usefulness": value}))
             self._records.invalidate([uuid_of(pid)])
             after = self._shard.retrieve([pid], True, False)

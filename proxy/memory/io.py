@@ -3,7 +3,8 @@
 An import file holds memory objects as accepted by ``POST /v1/memories``, one per line (JSONL)
 or in one JSON array; the format is told by the first non-blank character (``[`` = array).
 Exported memory objects import back unchanged: the fields only an export carries (``object``,
-``tokens``, derived at write; ``similarity``) are ignored, and ``retrieval_count`` is kept.
+``tokens``, derived at write; ``similarity``) are ignored, and ``retrieval_count`` is kept
+(``ImportedMemory``: the API's memory plus that count, validated by the same model).
 Records with their own ``id`` are upserts, so importing a file twice stores it once.
 """
 
@@ -11,19 +12,19 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import IO, Any
 
 import orjson
 
 from proxy.context.records import MemoryRecord
 from proxy.errors import RequestError
-from proxy.memory.inputs import MemoryInput, parse_memory
+from proxy.memory.inputs import InputLimits, MemoryInput
+from proxy.memory.parsing import parse_imported
 from proxy.memory.service import memory_object
 
 # Derived fields of an exported memory object, recomputed on import.
 EXPORT_ONLY_FIELDS = ("object", "tokens", "similarity")
-COUNT_FIELD = "retrieval_count"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,14 +73,7 @@ def to_input(value: Any, *, max_content_chars: int) -> MemoryInput:
     """Validate one decoded record (an exported memory object is accepted as is)."""
     if isinstance(value, dict):
         value = {k: v for k, v in value.items() if k not in EXPORT_ONLY_FIELDS}
-        count = value.pop(COUNT_FIELD, None)
-        parsed = parse_memory(value, max_content_chars=max_content_chars)
-        if count is not None:
-            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise RequestError(f"'{COUNT_FIELD}' must be a non-negative integer.")
-            parsed = replace(parsed, retrieval_count=count)
-        return parsed
-    raise RequestError("a record must be a JSON object with 'content'")
+    return parse_imported(value, InputLimits(max_content_chars))
 
 
 def read_inputs(

@@ -38,7 +38,6 @@ from proxy.memory.store import (
     Page,
     SearchQuery,
     check_query,
-    check_usefulness,
     check_vectors,
     clip_similarity,
     dense_of,
@@ -334,8 +333,7 @@ class QdrantStore:
         self, tenant: str, memory_id: str, usefulness: float
     ) -> MemoryRecord | None:
         """Set a memory's usefulness; return the updated memory, or ``None`` if there is none."""
-        value = check_usefulness(usefulness)
-        return await self.update_usefulness(tenant, memory_id, lambda _: value)
+        return await self.update_usefulness(tenant, memory_id, lambda _: usefulness)
 
     @store_errors
     async def update_usefulness(
@@ -351,7 +349,7 @@ class QdrantStore:
             found = await self._retrieve(tenant, [memory_id])
             if not found:
                 return None
-            value = check_usefulness(update(found[0].usefulness))
+            value = update(found[0].usefulness)
             await self._client.set_payload(
                 self._collection,
                 payload={"usefulness": value},

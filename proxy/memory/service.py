@@ -32,15 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from proxy.context.records import SOURCES, Candidate, MemoryRecord
+from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.tokens import O200K
 from proxy.errors import BackendError, EmbedderError, NotFound, RequestError, StoreError
-from proxy.memory.inputs import (
-    MAX_BATCH_MEMORIES,
-    MemoryInput,
-    parse_fraction,
-    parse_memories,
-)
+from proxy.memory.inputs import DEFAULT_PAGE, DEFAULT_TOP_K, MemoryInput, SetUsefulness, Vote
+from proxy.memory.parsing import parse_memories
 from proxy.memory.store import MemoryStore, Page, SearchQuery, with_tokens
 
 # The one token count the API shows: o200k_base, the encoding of OpenAI's current models
@@ -53,10 +49,6 @@ INLINE_COUNT_MAX_CHARS = 8_000
 # A thumbs up/down moves usefulness this fraction of the way to 1/0: one vote nudges, a
 # consistent signal converges (adr/0072).
 FEEDBACK_STEP = 0.2
-DEFAULT_TOP_K = 10
-MAX_TOP_K = 200
-DEFAULT_PAGE = 20
-MAX_PAGE = 100
 
 
 def utc_now() -> datetime:
@@ -115,22 +107,19 @@ def search_hit_object(candidate: Candidate) -> dict[str, Any]:
     return {**memory_object(candidate.record), "similarity": round(candidate.similarity, 6)}
 
 
-def feedback_update(*, useful: bool | None, usefulness: float | None) -> Callable[[float], float]:
-    """The change a feedback call asks for, checked now: an explicit value wins; a vote moves
-    ``FEEDBACK_STEP`` towards 1 or 0; neither is a 400. The store applies it to the current value.
-    """
-    if usefulness is not None:
-        value = usefulness
+def feedback_update(feedback: Vote | SetUsefulness) -> Callable[[float], float]:
+    """The change a feedback call asks for: an explicit value is set; a vote moves
+    ``FEEDBACK_STEP`` towards 1 or 0. The store applies it to the current value."""
+    if isinstance(feedback, SetUsefulness):
+        value = feedback.usefulness
         return lambda _current: value
-    if useful is None:
-        raise RequestError("Send either 'useful' (boolean) or 'usefulness' (0..1).")
-    target = 1.0 if useful else 0.0
+    target = 1.0 if feedback.useful else 0.0
     return lambda current: round(current + FEEDBACK_STEP * (target - current), 6)
 
 
-def feedback_usefulness(current: float, *, useful: bool | None, usefulness: float | None) -> float:
+def feedback_usefulness(current: float, feedback: Vote | SetUsefulness) -> float:
     """New usefulness after one feedback call on a memory whose usefulness is ``current``."""
-    return feedback_update(useful=useful, usefulness=usefulness)(current)
+    return feedback_update(feedback)(current)
 
 
 class MemoryService:
@@ -147,14 +136,12 @@ class MemoryService:
         cache: Any | None = None,
         *,
         max_content_chars: int = 8000,
-        max_batch: int = MAX_BATCH_MEMORIES,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.cache = cache
         self.max_content_chars = max_content_chars
-        self.max_batch = max_batch
         self._clock = clock
 
     @classmethod
@@ -177,9 +164,7 @@ class MemoryService:
         self, tenant: str, items: Sequence[Mapping[str, Any]]
     ) -> builtins.list[MemoryRecord]:
         """Validate raw memory objects (all before any write), then ``write`` them."""
-        inputs = parse_memories(
-            builtins.list(items), max_content_chars=self.max_content_chars, max_batch=self.max_batch
-        )
+        inputs = parse_memories(builtins.list(items), max_content_chars=self.max_content_chars)
         return await self.write(tenant, inputs)
 
     async def write(
@@ -232,10 +217,6 @@ class MemoryService:
         after: str | None = None,
     ) -> Page:
         """One page of the tenant's memories (stable order); pass ``last_id`` as ``after``."""
-        if source is not None and source not in SOURCES:
-            raise RequestError(f"'source' must be one of {', '.join(SOURCES)}.", param="source")
-        if not 1 <= limit <= MAX_PAGE:
-            raise RequestError(f"'limit' must be between 1 and {MAX_PAGE}.", param="limit")
         return await self.store.list(tenant, user=user, source=source, limit=limit, after=after)
 
     async def search(
@@ -248,8 +229,6 @@ class MemoryService:
         sources: Sequence[str] | None = None,
     ) -> builtins.list[Candidate]:
         """The ``top_k`` memories of ``user`` plus tenant-shared ones most similar to ``query``."""
-        if not 1 <= top_k <= MAX_TOP_K:
-            raise RequestError(f"'top_k' must be between 1 and {MAX_TOP_K}.", param="top_k")
         if self.cache is not None:
             vector = await self.cache.embed(tenant, self.embedder, query)
         else:
@@ -279,21 +258,14 @@ class MemoryService:
         return deleted
 
     async def feedback(
-        self,
-        tenant: str,
-        memory_id: str,
-        *,
-        useful: bool | None = None,
-        usefulness: float | None = None,
+        self, tenant: str, memory_id: str, feedback: Vote | SetUsefulness
     ) -> MemoryRecord:
         """Apply a vote or set usefulness; return the updated memory (``NotFound`` if none).
 
         The store applies the vote to the current value atomically, so simultaneous votes on
         one memory all count (they used to race as read-then-set).
         """
-        if usefulness is not None:
-            usefulness = parse_fraction(usefulness, "usefulness")
-        update = feedback_update(useful=useful, usefulness=usefulness)
+        update = feedback_update(feedback)
         updated = await self.store.update_usefulness(tenant, memory_id, update)
         if updated is None:
             raise NotFound(f"No memory with id '{memory_id}'.", param="id")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import builtins
 import functools
-import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -104,7 +103,8 @@ class MemoryStore(Protocol):
     async def set_usefulness(
         self, tenant: str, memory_id: str, usefulness: float
     ) -> MemoryRecord | None:
-        """Set a memory's usefulness (0..1); return the updated memory or ``None``."""
+        """Set a memory's usefulness (0..1, validated by the caller: ``proxy.memory.inputs``);
+        return the updated memory or ``None``."""
         ...
 
     async def update_usefulness(
@@ -201,14 +201,6 @@ def require_tenant(tenant: str) -> str:
     if not isinstance(tenant, str) or not tenant:
         raise RequestError("a tenant is required for every memory store call", param="tenant")
     return tenant
-
-
-def check_usefulness(usefulness: float) -> float:
-    """Return ``usefulness`` as a float in [0, 1] or raise."""
-    value = float(usefulness)
-    if not 0.0 <= value <= 1.0 or math.isnan(value):
-        raise RequestError("usefulness must be between 0 and 1", param="usefulness")
-    return value
 
 
 def check_vectors(records: Sequence[MemoryRecord], vectors: np.ndarray, dimensions: int) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from proxy.hooks import Completion
-from proxy.memory.inputs import MemoryInput
+from proxy.memory.inputs import MemoryInput, is_blank
 from proxy.pipeline.options import RequestOptions
 from proxy.pipeline.query import last_user_texts, strip_block
 
@@ -35,7 +35,9 @@ def capture_inputs(
     meta: dict[str, Any] = {"session": options.session} if options.session else {}
     inputs: list[MemoryInput] = []
     said = last_user_texts(messages, 1)
-    if said:
+    # Blank by the memories' rule (a lone BOM is not Python whitespace): nothing to keep, and
+    # MemoryInput would refuse it.
+    if said and not is_blank(said[0]):
         inputs.append(
             MemoryInput(
                 content=said[0][:max_chars],
@@ -46,7 +48,7 @@ def capture_inputs(
         )
     if options.capture == "turn":
         answer = strip_block(completion.text).strip()
-        if answer:
+        if not is_blank(answer):
             inputs.append(
                 MemoryInput(
                     content=answer[:max_chars],

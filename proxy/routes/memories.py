@@ -12,7 +12,6 @@ repeat). Backend failures answer 503, bugs 500; see adr/0070 for the rest of the
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,32 +21,22 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from proxy.errors import MemproxyError, MethodNotAllowed, RequestError
-from proxy.memory.inputs import (
-    SEARCH_ID,
-    is_blank,
-    parse_fraction,
-    parse_source,
-    parse_user,
+from proxy.errors import MemproxyError, MethodNotAllowed
+from proxy.memory.inputs import SEARCH_ID, InputLimits
+from proxy.memory.parsing import (
+    parse_feedback,
+    parse_list_query,
+    parse_search,
+    parse_user_scope,
     parse_write_body,
 )
-from proxy.memory.service import (
-    DEFAULT_PAGE,
-    DEFAULT_TOP_K,
-    MemoryService,
-    memory_object,
-    search_hit_object,
-)
+from proxy.memory.service import MemoryService, memory_object, search_hit_object
 from proxy.relay import error_response
 from proxy.routes.forward import parse_json_object, read_body
 from proxy.services import Services
 from proxy.tenancy import Tenant
 
 LOGGER = logging.getLogger("memproxy.memories")
-LIST_PARAMS = frozenset({"user", "source", "limit", "after"})
-SEARCH_FIELDS = frozenset({"query", "user", "top_k", "sources"})
-FEEDBACK_FIELDS = frozenset({"useful", "usefulness"})
-INTEGER_RE = re.compile(r"-?[0-9]{1,9}")
 Handler = Callable[[Request, Services, Tenant], Awaitable[Response]]
 
 
@@ -86,31 +75,6 @@ async def read_object(request: Request, services: Services) -> dict[str, Any]:
     return parse_json_object(raw)
 
 
-def reject_unknown(body: dict[str, Any], allowed: frozenset[str], what: str) -> None:
-    """400 naming the first field ``what`` does not know."""
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise RequestError(
-            f"Unknown {what} '{unknown[0]}'; expected {', '.join(sorted(allowed))}.",
-            param=unknown[0],
-        )
-
-
-def parse_int(value: Any, param: str, default: int) -> int:
-    """An integer from a query string or JSON (booleans and fractions refused)."""
-    if value is None:
-        return default
-    if isinstance(value, str):
-        # ASCII digits only: str.isdigit() also accepts "³", which int() refuses.
-        if INTEGER_RE.fullmatch(value.strip()):
-            return int(value)
-    elif isinstance(value, int) and not isinstance(value, bool):
-        return value
-    elif isinstance(value, float) and value.is_integer():
-        return int(value)  # JSON Schema's "integer" includes 104.0
-    raise RequestError(f"'{param}' must be an integer.", param=param)
-
-
 async def create_memories(request: Request, services: Services, tenant: Tenant) -> Response:
     """``POST /v1/memories``: one memory or ``{"memories": [...]}`` -> 201 with the stored list."""
     body = await read_object(request, services)
@@ -121,14 +85,10 @@ async def create_memories(request: Request, services: Services, tenant: Tenant) 
 
 async def list_memories(request: Request, services: Services, tenant: Tenant) -> Response:
     """``GET /v1/memories?user=&source=&limit=&after=``: one page, cursor in ``last_id``."""
-    params = request.query_params
-    reject_unknown(dict(params), LIST_PARAMS, "query parameter")
-    user = parse_user(params["user"]) if "user" in params else None
-    source = parse_source(params["source"]) if "source" in params else None
-    after = params.get("after") or None
-    limit = parse_int(params.get("limit"), "limit", DEFAULT_PAGE)
-    service = MemoryService.from_services(services)
-    page = await service.list(tenant.id, user=user, source=source, limit=limit, after=after)
+    query = parse_list_query(dict(request.query_params))
+    page = await MemoryService.from_services(services).list(
+        tenant.id, user=query.user, source=query.source, limit=query.limit, after=query.after
+    )
     return json_response(
         {
             "object": "list",
@@ -141,14 +101,7 @@ async def list_memories(request: Request, services: Services, tenant: Tenant) ->
 
 async def delete_user_memories(request: Request, services: Services, tenant: Tenant) -> Response:
     """``DELETE /v1/memories?user=U``: forget every memory of U (``user=`` is the shared scope)."""
-    params = request.query_params
-    reject_unknown(dict(params), frozenset({"user"}), "query parameter")
-    if "user" not in params:
-        raise RequestError(
-            "DELETE /v1/memories needs ?user=U (every memory of that user is deleted).",
-            param="user",
-        )
-    user = parse_user(params["user"])
+    user = parse_user_scope(dict(request.query_params)).user
     deleted = await MemoryService.from_services(services).delete_user(tenant.id, user)
     return json_response({"object": "memory.user.deleted", "user": user, "deleted": deleted})
 
@@ -170,23 +123,9 @@ async def delete_memory(request: Request, services: Services, tenant: Tenant) ->
 async def search_memories(request: Request, services: Services, tenant: Tenant) -> Response:
     """``POST /v1/memories/search``: ``{"query", "user", "top_k"}`` -> hits with ``similarity``."""
     body = await read_object(request, services)
-    reject_unknown(body, SEARCH_FIELDS, "field")
-    query = body.get("query")
-    if not isinstance(query, str) or is_blank(query):
-        raise RequestError("'query' must be a non-empty string.", param="query")
-    if len(query) > tenant.memory.max_content_chars:
-        raise RequestError(
-            f"'query' is longer than {tenant.memory.max_content_chars} characters.", param="query"
-        )
-    user = parse_user(body["user"]) if body.get("user") is not None else ""
-    top_k = parse_int(body.get("top_k"), "top_k", DEFAULT_TOP_K)
-    sources = body.get("sources")
-    if sources is not None:
-        if not isinstance(sources, list) or not sources:
-            raise RequestError("'sources' must be a non-empty array of sources.", param="sources")
-        sources = [parse_source(s, "sources") for s in sources]
+    search = parse_search(body, InputLimits(tenant.memory.max_content_chars))
     hits = await MemoryService.from_services(services).search(
-        tenant.id, query, user=user, top_k=top_k, sources=sources
+        tenant.id, search.query, user=search.user, top_k=search.top_k, sources=search.sources
     )
     return json_response({"object": "list", "data": [search_hit_object(h) for h in hits]})
 
@@ -194,17 +133,8 @@ async def search_memories(request: Request, services: Services, tenant: Tenant) 
 async def memory_feedback(request: Request, services: Services, tenant: Tenant) -> Response:
     """``POST /v1/memories/{id}/feedback``: ``{"useful": bool}`` or ``{"usefulness": 0..1}``."""
     memory_id = request.path_params["memory_id"]
-    body = await read_object(request, services)
-    reject_unknown(body, FEEDBACK_FIELDS, "field")
-    if ("useful" in body) == ("usefulness" in body):
-        raise RequestError("Send exactly one of 'useful' (boolean) or 'usefulness' (0..1).")
-    useful = body.get("useful")
-    if "useful" in body and not isinstance(useful, bool):
-        raise RequestError("'useful' must be a boolean.", param="useful")
-    usefulness = parse_fraction(body["usefulness"], "usefulness") if "usefulness" in body else None
-    record = await MemoryService.from_services(services).feedback(
-        tenant.id, memory_id, useful=useful, usefulness=usefulness
-    )
+    feedback = parse_feedback(await read_object(request, services))
+    record = await MemoryService.from_services(services).feedback(tenant.id, memory_id, feedback)
     return json_response(memory_object(record))
 
 

@@ -34,6 +34,7 @@ def done(text: str = "the answer", status: int = 200, ok: bool = True) -> Comple
         ("turn", done(status=500), []),
         ("turn", done(ok=False), []),
         ("turn", done(text="  "), [("user", "my question")]),
+        ("turn", done(text="\ufeff "), [("user", "my question")]),
         (
             "turn",
             done(text=render_block(["[x] y"]) + " ok"),
@@ -50,6 +51,12 @@ def test_capture_inputs(
         assert item.source == "conversation"
         assert item.user == "u"
         assert item.metadata["session"] == "s"
+
+
+def test_a_blank_user_message_is_not_captured() -> None:
+    blank = [{"role": "user", "content": "\ufeff"}]
+    inputs = capture_inputs(options("turn"), blank, done(), 8000)
+    assert [i.metadata["role"] for i in inputs] == ["assistant"]
 
 
 def test_content_is_bounded_and_session_optional() -> None:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import requests
 import schemathesis
@@ -17,6 +18,8 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
 from proxy.app import create_app
+from proxy.memory import outputs
+from proxy.memory.inputs import CONTENT_LIMIT_KEY, MAX_PAGE, ListQuery, MemoryInput
 from proxy.openapi import build_openapi
 from proxy.settings import Settings
 from tests.fakes.servers import ProxyServer
@@ -76,6 +79,28 @@ def test_document_follows_the_settings(fuzz_settings: Settings) -> None:
     assert document["paths"]["/v1/chat/completions"]["post"]["security"] == [{}, *keyed]
     anonymous = replace(fuzz_settings, auth=replace(fuzz_settings.auth, anonymous=True))
     assert build_openapi(anonymous)["security"] == [{}, *keyed]
+
+
+def test_document_is_generated_from_the_models(fuzz_settings: Settings) -> None:
+    document = build_openapi(fuzz_settings)
+    schemas = document["components"]["schemas"]
+    assert set(schemas["MemoryInput"]["properties"]) == set(MemoryInput.model_fields)
+    assert set(schemas["Memory"]["properties"]) == set(outputs.Memory.model_fields)
+    # An explicit null in an optional field means its default, and the document says so.
+    for name in ("user", "source", "metadata", "id"):
+        assert {"type": "null"} in schemas["MemoryInput"]["properties"][name]["anyOf"], name
+    assert "anyOf" not in schemas["MemoryInput"]["properties"]["content"]
+    query = schemas["SearchRequest"]["properties"]["query"]
+    assert query["maxLength"] == fuzz_settings.memory.max_content_chars
+    assert CONTENT_LIMIT_KEY not in orjson.dumps(document).decode()  # every mark filled in
+    listing = document["paths"]["/v1/memories"]["get"]["parameters"]
+    assert [p["name"] for p in listing] == list(ListQuery.model_fields)
+    limit = next(p["schema"] for p in listing if p["name"] == "limit")
+    assert limit == {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 20}
+    # A query parameter is absent or a string: never null.
+    assert all(b"null" not in orjson.dumps(p["schema"]) for p in listing)
+    (user,) = document["paths"]["/v1/memories"]["delete"]["parameters"]
+    assert (user["name"], user["required"]) == ("user", True)
 
 
 def test_a_memory_from_the_document_example_is_accepted(root: str) -> None:
