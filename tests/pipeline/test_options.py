@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ from hypothesis import strategies as st
 
 from proxy.errors import RequestError
 from proxy.pipeline.options import parse_options
-from proxy.settings import MemorySettings
+from proxy.settings import MemorySettings, replace
 
 LIMITS = replace(MemorySettings(), max_tokens=1000, top_k=40, sources=("learnings", "playbook"))
 

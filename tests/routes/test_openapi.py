@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -18,7 +17,7 @@ from schemathesis.specs.openapi.checks import ignored_auth, positive_data_accept
 
 from proxy.app import create_app
 from proxy.openapi import build_openapi
-from proxy.settings import Settings
+from proxy.settings import Settings, replace
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
 from tests.routes.test_memories import memory_settings
