@@ -34,6 +34,7 @@ import numpy as np
 
 from proxy.context.records import SOURCES, Candidate, MemoryRecord
 from proxy.context.tokens import O200K
+from proxy.defaults import MAX_CONTENT_CHARS
 from proxy.errors import BackendError, EmbedderError, NotFound, RequestError, StoreError
 from proxy.memory.inputs import (
     MAX_BATCH_MEMORIES,
@@ -146,7 +147,7 @@ class MemoryService:
         embedder: Any,
         cache: Any | None = None,
         *,
-        max_content_chars: int = 8000,
+        max_content_chars: int = MAX_CONTENT_CHARS,
         max_batch: int = MAX_BATCH_MEMORIES,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
