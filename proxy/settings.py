@@ -186,6 +186,18 @@ class _Section(BaseModel):
     # this __init__, or errors would lose where their values came from.
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:
+        """A section left empty (``memory:`` with every line commented out) is YAML's null:
+        it means the section's defaults."""
+        if not isinstance(data, dict):
+            return data
+        return {
+            name: {} if value is None and _holds_section(cls, name) else value
+            for name, value in data.items()
+        }
+
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
@@ -652,6 +664,12 @@ def _section_in(info: FieldInfo) -> tuple[type[_Section], bool] | None:
     if isinstance(inner, type) and issubclass(inner, _Section):
         return inner, by_name
     return None
+
+
+def _holds_section(model: type[_Section], name: str) -> bool:
+    info = model.model_fields.get(name)
+    inner = _section_in(info) if info is not None else None
+    return inner is not None and not inner[1]
 
 
 def _sections() -> list[str]:

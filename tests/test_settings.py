@@ -64,6 +64,11 @@ def test_yaml_values_and_precedence(tmp_path: Path) -> None:
     assert s.source == str(path)
 
 
+def test_an_empty_section_means_its_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path, "memory:\n  # enabled: false\nserver:\n  http:\n")
+    assert load_settings(path, env={}) == replace(Settings(), source=str(path))
+
+
 def test_config_path_from_env(tmp_path: Path) -> None:
     path = write(tmp_path, "server:\n  port: 7000\n")
     assert load_settings(env={"MEMPROXY_CONFIG": str(path)}).server.port == 7000
