@@ -762,7 +762,7 @@ def _describe(
         operator, bound = BOUNDS[kind]
         return f"must be {operator} {ctx.get(bound)}, got {got}"
     expected = EXPECTED.get(kind.split("_")[0])
-    if expected is not None and kind != "string_too_short":
+    if expected is not None:
         message = f"must be {expected}, got {got}"
         if expected == "a list" and isinstance(value, str):
             message += f"; write a list: [{value}]"
