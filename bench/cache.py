@@ -234,7 +234,7 @@ async def until_served(cache: RedisCache, limit_s: float = 30.0) -> float:
 async def failures(url: str, process: subprocess.Popen[bytes], n: int) -> list[dict[str, Any]]:
     """Section 4: frozen and killed Redis with the default deadline and breaker."""
     rows: list[dict[str, Any]] = []
-    cache = RedisCache(connect(url))  # defaults: 20 ms deadline, 5 failures over 0.5 s, 5 s
+    cache = RedisCache(connect(url))  # defaults: 10 ms deadline, 5 failures over 0.5 s, 5 s
     await cache.set("k", b"v", 600)
     os.kill(process.pid, signal.SIGSTOP)
     try:

@@ -101,14 +101,6 @@ async def open_backends(services: Services, stack: AsyncExitStack) -> None:
     settings = services.settings
     if not settings.memory.enabled:
         return
-    if settings.store.kind == "edge" and settings.server.workers > 1 and services.store is None:
-        # The embedded shard is owned by one process; a second worker could not open it and
-        # would silently serve without memory.
-        raise ConfigError(
-            "the embedded store (store.kind: edge) serves one process; with server.workers > 1 "
-            "use store.kind: qdrant (MEMPROXY_QDRANT_URL), or set server.workers: 1",
-            param="server.workers",
-        )
     if services.embedder is None:
         services.embedder = await open_embedder(settings, stack)
     if services.store is None:

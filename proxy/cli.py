@@ -29,9 +29,11 @@ def serve(args: argparse.Namespace) -> int:
     overrides = {"server.host": args.host, "server.port": args.port, "server.workers": args.workers}
     settings = load_settings(args.config, overrides=overrides)
     configure_logging(settings.server)
+    # Worker processes load their settings from the environment: pass the file on, and the
+    # worker count, which decides what a process may share (the embedded store, the cache).
     if args.config:
-        # Worker processes load their settings from the environment, so pass the path on.
         os.environ["MEMPROXY_CONFIG"] = args.config
+    os.environ["MEMPROXY_WORKERS"] = str(settings.server.workers)
     metrics_dir = None
     if settings.server.workers > 1:
         # prometheus_client reads this at import time, so it must be set before workers start.

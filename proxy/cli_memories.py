@@ -21,7 +21,6 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager as ContextManager
 from contextlib import AsyncExitStack, asynccontextmanager, nullcontext
-from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,7 +34,7 @@ from proxy.memory.io import BadRecord, batches, export_line, read_inputs
 from proxy.memory.parsing import parse_list_query, parse_search
 from proxy.memory.service import MemoryService, search_hit_object
 from proxy.memory.store import open_store
-from proxy.settings import Settings, load_settings
+from proxy.settings import Settings, load_settings, replace
 from proxy.tenancy import ANONYMOUS_TENANT, TenantResolver
 
 EXIT_BAD_INPUT = 1

@@ -2,31 +2,100 @@
 
 Precedence, lowest to highest: built-in defaults < YAML file (``MEMPROXY_CONFIG`` or
 ``--config``) < ``MEMPROXY_*`` environment variables < command-line flags. The result is one
-frozen ``Settings`` tree, validated at start: an unknown key or a wrong type raises
-``ConfigError`` naming the dotted key and the file.
+frozen ``Settings`` tree of pydantic models (adr/0090), validated once at start: an unknown key
+or variable, a wrong type or a broken rule between fields raises ``ConfigError`` naming the
+dotted key and where its value came from (the file, the variable, the command line).
 
-Secrets are never written in the file: they are references (``env:OPENAI_API_KEY``) resolved
-here into ``Secret`` values whose ``repr`` shows the reference, never the value.
+YAML values must have their real type: ``"yes"`` is a string, not a bool, and a list is written
+as a list. Environment values are strings, parsed by the setting's type (``true/false/1/0/yes/
+no/on/off`` for a bool). Secrets are never written in the file: they are references
+(``env:OPENAI_API_KEY``) resolved here into ``Secret`` values whose ``repr`` shows the
+reference, never the value.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import types
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import FrozenInstanceError, dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, NoReturn, Self, TypeVar, get_args, get_origin
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    WrapSerializer,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails, PydanticCustomError
 
+from proxy.defaults import (
+    CACHE_LOCAL_MAX_ENTRIES,
+    CACHE_TIMEOUT_MS,
+    CAPTURES,
+    COLLECTION,
+    COUNT_FLUSH_S,
+    EMBEDDING_TTL_S,
+    HYBRID,
+    MAX_CONTENT_CHARS,
+    MEMORY_MAX_TOKENS,
+    MIB,
+    RECORD_CACHE_ENTRIES,
+    RETRIEVAL_TTL_S,
+    SOURCES,
+    TOKENS_TTL_S,
+    UPSTREAM_URL,
+    Capture,
+    Source,
+)
 from proxy.errors import ConfigError
 
-MIB = 1024 * 1024
-ENV_PREFIX = "env:"
-ALL_SOURCES: tuple[str, ...] = ("learnings", "playbook", "conversation", "summaries")
+__all__ = [
+    "ALL_SOURCES",
+    "MIB",
+    "AuthSettings",
+    "CacheSettings",
+    "EmbedderSettings",
+    "HttpServerSettings",
+    "LimitsSettings",
+    "MemorySettings",
+    "PoolSettings",
+    "Secret",
+    "ServerSettings",
+    "Settings",
+    "StageTimeouts",
+    "StoreSettings",
+    "TenantMemory",
+    "TenantSettings",
+    "TimeoutSettings",
+    "UpstreamSettings",
+    "UpstreamTlsSettings",
+    "load_settings",
+    "replace",
+]
 
-# MEMPROXY_* variable -> dotted settings key. MEMPROXY_CONFIG is handled separately.
+ALL_SOURCES = SOURCES
+ENV_PREFIX = "env:"
+VARIABLE_PREFIX = "MEMPROXY_"
+CONFIG_VARIABLE = "MEMPROXY_CONFIG"
+COMMAND_LINE = "command line"
+
+# MEMPROXY_* variable -> dotted settings key. MEMPROXY_CONFIG names the file.
 ENV_KEYS: Mapping[str, str] = {
     "MEMPROXY_HOST": "server.host",
     "MEMPROXY_PORT": "server.port",
@@ -49,6 +118,7 @@ ENV_KEYS: Mapping[str, str] = {
 }
 # Variables whose value is the secret itself, not an ``env:`` reference.
 ENV_SECRET_VALUES = frozenset({"MEMPROXY_UPSTREAM_API_KEY", "MEMPROXY_QDRANT_API_KEY"})
+KNOWN_VARIABLES = frozenset({CONFIG_VARIABLE, *ENV_KEYS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,66 +132,143 @@ class Secret:
         return self.ref
 
 
-@dataclass(frozen=True, slots=True)
-class HttpServerSettings:
+def _secret(value: object, info: ValidationInfo) -> Secret:
+    """An ``env:VAR`` reference resolved from the environment being loaded (``os.environ`` when
+    a model is built directly)."""
+    if isinstance(value, Secret):
+        return value
+    if not isinstance(value, str) or not value.startswith(ENV_PREFIX):
+        raise PydanticCustomError(
+            "secret_literal", "must reference a secret as 'env:VARIABLE', never hold it"
+        )
+    var = value[len(ENV_PREFIX) :]
+    environ = info.context["environ"] if info.context else os.environ
+    secret = environ.get(var)
+    if not secret:
+        raise PydanticCustomError(
+            "secret_unset", "references ${var}, which is not set", {"var": var}
+        )
+    return Secret(ref=value, value=secret)
+
+
+# Scalars keep their YAML type: a quoted "8080" is not a port, "yes" is not a bool. (Strict
+# floats still take integers: `connect: 2` is 2.0.)
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
+Positive = Annotated[int, Strict(), Field(gt=0)]
+PositiveFloat = Annotated[float, Strict(), Field(gt=0)]
+NonNegative = Annotated[int, Strict(), Field(ge=0)]
+AtLeastOne = Annotated[int, Strict(), Field(ge=1)]
+SecretRef = Annotated[Secret, PlainValidator(_secret), PlainSerializer(str)]
+Packer = Literal["optimal", "greedy"]
+
+
+def _rule(key: str, message: str) -> PydanticCustomError:
+    """A broken rule between fields, reported at ``key`` (dotted, relative to the model)."""
+    return PydanticCustomError("rule", message, {"key": key})
+
+
+class _Section(BaseModel):
+    """A frozen, closed settings section: unknown keys are errors and assignment raises
+    ``AttributeError`` as on a frozen dataclass. Building one directly validates it too, and
+    an invalid one is a ``ConfigError``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _config_error(exc, _Origins(type(self).__name__)) from None
+
+    # Like pydantic's own RootModel: validation (model_validate, nested sections) must not call
+    # this __init__, or errors would lose where their values came from.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:
+        """A section left empty (``memory:`` with every line commented out) is YAML's null:
+        it means the section's defaults."""
+        if not isinstance(data, dict):
+            return data
+        return {
+            name: {} if value is None and _holds_section(cls, name) else value
+            for name, value in data.items()
+        }
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+_S = TypeVar("_S", bound=_Section)
+
+
+def replace(section: _S, /, **changes: Any) -> _S:
+    """A copy of a settings section with ``changes``, validated like a loaded one (these
+    models' counterpart of ``dataclasses.replace``)."""
+    return type(section)(**{**dict(section), **changes})
+
+
+class HttpServerSettings(_Section):
     """Limits of the HTTP server on request heads, idle connections and refused bodies."""
 
     # Request line plus header lines; a longer head answers 431 (and is never buffered whole).
-    max_head_bytes: int = 64 * 1024
-    max_headers: int = 100  # header fields per request; more answer 431
+    max_head_bytes: Positive = 64 * 1024
+    max_headers: Positive = 100  # header fields per request; more answer 431
     # From the connection (or the first byte of a later request) to the end of its head.
-    head_timeout_s: float = 10.0
+    head_timeout_s: PositiveFloat = 10.0
     # Longest wait for the next bytes of a request body still arriving (not a total), like
     # nginx's client_body_timeout: a stalled upload answers 408 and is closed.
-    body_timeout_s: float = 60.0
+    body_timeout_s: PositiveFloat = 60.0
     # An idle keep-alive connection is closed after this; longer than the 60 s idle timeout
     # of common load balancers, so they close first and never reuse a connection being closed.
-    keepalive_s: float = 75.0
+    keepalive_s: PositiveFloat = 75.0
     # After an answer sent before the whole body arrived (413), the rest of the body is read
     # and dropped, up to this many bytes and seconds, so the client reads the answer instead
     # of a connection reset.
-    drain_bytes: int = 64 * MIB
-    drain_s: float = 10.0
+    drain_bytes: Positive = 64 * MIB
+    drain_s: PositiveFloat = 10.0
 
 
-@dataclass(frozen=True, slots=True)
-class ServerSettings:
+class ServerSettings(_Section):
     """Where and how the HTTP server runs."""
 
     host: str = "127.0.0.1"
-    port: int = 8080
-    workers: int = 1
+    port: Annotated[int, Strict(), Field(ge=1, le=65535)] = 8080
+    workers: AtLeastOne = 1
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # One line per request at info level; costs ~30 us of CPU per request (bench/overhead.py).
-    access_log: bool = True
+    access_log: Bool = True
     # Seconds in-flight requests and streams get to finish on shutdown.
-    graceful_timeout_s: float = 30.0
+    graceful_timeout_s: Float = 30.0
     # Set by the CLI when several workers share Prometheus metrics (multiprocess mode).
     metrics_dir: str | None = None
-    http: HttpServerSettings = HttpServerSettings()
+    http: HttpServerSettings = Field(default_factory=HttpServerSettings)
 
 
-@dataclass(frozen=True, slots=True)
-class TimeoutSettings:
+class TimeoutSettings(_Section):
     """Upstream timeouts in seconds; each one ends the request with 504 or a stream error."""
 
-    connect: float = 5.0
-    first_byte: float = 120.0  # request sent -> response headers
-    idle: float = 120.0  # between two chunks of the body
-    total: float = 900.0  # whole exchange, streaming included
+    connect: Float = 5.0
+    first_byte: Float = 120.0  # request sent -> response headers
+    idle: Float = 120.0  # between two chunks of the body
+    total: Float = 900.0  # whole exchange, streaming included
 
 
-@dataclass(frozen=True, slots=True)
-class PoolSettings:
+class PoolSettings(_Section):
     """Connection pool towards the upstream."""
 
-    max_connections: int = 512
-    keepalive_s: float = 30.0
+    max_connections: Int = 512
+    keepalive_s: Float = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class UpstreamTlsSettings:
+class UpstreamTlsSettings(_Section):
     """TLS towards the upstream: extra trusted CAs and a client certificate (paths to PEM files)."""
 
     ca_file: str | None = None  # trusted in addition to the system and certifi CAs
@@ -129,77 +276,143 @@ class UpstreamTlsSettings:
     key_file: str | None = None  # its private key; None: the key is in cert_file
 
 
-@dataclass(frozen=True, slots=True)
-class UpstreamSettings:
+def _base_url(url: str) -> str:
+    """An OpenAI-compatible base URL: http(s), and a path ending in ``/v1``.
+
+    Without ``/v1`` the start would succeed and every call then 404 on real providers. A path
+    prefix (``/openai/v1``) and a query (``?api-version=...``) are fine.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise PydanticCustomError("url_scheme", "must start with http:// or https://")
+    path = parts.path.rstrip("/")
+    if not path.endswith("/v1"):
+        # Imported here: proxy.upstream imports this module. The hint is redacted like every
+        # printed upstream URL (user information and query values).
+        from proxy.upstream import redact_url
+
+        hint = redact_url(urlunsplit((parts.scheme, parts.netloc, f"{path}/v1", parts.query, "")))
+        raise PydanticCustomError(
+            "url_v1",
+            "must be an OpenAI-compatible base URL, its path ending in /v1: did you mean {hint}?",
+            {"hint": hint},
+        )
+    return url
+
+
+class UpstreamSettings(_Section):
     """The OpenAI-compatible provider behind the proxy."""
 
-    url: str = "https://api.openai.com/v1"
+    url: Annotated[str, AfterValidator(_base_url)] = UPSTREAM_URL
     # Used in keys mode (tenants without their own key) and by the openai embedder.
-    api_key: Secret | None = None
-    timeouts: TimeoutSettings = TimeoutSettings()
-    pool: PoolSettings = PoolSettings()
-    tls: UpstreamTlsSettings = UpstreamTlsSettings()
+    api_key: SecretRef | None = None
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    pool: PoolSettings = Field(default_factory=PoolSettings)
+    tls: UpstreamTlsSettings = Field(default_factory=UpstreamTlsSettings)
     # The HTTP client library behind proxy/transport.py (adr/0085).
     client: Literal["aiohttp"] = "aiohttp"
 
 
-@dataclass(frozen=True, slots=True)
-class LimitsSettings:
+class LimitsSettings(_Section):
     """Request limits."""
 
-    max_body_bytes: int = 16 * MIB
+    max_body_bytes: Positive = 16 * MIB
 
 
-@dataclass(frozen=True, slots=True)
-class StageTimeouts:
+class StageTimeouts(_Section):
     """Per-stage budgets of the memory pipeline, in milliseconds."""
 
-    embed_ms: float = 30.0
-    search_ms: float = 30.0
-    cache_ms: float = 10.0
+    embed_ms: Float = 30.0
+    search_ms: Float = 30.0
+    cache_ms: Float = CACHE_TIMEOUT_MS
 
 
-@dataclass(frozen=True, slots=True)
-class MemorySettings:
+def _capture_at_most(capture: Capture | None, max_capture: Capture | None) -> None:
+    if capture and max_capture and CAPTURES.index(capture) > CAPTURES.index(max_capture):
+        raise _rule("capture", f"is {capture!r}, above max_capture {max_capture!r}")
+
+
+class TenantMemory(_Section):
+    """Per-tenant caps over ``MemorySettings``; ``None`` keeps the global value."""
+
+    max_tokens: NonNegative | None = None
+    top_k: AtLeastOne | None = None
+    sources: tuple[Source, ...] | None = None
+    # The tenant's capture mode, and its ceiling too unless max_capture is set.
+    capture: Capture | None = None
+    max_capture: Capture | None = None
+    packer: Packer | None = None
+
+    @model_validator(mode="after")
+    def _capture_within_ceiling(self) -> Self:
+        _capture_at_most(self.capture, self.max_capture)
+        return self
+
+
+class MemorySettings(_Section):
     """Memory defaults and caps. Request headers may lower these, never raise them."""
 
-    enabled: bool = True
-    max_tokens: int = 4500
-    top_k: int = 50
-    sources: tuple[str, ...] = ALL_SOURCES
-    capture: Literal["off", "user", "turn"] = "off"
-    packer: Literal["optimal", "greedy"] = "optimal"
-    query_window: int = 2  # last N user messages form the retrieval query
-    deadline_ms: float = 50.0  # whole pipeline; past it the request goes without memories
-    stage_timeouts: StageTimeouts = StageTimeouts()
-    max_content_chars: int = 8000
+    enabled: Bool = True
+    max_tokens: NonNegative = MEMORY_MAX_TOKENS
+    top_k: AtLeastOne = 50
+    sources: tuple[Source, ...] = SOURCES
+    # What a request without X-Memory-Capture captures, and the most one with it may ask for
+    # (off < user < turn).
+    capture: Capture = "off"
+    max_capture: Capture = "turn"
+    packer: Packer = "optimal"
+    query_window: Int = 2  # last N user messages form the retrieval query
+    deadline_ms: Float = 50.0  # whole pipeline; past it the request goes without memories
+    stage_timeouts: StageTimeouts = Field(default_factory=StageTimeouts)
+    max_content_chars: Int = MAX_CONTENT_CHARS
     # Retrieval counts of injected memories are summed in memory and written this often: a hot
     # memory injected 100 times in the window costs one write, not 100 (adr/0082).
-    count_flush_s: float = 5.0
+    count_flush_s: Annotated[float, Strict(), Field(ge=0)] = COUNT_FLUSH_S
+
+    @model_validator(mode="after")
+    def _capture_within_ceiling(self) -> Self:
+        _capture_at_most(self.capture, self.max_capture)
+        return self
+
+    def for_tenant(self, tenant: TenantMemory) -> MemorySettings:
+        """A tenant's limits: its own values where it sets them, these elsewhere.
+
+        A tenant's ``capture`` is its ceiling too unless it sets ``max_capture``: a tenant
+        configured with ``capture: "off"`` captures nothing, whatever a request's header asks.
+        """
+        changes: dict[str, Any] = {
+            name: value
+            for name in TenantMemory.model_fields
+            if (value := getattr(tenant, name)) is not None
+        }
+        if tenant.capture is not None and tenant.max_capture is None:
+            changes["max_capture"] = tenant.capture
+        elif tenant.capture is None and tenant.max_capture is not None:
+            changes["capture"] = min(self.capture, tenant.max_capture, key=CAPTURES.index)
+        return replace(self, **changes) if changes else self
 
 
-@dataclass(frozen=True, slots=True)
-class TenantMemory:
-    """Per-tenant overrides of ``MemorySettings``; ``None`` keeps the global value."""
-
-    max_tokens: int | None = None
-    top_k: int | None = None
-    sources: tuple[str, ...] | None = None
-    capture: Literal["off", "user", "turn"] | None = None
-    packer: Literal["optimal", "greedy"] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TenantSettings:
+class TenantSettings(_Section):
     """One tenant of keys mode: its memproxy keys and upstream key."""
 
-    keys: tuple[Secret, ...] = ()
-    upstream_api_key: Secret | None = None  # falls back to upstream.api_key
-    memory: TenantMemory = TenantMemory()
+    keys: tuple[SecretRef, ...] = ()
+    upstream_api_key: SecretRef | None = None  # falls back to upstream.api_key
+    memory: TenantMemory = Field(default_factory=TenantMemory)
 
 
-@dataclass(frozen=True, slots=True)
-class AuthSettings:
+def _no_tenants() -> Mapping[str, TenantSettings]:
+    return types.MappingProxyType({})
+
+
+# Read-only, like the rest of the tree; dumped as the plain mapping it is.
+Tenants = Annotated[
+    Mapping[str, TenantSettings],
+    AfterValidator(types.MappingProxyType),
+    WrapSerializer(lambda tenants, dump: dump(dict(tenants))),
+]
+
+
+class AuthSettings(_Section):
     """How a request maps to a tenant (``proxy/tenancy.py``, adr/0086).
 
     ``passthrough``: the client's credentials go upstream; tenant = hash of its key.
@@ -209,61 +422,93 @@ class AuthSettings:
     """
 
     mode: Literal["passthrough", "keys"] = "passthrough"
-    anonymous: bool = False
-    tenants: Mapping[str, TenantSettings] = field(
-        default_factory=lambda: types.MappingProxyType({})
-    )
+    anonymous: Bool = False
+    tenants: Tenants = Field(default_factory=_no_tenants)
+
+    @model_validator(mode="after")
+    def _tenants_fit_the_mode(self) -> Self:
+        if self.mode == "keys" and not self.tenants:
+            raise _rule("tenants", "keys mode needs at least one tenant")
+        if self.mode == "keys" and self.anonymous:
+            raise _rule(
+                "anonymous", "is for passthrough mode only (keys mode refuses keyless calls)"
+            )
+        owner: dict[str, str] = {}
+        for name, tenant in self.tenants.items():
+            for key in tenant.keys:
+                other = owner.setdefault(key.value, name)
+                if other != name:
+                    # A key names one tenant; otherwise the later one would silently win.
+                    raise _rule(
+                        f"tenants.{name}.keys",
+                        f"holds the key of tenant {other!r} ({key.ref}): a key names one tenant",
+                    )
+        return self
 
 
-@dataclass(frozen=True, slots=True)
-class StoreSettings:
+class StoreSettings(_Section):
     """Where memories live: embedded Qdrant Edge or a Qdrant server/cluster."""
 
     kind: Literal["edge", "qdrant"] = "edge"
     data_dir: str = "./data"
     qdrant_url: str | None = None
-    qdrant_api_key: Secret | None = None
-    collection: str = "memproxy"
-    hybrid: bool = True  # dense + sparse (BM25-style) search
+    qdrant_api_key: SecretRef | None = None
+    collection: str = COLLECTION
+    hybrid: Bool = HYBRID  # dense + sparse (BM25-style) search
     # Decoded records the embedded store keeps for searches (~1 KB each); 0 disables.
-    record_cache_entries: int = 20_000
+    record_cache_entries: NonNegative = RECORD_CACHE_ENTRIES
+
+    @model_validator(mode="after")
+    def _server_has_url(self) -> Self:
+        if self.kind == "qdrant" and not self.qdrant_url:
+            raise _rule("qdrant_url", "is required when store.kind is 'qdrant'")
+        return self
 
 
-@dataclass(frozen=True, slots=True)
-class EmbedderSettings:
+class EmbedderSettings(_Section):
     """How queries and memories become vectors."""
 
     kind: Literal["static", "openai"] = "static"
     model: str | None = None  # None: the bundled static model / text-embedding-3-small
     url: str | None = None  # openai kind; None: upstream.url
-    api_key: Secret | None = None  # openai kind; None: upstream.api_key
-    dimensions: int | None = None
+    api_key: SecretRef | None = None  # openai kind; None: upstream.api_key
+    dimensions: Int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class CacheSettings:
+class CacheSettings(_Section):
     """Embedding, token-count and retrieval cache: Redis if configured, else in-process."""
 
     redis_url: str | None = None
-    local_max_entries: int = 10_000
-    embedding_ttl_s: int = 7 * 24 * 3600
-    tokens_ttl_s: int = 7 * 24 * 3600
-    retrieval_ttl_s: int = 30
+    local_max_entries: Int = CACHE_LOCAL_MAX_ENTRIES
+    embedding_ttl_s: Int = EMBEDDING_TTL_S
+    tokens_ttl_s: Int = TOKENS_TTL_S
+    retrieval_ttl_s: Int = RETRIEVAL_TTL_S
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
+class Settings(_Section):
     """The whole configuration, frozen."""
 
-    server: ServerSettings = ServerSettings()
-    upstream: UpstreamSettings = UpstreamSettings()
-    limits: LimitsSettings = LimitsSettings()
-    auth: AuthSettings = AuthSettings()
-    memory: MemorySettings = MemorySettings()
-    store: StoreSettings = StoreSettings()
-    embedder: EmbedderSettings = EmbedderSettings()
-    cache: CacheSettings = CacheSettings()
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    upstream: UpstreamSettings = Field(default_factory=UpstreamSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    embedder: EmbedderSettings = Field(default_factory=EmbedderSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
     source: str = "defaults"  # where the settings came from, for messages and /readyz
+
+    @model_validator(mode="after")
+    def _one_process_per_embedded_store(self) -> Self:
+        if self.memory.enabled and self.store.kind == "edge" and self.server.workers > 1:
+            # The embedded shard is owned by one process: a second worker could not open it
+            # and would silently serve without memory.
+            raise _rule(
+                "server.workers",
+                "is above 1, but the embedded store (store.kind: edge) serves one process: use "
+                "store.kind: qdrant (MEMPROXY_QDRANT_URL), or memory.enabled: false",
+            )
+        return self
 
 
 def load_settings(
@@ -278,30 +523,42 @@ def load_settings(
     dotted keys (``"server.port"``) to values from the command line (``None`` values ignored).
     """
     environ = os.environ if env is None else env
-    path = config if config is not None else environ.get("MEMPROXY_CONFIG") or None
-    data: dict[str, Any] = _read_yaml(Path(path)) if path else {}
+    _refuse_unknown_variables(environ)
+    path = config if config is not None else environ.get(CONFIG_VARIABLE) or None
     source = str(path) if path else "defaults"
-    env_data: dict[str, Any] = {}
+    origins = _Origins()
+    data: dict[str, Any] = {}
+    if path:
+        data = _read_yaml(Path(path))
+        origins.record_tree(data, source)
     for var, key in ENV_KEYS.items():
         raw = environ.get(var)
-        if raw is None or raw == "":
+        if not raw:
             continue
-        value: Any = f"{ENV_PREFIX}{var}" if var in ENV_SECRET_VALUES else raw
-        _set_dotted(env_data, key, value)
-    if "qdrant_url" in env_data.get("store", {}):
-        env_data["store"].setdefault("kind", "qdrant")
-    flag_data: dict[str, Any] = {}
+        value = f"{ENV_PREFIX}{var}" if var in ENV_SECRET_VALUES else _parse_variable(var, key, raw)
+        _put(data, key, value, origins, var)
+    if environ.get("MEMPROXY_QDRANT_URL"):
+        _put(data, "store.kind", "qdrant", origins, "MEMPROXY_QDRANT_URL")
     for key, value in (overrides or {}).items():
         if value is not None:
-            _set_dotted(flag_data, key, value)
-    file_settings = _build(Settings, data, "", source, environ)
-    base = _as_dict(file_settings)
-    base.pop("source", None)
-    merged = _merge(_merge(base, env_data), flag_data)
-    built: Settings = _build(Settings, merged, "", f"{source} + environment", environ)
-    settings = replace(built, source=source)
-    _check(settings, source)
-    return settings
+            _put(data, key, value, origins, COMMAND_LINE)
+    try:
+        return Settings.model_validate({**data, "source": source}, context={"environ": environ})
+    except ValidationError as exc:
+        raise _config_error(exc, origins) from None
+
+
+def _refuse_unknown_variables(environ: Mapping[str, str]) -> None:
+    """A misspelt ``MEMPROXY_*`` variable would otherwise be ignored without a word."""
+    for var in sorted(environ):
+        if var.startswith(VARIABLE_PREFIX) and var not in KNOWN_VARIABLES:
+            close = difflib.get_close_matches(var, sorted(KNOWN_VARIABLES), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(
+                f"{var}: unknown memproxy variable{hint} "
+                f"(known: {', '.join(sorted(KNOWN_VARIABLES))})",
+                param=var,
+            )
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -317,197 +574,212 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    if "source" in data:  # a field of Settings, but set by the loader, never by the file
+        raise ConfigError(f"{path}: 'source' {_unknown('source', _sections())}", param="source")
     return data
 
 
-def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
+class _Origins:
+    """Which layer set each dotted key last: the file, a variable, or the command line."""
+
+    def __init__(self, default: str = "defaults") -> None:
+        self.default = default
+        self._labels: dict[str, str] = {}
+
+    def record(self, key: str, label: str) -> None:
+        self._labels[key] = label
+
+    def record_default(self, key: str, label: str) -> None:
+        self._labels.setdefault(key, label)
+
+    def record_tree(self, data: Mapping[Any, Any], label: str, prefix: str = "") -> None:
+        for name, value in data.items():
+            key = f"{prefix}{name}"
+            self.record(key, label)
+            if isinstance(value, Mapping):
+                self.record_tree(value, label, f"{key}.")
+
+    def of(self, loc: tuple[str | int, ...]) -> str:
+        """The layer that set ``loc`` or, failing that, its closest enclosing section."""
+        parts = [str(p) for p in loc if not isinstance(p, int)]
+        while parts:
+            label = self._labels.get(".".join(parts))
+            if label is not None:
+                return label
+            parts.pop()
+        return self.default
+
+
+def _put(data: dict[str, Any], key: str, value: Any, origins: _Origins, label: str) -> None:
+    node = data
     parts = key.split(".")
-    for part in parts[:-1]:
-        target = target.setdefault(part, {})
-    target[parts[-1]] = value
+    for i, part in enumerate(parts[:-1]):
+        # A rule broken inside a section nobody else set is blamed on this layer.
+        origins.record_default(".".join(parts[: i + 1]), label)
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            return  # the file has a non-mapping here: validation reports it, naming the file
+        node = child
+    node[parts[-1]] = value
+    origins.record(key, label)
 
 
-def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(dict(out[key]), value)
-        else:
-            out[key] = value
+def _parse_variable(var: str, key: str, raw: str) -> Any:
+    """An environment string parsed by the type of the setting it sets."""
+    try:
+        return _string_adapter(key).validate_strings(raw)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        raise ConfigError(f"{var}: '{key}' {_describe(error, (), quote=repr)}", param=key) from None
+
+
+@cache
+def _string_adapter(key: str) -> TypeAdapter[Any]:
+    info = _field_at(key)
+    annotation: Any = info.annotation
+    if info.metadata:
+        annotation = Annotated[(annotation, *info.metadata)]  # the constraints (Strict, ge...)
+    return TypeAdapter(annotation)
+
+
+def _field_at(key: str) -> FieldInfo:
+    """The field a dotted key (of a section, not a tenant) names."""
+    section: type[_Section] = Settings
+    *path, name = key.split(".")
+    for part in path:
+        inner = _section_in(section.model_fields[part])
+        if inner is None:
+            raise KeyError(key)
+        section = inner[0]
+    return section.model_fields[name]
+
+
+def _section_in(info: FieldInfo) -> tuple[type[_Section], bool] | None:
+    """The section a field holds, and whether a mapping's key (a tenant name) comes first."""
+    inner: Any = info.annotation
+    by_name = False
+    origin = get_origin(inner)
+    if isinstance(origin, type) and issubclass(origin, Mapping):
+        inner, by_name = get_args(inner)[1], True
+    if isinstance(inner, type) and issubclass(inner, _Section):
+        return inner, by_name
+    return None
+
+
+def _holds_section(model: type[_Section], name: str) -> bool:
+    info = model.model_fields.get(name)
+    inner = _section_in(info) if info is not None else None
+    return inner is not None and not inner[1]
+
+
+def _sections() -> list[str]:
+    return [name for name in Settings.model_fields if name != "source"]
+
+
+def _known_at(loc: tuple[str | int, ...]) -> list[str]:
+    """The keys the section at ``loc`` accepts."""
+    section: type[_Section] = Settings
+    skip_name = False
+    for part in loc:
+        if skip_name:
+            skip_name = False
+            continue
+        info = section.model_fields.get(str(part))
+        inner = _section_in(info) if info is not None else None
+        if inner is None:
+            return []
+        section, skip_name = inner
+    return _sections() if section is Settings else list(section.model_fields)
+
+
+def _unknown(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"is not a setting{hint} (known: {', '.join(known)})"
+
+
+def _config_error(exc: ValidationError, origins: _Origins) -> ConfigError:
+    """The first error as one line: where the value came from, the dotted key, what is wrong."""
+    error = exc.errors(include_url=False)[0]
+    loc = tuple(error["loc"])
+    if error["type"] == "rule":
+        loc += tuple(str(error.get("ctx", {})["key"]).split("."))
+    key = _dotted(loc)
+    return ConfigError(f"{origins.of(loc)}: '{key}' {_describe(error, loc)}", param=key)
+
+
+def _dotted(loc: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
     return out
 
 
-def _as_dict(obj: Any) -> Any:
-    """Turn built settings back into plain data (secrets as their references) for merging."""
-    if isinstance(obj, Secret):
-        return obj.ref
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _as_dict(getattr(obj, f.name)) for f in fields(obj)}
-    if isinstance(obj, Mapping):
-        return {k: _as_dict(v) for k, v in obj.items()}
-    if isinstance(obj, tuple):
-        return [_as_dict(v) for v in obj]
-    return obj
+EXPECTED = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "string": "a string",
+    "tuple": "a list",
+    "list": "a list",
+    "dict": "a mapping",
+    "mapping": "a mapping",
+    "model": "a mapping",
+}
+# pydantic's bound errors: (operator, key of the bound in the error's context).
+BOUNDS = {
+    "greater_than": (">", "gt"),
+    "greater_than_equal": (">=", "ge"),
+    "less_than": ("<", "lt"),
+    "less_than_equal": ("<=", "le"),
+}
+# YAML 1.1 (PyYAML) reads these unquoted words as booleans.
+YAML_BOOLS = {True: ("on", "yes", "true"), False: ("off", "no", "false")}
+QUOTED = re.compile(r"'([^']*)'")
 
 
-def _build(cls: type[Any], data: Any, where: str, source: str, environ: Mapping[str, str]) -> Any:
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{source}: '{where or 'top level'}' must be a mapping", param=where)
-    hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls) if f.name != "source"}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        key = _join(where, str(unknown[0]))
-        raise ConfigError(
-            f"{source}: unknown key '{key}' (known: {', '.join(sorted(known))})", param=key
-        )
-    values = {
-        name: _convert(hints[name], value, _join(where, name), source, environ)
-        for name, value in data.items()
-    }
-    return cls(**values)
+def _describe(
+    error: ErrorDetails, loc: tuple[str | int, ...], quote: Callable[[str], str] | None = None
+) -> str:
+    """What is wrong with the value, in the words of a YAML file (``quote`` shows a string
+    value; by default it says it is one, which a YAML type error is about)."""
+    kind = error["type"]
+    value = error.get("input")
+    ctx = error.get("ctx") or {}
+    got = quote(value) if quote is not None and isinstance(value, str) else _got(value)
+    if kind == "extra_forbidden":
+        return _unknown(str(loc[-1]), _known_at(loc[:-1]))
+    if kind == "literal_error":
+        expected = ctx.get("expected", "")
+        message = f"must be one of {expected}, got {got}"
+        if isinstance(value, bool):
+            word = next((w for w in QUOTED.findall(expected) if w in YAML_BOOLS[value]), None)
+            if word is not None:
+                name = loc[-1] if loc else "value"
+                message += f': YAML read `{word}` as {got}; quote it: {name}: "{word}"'
+        return message
+    if kind in BOUNDS:
+        operator, bound = BOUNDS[kind]
+        return f"must be {operator} {ctx.get(bound)}, got {got}"
+    expected = EXPECTED.get(kind.split("_")[0])
+    if expected is not None:
+        message = f"must be {expected}, got {got}"
+        if expected == "a list" and isinstance(value, str):
+            message += f"; write a list: [{value}]"
+        return message
+    text = error["msg"]
+    return text[:1].lower() + text[1:]
 
 
-def _join(where: str, name: str) -> str:
-    return f"{where}.{name}" if where else name
-
-
-def _convert(tp: Any, value: Any, key: str, source: str, environ: Mapping[str, str]) -> Any:
-    origin = get_origin(tp)
-    args = get_args(tp)
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, value, key, source, environ)
-    if origin is Literal:
-        if value not in args:
-            allowed = ", ".join(repr(a) for a in args)
-            raise ConfigError(
-                f"{source}: '{key}' must be one of {allowed}, got {value!r}", param=key
-            )
-        return value
-    if tp is Secret:
-        return _resolve_secret(value, key, source, environ)
-    if origin is tuple:
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{source}: '{key}' must be a list, got {value!r}", param=key)
-        return tuple(
-            _convert(args[0], v, f"{key}[{i}]", source, environ) for i, v in enumerate(value)
-        )
-    if origin is Mapping:
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{source}: '{key}' must be a mapping", param=key)
-        return types.MappingProxyType(
-            {str(k): _convert(args[1], v, f"{key}.{k}", source, environ) for k, v in value.items()}
-        )
-    if isinstance(tp, type) and is_dataclass(tp):
-        return _build(tp, value if value is not None else {}, key, source, environ)
-    return _scalar(tp, value, key, source)
-
-
-def _scalar(tp: Any, value: Any, key: str, source: str) -> Any:
-    # Environment values arrive as strings; YAML values already carry their type.
-    if isinstance(value, str) and tp is not str:
-        value = _parse_env_scalar(tp, value, key, source)
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp is bool or tp is int:
-        ok = isinstance(value, tp) and (tp is bool or not isinstance(value, bool))
-    else:
-        ok = isinstance(value, tp)
-    if not ok:
-        raise ConfigError(
-            f"{source}: '{key}' must be {tp.__name__}, got {type(value).__name__} {value!r}",
-            param=key,
-        )
-    return value
-
-
-def _parse_env_scalar(tp: Any, value: str, key: str, source: str) -> Any:
-    try:
-        if tp is bool:
-            lowered = value.strip().lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if tp is int:
-            return int(value)
-        if tp is float:
-            return float(value)
-    except ValueError as exc:
-        raise ConfigError(
-            f"{source}: '{key}' must be {tp.__name__}, got {value!r}", param=key
-        ) from exc
-    return value
-
-
-def _resolve_secret(value: Any, key: str, source: str, environ: Mapping[str, str]) -> Secret:
-    if not isinstance(value, str) or not value.startswith(ENV_PREFIX):
-        raise ConfigError(
-            f"{source}: '{key}' must reference a secret as 'env:VARIABLE', never hold it",
-            param=key,
-        )
-    var = value[len(ENV_PREFIX) :]
-    secret = environ.get(var)
-    if not secret:
-        raise ConfigError(f"{source}: '{key}' references ${var}, which is not set", param=key)
-    return Secret(ref=value, value=secret)
-
-
-def _check_http(http: HttpServerSettings) -> list[tuple[bool, str, str]]:
-    """Every ``server.http`` value must be positive."""
-    return [
-        (getattr(http, f.name) > 0, f"server.http.{f.name}", "must be > 0") for f in fields(http)
-    ]
-
-
-def _check(settings: Settings, source: str) -> None:
-    """Cross-field rules a type cannot express."""
-    rules: list[tuple[bool, str, str]] = [
-        (1 <= settings.server.port <= 65535, "server.port", "must be in 1..65535"),
-        (settings.server.workers >= 1, "server.workers", "must be >= 1"),
-        (settings.limits.max_body_bytes > 0, "limits.max_body_bytes", "must be > 0"),
-        *_check_http(settings.server.http),
-        (settings.memory.max_tokens >= 0, "memory.max_tokens", "must be >= 0"),
-        (settings.memory.top_k >= 1, "memory.top_k", "must be >= 1"),
-        (settings.store.record_cache_entries >= 0, "store.record_cache_entries", "must be >= 0"),
-        (settings.memory.count_flush_s >= 0, "memory.count_flush_s", "must be >= 0"),
-        (
-            settings.upstream.url.startswith(("http://", "https://")),
-            "upstream.url",
-            "must start with http:// or https://",
-        ),
-        (
-            settings.auth.mode != "keys" or bool(settings.auth.tenants),
-            "auth.tenants",
-            "keys mode needs at least one tenant",
-        ),
-        (
-            settings.auth.mode != "keys" or not settings.auth.anonymous,
-            "auth.anonymous",
-            "is for passthrough mode only (keys mode refuses keyless calls)",
-        ),
-        (
-            settings.store.kind != "qdrant" or bool(settings.store.qdrant_url),
-            "store.qdrant_url",
-            "is required when store.kind is 'qdrant'",
-        ),
-    ]
-    for ok, key, message in rules:
-        if not ok:
-            raise ConfigError(f"{source}: '{key}' {message}", param=key)
-    for name, tenant in settings.auth.tenants.items():
-        bad = [s for s in tenant.memory.sources or () if s not in ALL_SOURCES]
-        if bad:
-            key = f"auth.tenants.{name}.memory.sources"
-            raise ConfigError(f"{source}: '{key}' has unknown source {bad[0]!r}", param=key)
-    bad = [s for s in settings.memory.sources if s not in ALL_SOURCES]
-    if bad:
-        raise ConfigError(
-            f"{source}: 'memory.sources' has unknown source {bad[0]!r}", param="memory.sources"
-        )
+def _got(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return repr(value)

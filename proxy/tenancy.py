@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from proxy.errors import AuthError
-from proxy.settings import MemorySettings, Settings, TenantMemory
+from proxy.settings import MemorySettings, Settings, replace
 from proxy.upstream import header_bytes
 
 ANONYMOUS_TENANT = "anonymous"
@@ -176,16 +176,6 @@ def client_credential(headers: RawHeaders) -> Credential | None:
     return other
 
 
-def merge_memory(defaults: MemorySettings, tenant: TenantMemory) -> MemorySettings:
-    """Apply a tenant's overrides to the global memory settings."""
-    overrides = {
-        name: value
-        for name in ("max_tokens", "top_k", "sources", "capture", "packer")
-        if (value := getattr(tenant, name)) is not None
-    }
-    return replace(defaults, **overrides) if overrides else defaults
-
-
 class TenantResolver:
     """Maps a request's credential to a ``Tenant`` according to the auth mode."""
 
@@ -198,7 +188,7 @@ class TenantResolver:
             upstream_key = conf.upstream_api_key or fallback
             tenant = Tenant(
                 id=name,
-                memory=merge_memory(settings.memory, conf.memory),
+                memory=settings.memory.for_tenant(conf.memory),
                 forwards_credentials=False,
                 upstream_key=upstream_key.value if upstream_key else None,
             )

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 import hypothesis
 import pytest
 
 from proxy.app import create_app
-from proxy.settings import Settings, TimeoutSettings, UpstreamSettings, load_settings
+from proxy.settings import Settings, TimeoutSettings, UpstreamSettings, load_settings, replace
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
 

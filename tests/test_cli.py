@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from proxy.cli import build_parser, main
+from proxy.settings import load_settings
 from tests.fakes.upstream import FakeServer
 from tests.reliability.raw_http import connect, wait_for_metric
 
@@ -47,7 +48,13 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -
 def served(fake: FakeServer) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``python -m proxy serve --workers 2`` in front of the fake upstream."""
     port = free_port()
-    env = {**os.environ, "MEMPROXY_UPSTREAM_URL": fake.url, "MEMPROXY_LOG_FORMAT": "json"}
+    env = {
+        **os.environ,
+        "MEMPROXY_UPSTREAM_URL": fake.url,
+        "MEMPROXY_LOG_FORMAT": "json",
+        # Two workers cannot share the embedded store; these requests carry no key anyway.
+        "MEMPROXY_MEMORY_ENABLED": "false",
+    }
     argv = [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--workers", "2"]
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
@@ -76,6 +83,27 @@ def test_config_error_names_key_and_file(
     err = capsys.readouterr().err
     assert "server.prot" in err
     assert str(config) in err
+
+
+def test_workers_refused_with_the_embedded_store(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(os, "environ", {})
+    monkeypatch.setattr("proxy.server.run", lambda config: 0)
+    assert main(["serve", "--workers", "2"]) == 2  # memory on, store.kind edge: the defaults
+    err = capsys.readouterr().err
+    assert "command line: 'server.workers'" in err
+    assert "store.kind: qdrant" in err
+
+
+def test_workers_get_the_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers load their settings from the environment; the count must reach them."""
+    monkeypatch.setattr(os, "environ", {"MEMPROXY_MEMORY_ENABLED": "false"})
+    seen: list[int] = []
+    monkeypatch.setattr("proxy.server.run", lambda config: seen.append(config.workers) or 0)
+    assert main(["serve", "--workers", "3"]) == 0
+    assert seen == [3]
+    assert load_settings().server.workers == 3  # what each worker process loads
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ The hostile inputs themselves are in ``tests/reliability/test_raw_heads.py`` (he
 from __future__ import annotations
 
 import pickle
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -59,7 +58,7 @@ def test_config_reaches_worker_processes() -> None:
     assert copy.http is LimitedHttpProtocol
 
 
-@pytest.mark.parametrize("field", [f for f in HttpServerSettings.__dataclass_fields__])
+@pytest.mark.parametrize("field", list(HttpServerSettings.model_fields))
 def test_http_settings_must_be_positive(tmp_path: Path, field: str) -> None:
     path = tmp_path / "memproxy.yaml"
     path.write_text(f"server:\n  http:\n    {field}: 0\n")
@@ -70,7 +69,7 @@ def test_http_settings_must_be_positive(tmp_path: Path, field: str) -> None:
 def test_example_config_states_every_default() -> None:
     text = (ROOT / "config" / "memproxy.yaml").read_text()
     stated = yaml.safe_load(text)["server"]["http"]
-    assert stated == asdict(HttpServerSettings())
+    assert stated == HttpServerSettings().model_dump()
 
 
 HEAD_TIMEOUT_S = 2.0

@@ -5,9 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
+from pydantic import BaseModel
 
 from proxy.errors import ConfigError
-from proxy.settings import ALL_SOURCES, MIB, Secret, load_settings
+from proxy.settings import (
+    ALL_SOURCES,
+    MIB,
+    MemorySettings,
+    Secret,
+    Settings,
+    StoreSettings,
+    TenantMemory,
+    TenantSettings,
+    load_settings,
+    replace,
+)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -51,9 +64,18 @@ def test_yaml_values_and_precedence(tmp_path: Path) -> None:
     assert s.source == str(path)
 
 
+def test_an_empty_section_means_its_defaults(tmp_path: Path) -> None:
+    path = write(tmp_path, "memory:\n  # enabled: false\nserver:\n  http:\n")
+    assert load_settings(path, env={}) == replace(Settings(), source=str(path))
+
+
 def test_config_path_from_env(tmp_path: Path) -> None:
     path = write(tmp_path, "server:\n  port: 7000\n")
     assert load_settings(env={"MEMPROXY_CONFIG": str(path)}).server.port == 7000
+
+
+# Several workers need a store they can all open.
+ALONGSIDE = {"MEMPROXY_WORKERS": {"MEMPROXY_QDRANT_URL": "http://q:6333"}}
 
 
 @pytest.mark.parametrize(
@@ -69,7 +91,7 @@ def test_config_path_from_env(tmp_path: Path) -> None:
     ],
 )
 def test_env_variables(var: str, value: str, key: tuple[str, str], expected: object) -> None:
-    s = load_settings(env={var: value})
+    s = load_settings(env={var: value, **ALONGSIDE.get(var, {})})
     assert getattr(getattr(s, key[0]), key[1]) == expected
 
 
@@ -159,3 +181,236 @@ def test_example_config_file_is_valid() -> None:
     example = Path(__file__).resolve().parents[1] / "config" / "memproxy.yaml"
     s = load_settings(example, env={"OPENAI_API_KEY": "sk-x"})
     assert s.server.port == 8080
+
+
+# --- issue 13: configuration traps ----------------------------------------------------------
+
+
+def load_yaml(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(write(tmp_path, text), env=env or {})
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("memory:\n  enabled: 'yes'\n", "memory.enabled"),
+        ("memory:\n  enabled: 'true'\n", "memory.enabled"),
+        ("server:\n  port: '8080'\n", "server.port"),
+        ("server:\n  access_log: 1\n", "server.access_log"),
+        ("upstream:\n  timeouts:\n    idle: '5'\n", "upstream.timeouts.idle"),
+    ],
+)
+def test_yaml_values_must_have_their_real_type(tmp_path: Path, yaml_text: str, key: str) -> None:
+    error = load_yaml(tmp_path, yaml_text)
+    assert error.param == key
+    assert "got the string" in error.message or "got 1" in error.message
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        *[("true", True), ("1", True), ("yes", True), ("on", True), ("TRUE", True)],
+        *[("false", False), ("0", False), ("no", False), ("off", False)],
+    ],
+)
+def test_environment_bools_keep_their_words(raw: str, expected: bool) -> None:
+    assert load_settings(env={"MEMPROXY_MEMORY_ENABLED": raw}).memory.enabled is expected
+
+
+def test_sources_must_be_a_list_in_yaml(tmp_path: Path) -> None:
+    error = load_yaml(tmp_path, "memory:\n  sources: learnings\n")
+    assert error.param == "memory.sources"
+    assert "must be a list" in error.message
+    assert "[learnings]" in error.message
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("memory:\n  capture: off\n", "memory.capture"),
+        ("memory:\n  max_capture: off\n", "memory.max_capture"),
+        (
+            "auth:\n  tenants:\n    a:\n      memory: {capture: off}\n",
+            "auth.tenants.a.memory.capture",
+        ),
+    ],
+)
+def test_unquoted_off_says_how_to_quote_it(tmp_path: Path, yaml_text: str, key: str) -> None:
+    error = load_yaml(tmp_path, yaml_text)
+    assert error.param == key
+    name = key.rsplit(".", 1)[1]
+    assert f'YAML read `off` as false; quote it: {name}: "off"' in error.message
+
+
+@pytest.mark.parametrize(
+    ("url", "hint"),
+    [
+        ("https://api.openai.com", "https://api.openai.com/v1"),
+        ("https://api.openai.com/", "https://api.openai.com/v1"),
+        ("http://h:8000/openai?api-version=2", "http://h:8000/openai/v1?api-version=***"),
+        ("https://user:s3cret@h/x", "https://***@h/x/v1"),  # never printed
+    ],
+)
+def test_upstream_url_without_v1_is_refused_with_a_hint(
+    tmp_path: Path, url: str, hint: str
+) -> None:
+    error = load_yaml(tmp_path, f"upstream:\n  url: '{url}'\n")
+    assert error.param == "upstream.url"
+    assert f"did you mean {hint}?" in error.message
+    assert "s3cret" not in error.message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.openai.com/v1",
+        "http://h:1/v1/",
+        "https://h/openai/v1",
+        "https://h/o/v1?api-version=2",
+    ],
+)
+def test_upstream_url_with_v1_is_accepted(url: str) -> None:
+    assert load_settings(env={"MEMPROXY_UPSTREAM_URL": url}).upstream.url == url
+
+
+def test_unknown_memproxy_variable_is_refused_with_a_suggestion() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={"MEMPROXY_PROT": "9000", "OTHER_PROT": "x"})
+    assert caught.value.param == "MEMPROXY_PROT"
+    assert caught.value.message.startswith("MEMPROXY_PROT: unknown memproxy variable")
+    assert "did you mean MEMPROXY_PORT?" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("env", "overrides", "where"),
+    [
+        ({"MEMPROXY_PORT": "http"}, {}, "MEMPROXY_PORT: 'server.port'"),
+        ({"MEMPROXY_PORT": "0"}, {}, "MEMPROXY_PORT: 'server.port'"),
+        ({"MEMPROXY_UPSTREAM_URL": "http://x:1"}, {}, "MEMPROXY_UPSTREAM_URL: 'upstream.url'"),
+        ({"MEMPROXY_AUTH_MODE": "keys"}, {}, "MEMPROXY_AUTH_MODE: 'auth.tenants'"),
+        ({}, {"server.port": 0}, "command line: 'server.port'"),
+    ],
+)
+def test_errors_name_where_the_value_came_from(
+    env: dict[str, str], overrides: dict[str, object], where: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env=env, overrides=overrides)
+    assert caught.value.message.startswith(where)
+    assert "defaults" not in caught.value.message
+
+
+# --- rules between fields: one place ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("server:\n  workers: 2\n", "server.workers"),
+        ("memory:\n  capture: turn\n  max_capture: user\n", "memory.capture"),
+        (
+            "auth:\n  tenants:\n    a:\n      memory: {capture: turn, max_capture: 'off'}\n",
+            "auth.tenants.a.memory.capture",
+        ),
+        (
+            "auth:\n  mode: keys\n  tenants:\n    a: {keys: [env:K1]}\n    b: {keys: [env:K2]}\n",
+            "auth.tenants.b.keys",
+        ),
+        (
+            "auth:\n  anonymous: true\n  mode: keys\n  tenants: {a: {keys: [env:K1]}}\n",
+            "auth.anonymous",
+        ),
+    ],
+)
+def test_rules_between_fields(tmp_path: Path, yaml_text: str, key: str) -> None:
+    error = load_yaml(tmp_path, yaml_text, env={"K1": "same-key", "K2": "same-key"})
+    assert error.param == key
+    assert error.message.startswith(f"{tmp_path / 'memproxy.yaml'}: '{key}' ")
+
+
+@pytest.mark.parametrize(
+    "yaml_text",
+    [
+        "server:\n  workers: 2\nmemory:\n  enabled: false\n",
+        "server:\n  workers: 2\nstore:\n  kind: qdrant\n  qdrant_url: http://q:6333\n",
+    ],
+)
+def test_several_workers_with_a_store_they_can_share(tmp_path: Path, yaml_text: str) -> None:
+    assert load_settings(write(tmp_path, yaml_text), env={}).server.workers == 2
+
+
+@pytest.mark.parametrize(
+    ("tenant", "capture", "max_capture"),
+    [
+        (TenantMemory(), "user", "turn"),  # the memory section's
+        (TenantMemory(capture="off"), "off", "off"),  # its capture is its ceiling too
+        (TenantMemory(capture="turn"), "turn", "turn"),
+        (TenantMemory(max_capture="off"), "off", "off"),  # the default, lowered to the ceiling
+        (TenantMemory(max_capture="turn"), "user", "turn"),
+        (TenantMemory(capture="off", max_capture="turn"), "off", "turn"),
+    ],
+)
+def test_tenant_capture_and_its_ceiling(
+    tenant: TenantMemory, capture: str, max_capture: str
+) -> None:
+    merged = MemorySettings(capture="user").for_tenant(tenant)
+    assert (merged.capture, merged.max_capture) == (capture, max_capture)
+
+
+def test_tenant_overrides_only_what_it_sets() -> None:
+    merged = MemorySettings().for_tenant(TenantMemory(top_k=3, sources=("playbook",)))
+    assert (merged.top_k, merged.sources, merged.max_tokens) == (3, ("playbook",), 4500)
+
+
+def test_models_built_in_code_are_validated_too() -> None:
+    with pytest.raises(ConfigError, match="qdrant_url"):
+        StoreSettings(kind="qdrant")
+    with pytest.raises(ConfigError, match="capture"):
+        replace(MemorySettings(), capture="turn", max_capture="user")
+    with pytest.raises(ConfigError, match="must be true or false"):
+        replace(MemorySettings(), enabled="yes")
+
+
+# --- the documented example ---------------------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "config" / "memproxy.yaml"
+
+
+def unstated(data: object, model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Fields of ``model`` (and its sections) that ``data`` does not state."""
+    stated = data if isinstance(data, dict) else {}
+    missing = []
+    for name, info in model.model_fields.items():
+        if name == "source" or name == "tenants":  # set by the loader / shown in a comment
+            continue
+        if name not in stated:
+            missing.append(f"{prefix}{name}")
+        elif isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            missing += unstated(stated[name], info.annotation, f"{prefix}{name}.")
+    return missing
+
+
+def commented_tenants(text: str) -> dict[str, object]:
+    """The commented ``tenants:`` example of the file, parsed."""
+    lines = text.splitlines()
+    start = lines.index("  # tenants:")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("  #"):
+            break
+        block.append(line[4:])
+    parsed = yaml.safe_load("\n".join(block))
+    assert isinstance(parsed, dict)
+    return parsed
+
+
+def test_example_config_states_every_default() -> None:
+    stated = load_settings(EXAMPLE, env={})
+    assert replace(stated, source="defaults") == Settings()
+    text = EXAMPLE.read_text()
+    assert unstated(yaml.safe_load(text), Settings) == []
+    tenants = commented_tenants(text)["tenants"]
+    assert isinstance(tenants, dict)
+    assert unstated(tenants["acme"], TenantSettings) == []

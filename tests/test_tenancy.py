@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from proxy.errors import AuthError, ConfigError
-from proxy.settings import load_settings
+from proxy.settings import load_settings, replace
 from proxy.tenancy import (
     ANONYMOUS_TENANT,
     BILLING_HEADERS,

@@ -13,14 +13,19 @@ import gzip
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import trustme
 
 from proxy.errors import ConfigError, UpstreamError, UpstreamTimeout
-from proxy.settings import PoolSettings, TimeoutSettings, UpstreamSettings, UpstreamTlsSettings
+from proxy.settings import (
+    PoolSettings,
+    TimeoutSettings,
+    UpstreamSettings,
+    UpstreamTlsSettings,
+    replace,
+)
 from proxy.transport import bypassed, env_proxy, tls_context
 from proxy.upstream import TRANSPORTS, UpstreamClient, UpstreamResponse
 from tests.fakes.scripted import (

@@ -37,10 +37,10 @@ from proxy.cache.near import DEFAULT_NEAR_ENTRIES, NearCache
 from proxy.cache.protocol import Cache
 from proxy.context.records import Candidate
 from proxy.context.tokens import count_tokens as tiktoken_count
+from proxy.defaults import EMBEDDING_TTL_S as DEFAULT_EMBEDDING_TTL_S
+from proxy.defaults import RETRIEVAL_TTL_S as DEFAULT_RETRIEVAL_TTL_S
+from proxy.defaults import TOKENS_TTL_S as DEFAULT_TOKEN_COUNT_TTL_S
 
-DEFAULT_EMBEDDING_TTL_S = 24 * 3600.0
-DEFAULT_TOKEN_COUNT_TTL_S = 24 * 3600.0
-DEFAULT_RETRIEVAL_TTL_S = 300.0
 DEFAULT_NEAR_TOKEN_ENTRIES = 20_000
 
 log = logging.getLogger("memproxy.cache")

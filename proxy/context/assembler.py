@@ -66,6 +66,7 @@ from proxy.context.synthesizer import (
     normalise_words,
     query_matcher,
 )
+from proxy.defaults import MEMORY_MAX_TOKENS as DEFAULT_MAX_TOKENS
 from proxy.errors import ConfigError
 
 __all__ = [
@@ -81,7 +82,6 @@ __all__ = [
     "sanitise",
 ]
 
-DEFAULT_MAX_TOKENS = 4_500
 ASSEMBLER_BUNDLE = BundleConfig(
     max_items=100,
     recency_weight=0.0,  # recency is already 25% of the composite inside the salience

@@ -59,6 +59,7 @@ from proxy.context.limits import (
     load_model_limits,
 )
 from proxy.context.tokens import encoding_name_for_model, longest_token_bytes
+from proxy.defaults import MEMORY_MAX_TOKENS as DEFAULT_MEMORY_CAP
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -90,7 +91,6 @@ RESPONSE_RESERVE_MIN = 500
 RESPONSE_RESERVE_MAX = 4_096
 SAFETY_BUFFER_RATIO = 0.05
 CONSTRAINED_BELOW = 1_000
-DEFAULT_MEMORY_CAP = 4_500  # from the synthesizer seed
 
 
 @dataclass(frozen=True, slots=True)

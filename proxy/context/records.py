@@ -11,8 +11,8 @@ from datetime import datetime
 from typing import Any
 
 from proxy.context.tokens import count_tokens
+from proxy.defaults import SOURCES as SOURCES  # re-exported: the engine's source names
 
-SOURCES: tuple[str, ...] = ("learnings", "playbook", "conversation", "summaries")
 DEFAULT_SOURCE = "learnings"
 DEFAULT_CONFIDENCE = 0.8
 DEFAULT_USEFULNESS = 0.5

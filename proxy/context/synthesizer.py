@@ -31,6 +31,7 @@ from proxy.context.words import (
     stem,
     weighted_overlap,
 )
+from proxy.defaults import MEMORY_MAX_TOKENS as DEFAULT_MAX_TOKENS
 
 __all__ = [
     "BASE_RELEVANCE",
@@ -66,7 +67,6 @@ BASE_RELEVANCE: dict[str, float] = {
 DEFAULT_BASE_RELEVANCE = 0.5
 BASE_WEIGHT = 0.5
 OVERLAP_WEIGHT = 0.5
-DEFAULT_MAX_TOKENS = 4_500
 
 
 @dataclass(frozen=True, slots=True)

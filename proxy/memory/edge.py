@@ -27,6 +27,7 @@ import numpy as np
 import qdrant_edge as qe
 
 from proxy.context.records import Candidate, MemoryRecord
+from proxy.defaults import HYBRID
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
 from proxy.memory.edge_maintenance import OPTIMIZE_AFTER_POINTS, ShardMaintenance
@@ -95,7 +96,7 @@ class EdgeStore:
         data_dir: str | Path,
         *,
         dimensions: int,
-        hybrid: bool = True,
+        hybrid: bool = HYBRID,
         workers: int = DEFAULT_WORKERS,
         optimize_after: int | None = OPTIMIZE_AFTER_POINTS,
         record_cache_entries: int = DEFAULT_MAX_ENTRIES,

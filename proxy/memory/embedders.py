@@ -25,12 +25,12 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 import numpy as np
 
+from proxy.defaults import UPSTREAM_URL as DEFAULT_OPENAI_URL
 from proxy.errors import ConfigError, EmbedderError
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 DEFAULT_STATIC_MODEL = "minilm-l6-static"
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
-DEFAULT_OPENAI_URL = "https://api.openai.com/v1"
 # Work below this many characters runs inline: measured (bench/embed.py, ADR 0021), a thread hop
 # costs more than the encoding itself, and the loop is blocked for well under a millisecond.
 INLINE_MAX_CHARS = 4_000

@@ -23,6 +23,8 @@ from qdrant_client.common.client_exceptions import QdrantException
 from qdrant_client.http.exceptions import ApiException
 
 from proxy.context.records import Candidate, MemoryRecord
+from proxy.defaults import COLLECTION as DEFAULT_COLLECTION
+from proxy.defaults import HYBRID
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
 from proxy.memory.filters import Condition, list_conditions, scope_conditions
@@ -51,7 +53,6 @@ from proxy.memory.store import (
     with_tokens,
 )
 
-DEFAULT_COLLECTION = "memories"
 # What qdrant-client raises when the server fails: non-2xx answers and transport failures
 # (``ApiException``), rate limits (``QdrantException``), and sockets it did not wrap.
 CLIENT_ERRORS = (ApiException, QdrantException, httpx.HTTPError, OSError)
@@ -130,7 +131,7 @@ class QdrantStore:
         location: str | None = None,
         path: str | None = None,
         collection: str = DEFAULT_COLLECTION,
-        hybrid: bool = True,
+        hybrid: bool = HYBRID,
     ) -> QdrantStore:
         """Connect (``url``; or qdrant-client local mode via ``location``/``path``), ensure the
         collection and its payload indexes; a different vector size is a ``ConfigError``."""

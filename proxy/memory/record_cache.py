@@ -21,9 +21,10 @@ from typing import Any
 from uuid import UUID
 
 from proxy.context.records import MemoryRecord
+from proxy.defaults import RECORD_CACHE_ENTRIES
 from proxy.errors import ConfigError
 
-DEFAULT_MAX_ENTRIES = 20_000  # ~1 KB each decoded: ~20 MB
+DEFAULT_MAX_ENTRIES = RECORD_CACHE_ENTRIES  # ~1 KB each decoded: ~20 MB
 
 
 class RecordCache:

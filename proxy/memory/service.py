@@ -34,6 +34,7 @@ import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.tokens import O200K
+from proxy.defaults import MAX_CONTENT_CHARS
 from proxy.errors import BackendError, EmbedderError, NotFound, RequestError, StoreError
 from proxy.memory.inputs import DEFAULT_PAGE, DEFAULT_TOP_K, MemoryInput, SetUsefulness, Vote
 from proxy.memory.parsing import parse_memories
@@ -135,7 +136,7 @@ class MemoryService:
         embedder: Any,
         cache: Any | None = None,
         *,
-        max_content_chars: int = 8000,
+        max_content_chars: int = MAX_CONTENT_CHARS,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.store = store

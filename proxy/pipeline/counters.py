@@ -20,7 +20,8 @@ from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-FLUSH_DELAY_S = 5.0
+from proxy.defaults import COUNT_FLUSH_S as FLUSH_DELAY_S
+
 MAX_PENDING = 20_000  # distinct (tenant, id) pairs held before an early flush
 # Distinct ids per store call. A store write briefly blocks searches of the same shard, so one
 # large write per flush showed up as 10-30 ms search stalls; small calls let searches in between.

@@ -2,10 +2,10 @@
 
 Headers choose *within* the tenant's configuration, never beyond it: ``X-Memory-Max-Tokens`` and
 ``X-Memory-Top-K`` are clamped to the tenant's caps, ``X-Memory-Sources`` is intersected with the
-tenant's sources. A caller whose memory is off (``enabled`` false: no key, adr/0086) gets mode and
-capture ``off`` whatever it asks. A malformed value (not a number, a negative number, an unknown
-mode, source or capture kind) is the client's mistake and gets a 400 in OpenAI's shape naming the
-header.
+tenant's sources, ``X-Memory-Capture`` is clamped to its ``max_capture``. A caller whose memory
+is off (``enabled`` false: no key, adr/0086) gets mode and capture ``off`` whatever it asks. A
+malformed value (not a number, a negative number, an unknown mode, source or capture kind) is the
+client's mistake and gets a 400 in OpenAI's shape naming the header.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from proxy.context.records import SOURCES
+from proxy.defaults import CAPTURES, Capture
 from proxy.errors import RequestError
 from proxy.settings import MemorySettings
 
 Mode = Literal["inject", "off", "explain"]
-Capture = Literal["off", "user", "turn"]
 MODES: tuple[str, ...] = ("inject", "off", "explain")
-CAPTURES: tuple[str, ...] = ("off", "user", "turn")
 MAX_ID_CHARS = 256  # user and session ids end up in cache keys and payloads
 DIGITS = re.compile(r"[0-9]{1,9}")  # more digits than any cap could be: refused
 HEADER_MODE = "x-memory-mode"
@@ -123,7 +122,10 @@ def parse_options(
     raw = get(HEADER_SOURCES)
     sources = parse_sources(raw, limits.sources) if raw is not None else limits.sources
     raw = get(HEADER_CAPTURE)
-    capture = parse_choice(HEADER_CAPTURE, raw, CAPTURES) if raw is not None else limits.capture
+    capture = limits.capture
+    if raw is not None:  # up to the tenant's max_capture, in the order off < user < turn
+        asked = CAPTURES.index(parse_choice(HEADER_CAPTURE, raw, CAPTURES))
+        capture = CAPTURES[min(asked, CAPTURES.index(limits.max_capture))]
     if not limits.enabled:
         # A caller without memory (keyless, adr/0086): its headers are still checked, so a bad
         # one is the same 400 with or without a key, but nothing is read, explained or stored.
@@ -135,5 +137,5 @@ def parse_options(
         max_tokens=max_tokens,
         top_k=top_k,
         sources=sources,
-        capture=capture,  # type: ignore[arg-type]  # checked against CAPTURES
+        capture=capture,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.inputs import MemoryInput
 from proxy.memory.service import MemoryService
-from proxy.settings import Settings, UpstreamSettings, load_settings
+from proxy.settings import Settings, UpstreamSettings, load_settings, replace
 from proxy.tenancy import TenantResolver
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from proxy.cache.request_cache import RequestCache
 from proxy.memory.inputs import MemoryInput
 from proxy.memory.service import MemoryService
 from proxy.metrics import Metrics
+from proxy.settings import replace
 from tests.e2e.conftest import API_KEY, Backends, MemoryProxy, memory_settings, tenant_of
 from tests.e2e.test_fail_open import FlakyStore, ask
 from tests.fakes.servers import ProxyServer

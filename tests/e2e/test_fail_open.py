@@ -130,7 +130,7 @@ def test_missing_store_degrades(fake: FakeServer, backends: Backends, tmp_path: 
 def test_redis_killed_mid_run(
     fake: FakeServer, backends: Backends, tmp_path: Path, redis_server: RedisServer
 ) -> None:
-    from dataclasses import replace
+    from proxy.settings import replace
 
     base = memory_settings(fake.url, tmp_path)
     settings = replace(base, cache=replace(base.cache, redis_url=redis_server.url))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import types
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -11,7 +10,7 @@ import openai
 import pytest
 
 from proxy.app import create_app
-from proxy.settings import AuthSettings, Secret, TenantMemory, TenantSettings
+from proxy.settings import AuthSettings, Secret, TenantMemory, TenantSettings, replace
 from tests.e2e.conftest import Backends, memory_settings
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.defaults import CAPTURES
 from proxy.errors import RequestError
 from proxy.pipeline.options import parse_options
-from proxy.settings import MemorySettings
+from proxy.settings import MemorySettings, TenantMemory, replace
 
 LIMITS = replace(MemorySettings(), max_tokens=1000, top_k=40, sources=("learnings", "playbook"))
 
@@ -111,3 +111,27 @@ def test_a_caller_without_memory_gets_mode_and_capture_off(given_headers: dict[s
 def test_a_caller_without_memory_still_gets_400_for_a_bad_header() -> None:
     with pytest.raises(RequestError):
         parse_options(replace(LIMITS, enabled=False), headers(top_k="-1"), {})
+
+
+@pytest.mark.parametrize(
+    ("max_capture", "asked", "expected"),
+    [
+        ("user", "turn", "user"),  # off < user < turn
+        ("user", "user", "user"),
+        ("user", "off", "off"),
+        ("off", "user", "off"),
+        ("turn", "user", "user"),
+    ],
+)
+def test_capture_header_is_clamped_to_max_capture(
+    max_capture: str, asked: str, expected: str
+) -> None:
+    options = parse_options(replace(LIMITS, max_capture=max_capture), headers(capture=asked), {})
+    assert options.capture == expected
+
+
+@pytest.mark.parametrize("asked", CAPTURES)
+def test_a_tenant_configured_with_capture_off_captures_nothing(asked: str) -> None:
+    """``auth.tenants.NAME.memory.capture: "off"`` bounds the header too (issue 13)."""
+    tenant = MemorySettings().for_tenant(TenantMemory(capture="off"))
+    assert parse_options(tenant, headers(capture=asked), {}).capture == "off"

@@ -6,7 +6,6 @@ import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import httpx
 import orjson
 from starlette.applications import Starlette
 
-from proxy.settings import Settings, StageTimeouts, StoreSettings, load_settings
+from proxy.settings import Settings, StageTimeouts, StoreSettings, load_settings, replace
 from tests.fakes.servers import ProxyServer
 
 SLOW_START_S = 90.0

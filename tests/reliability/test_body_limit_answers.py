@@ -14,13 +14,12 @@ import http.client
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import replace
 
 import orjson
 import pytest
 
 from proxy.app import create_app
-from proxy.settings import HttpServerSettings, LimitsSettings, ServerSettings
+from proxy.settings import HttpServerSettings, LimitsSettings, ServerSettings, replace
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
 from tests.reliability.raw_http import connect, exchange, parse_responses, read_all, request

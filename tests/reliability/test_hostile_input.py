@@ -9,7 +9,6 @@ it. ``test_fuzz_chat.py`` throws hypothesis-generated bodies at the same route.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -18,7 +17,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
-from proxy.settings import LimitsSettings
+from proxy.settings import LimitsSettings, replace
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
 from tests.reliability.support import CHAT, MemoryProxy, assert_openai_error, memory_settings

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import types
 import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 from proxy.app import create_app
 from proxy.cli import main
-from proxy.settings import AuthSettings, Secret, Settings, TenantSettings
+from proxy.settings import AuthSettings, Secret, Settings, TenantSettings, replace
 from proxy.tenancy import ANONYMOUS_TENANT
 from tests.fakes.upstream import FakeServer
 from tests.reliability.support import CHAT, assert_openai_error, memory_settings, running

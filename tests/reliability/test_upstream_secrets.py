@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 
 from proxy.app import create_app
-from proxy.settings import Settings, load_settings
+from proxy.settings import Settings, load_settings, replace
 from tests.conftest import proxy_settings
 from tests.fakes.scripted import Server, serving
 from tests.fakes.servers import ProxyServer

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import socket
-from dataclasses import replace
 
 import httpx
 import pytest
 
 from proxy.app import create_app
-from proxy.settings import LimitsSettings
+from proxy.settings import LimitsSettings, replace
 from tests.conftest import proxy_settings
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer

@@ -6,7 +6,6 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from proxy.context.limits import load_model_limits
 from proxy.context.tokens import count_tokens
 from proxy.errors import StoreError
 from proxy.memory.inputs import MAX_BATCH_MEMORIES
-from proxy.settings import LimitsSettings, Settings, StoreSettings, load_settings
+from proxy.settings import LimitsSettings, Settings, StoreSettings, load_settings, replace
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
 

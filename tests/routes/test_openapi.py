@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -21,7 +20,7 @@ from proxy.app import create_app
 from proxy.memory import outputs
 from proxy.memory.inputs import CONTENT_LIMIT_KEY, MAX_PAGE, ListQuery, MemoryInput
 from proxy.openapi import build_openapi
-from proxy.settings import Settings
+from proxy.settings import Settings, replace
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
 from tests.routes.test_memories import memory_settings

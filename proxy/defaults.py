@@ -1,0 +1,41 @@
+"""Defaults that the settings share with the components built from them, and the fixed
+vocabularies both check against.
+
+Plain constants, no I/O: the pure context engine may import them (never ``proxy.settings``).
+A default that only the settings use lives on its field in ``proxy/settings.py``; one that a
+component or a seed API also states lives here, and both refer to it, so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+MIB = 1024 * 1024
+DAY_S = 24 * 3600
+
+Source = Literal["learnings", "playbook", "conversation", "summaries"]
+SOURCES: tuple[Source, ...] = get_args(Source)
+# Capture modes, least to most: a request's X-Memory-Capture is clamped to its tenant's
+# ``max_capture`` in this order.
+Capture = Literal["off", "user", "turn"]
+CAPTURES: tuple[Capture, ...] = get_args(Capture)
+
+UPSTREAM_URL = "https://api.openai.com/v1"
+
+MEMORY_MAX_TOKENS = 4_500  # cap on injected memory tokens (the synthesizer seed's figure)
+MAX_CONTENT_CHARS = 8_000  # longest memory content the memories API accepts
+COUNT_FLUSH_S = 5.0  # retrieval counts are summed and written this often (adr/0082)
+CACHE_TIMEOUT_MS = 10.0  # one cache call's deadline on the request path
+
+CACHE_LOCAL_MAX_ENTRIES = 10_000
+# Embeddings and token counts of a text never change for a given model, so they live long.
+EMBEDDING_TTL_S = 7 * DAY_S
+TOKENS_TTL_S = 7 * DAY_S
+# Search results are keyed by the tenant's write generation, so a write makes them unreachable;
+# the TTL bounds a result whose write lost its generation bump (cache down) and the retrieval
+# counts it ignores (adr/0031).
+RETRIEVAL_TTL_S = 30
+
+COLLECTION = "memproxy"
+HYBRID = True  # dense + sparse (keyword) search
+RECORD_CACHE_ENTRIES = 20_000  # decoded records the embedded store keeps (~1 KB each)
