@@ -32,27 +32,29 @@ from proxy.memory import lexical
 from proxy.memory.edge_maintenance import OPTIMIZE_AFTER_POINTS, ShardMaintenance
 from proxy.memory.edge_query import list_filter, search_hits, tenant_filter, uuid_of
 from proxy.memory.edge_shard import open_shard
-from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
-from proxy.memory.store import (
+from proxy.memory.points import (
     COUNT_FIELDS,
     DENSE_VECTOR,
     RETRIEVAL_COUNT_KEY,
     SPARSE_VECTOR,
-    Page,
-    SearchQuery,
-    check_query,
-    check_usefulness,
-    check_vectors,
-    clip_similarity,
     group_new_counts,
     owned,
     owned_or_fail,
     point_id,
     point_uuid,
-    require_tenant,
     to_payload,
+)
+from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
+from proxy.memory.store import (
+    Page,
+    SearchQuery,
+    check_query,
+    check_usefulness,
+    check_vectors,
+    require_tenant,
     with_tokens,
 )
+from proxy.memory.vectors import clip_similarity
 
 SHARD_DIR = "memories"
 DEFAULT_WORKERS = 2

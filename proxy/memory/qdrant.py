@@ -26,31 +26,31 @@ from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
 from proxy.memory.filters import Condition, list_conditions, scope_conditions
-from proxy.memory.store import (
+from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K
+from proxy.memory.points import (
     COUNT_FIELDS,
     DENSE_VECTOR,
-    HYBRID_OVERSAMPLE,
     INDEXED_KEYS,
     RETRIEVAL_COUNT_KEY,
-    RRF_K,
     SPARSE_VECTOR,
     TENANT_KEY,
-    Page,
-    SearchQuery,
-    check_query,
-    check_usefulness,
-    check_vectors,
-    clip_similarity,
     dense_of,
     group_new_counts,
     owned,
     owned_or_fail,
     point_id,
-    require_tenant,
-    similarities,
     to_payload,
+)
+from proxy.memory.store import (
+    Page,
+    SearchQuery,
+    check_query,
+    check_usefulness,
+    check_vectors,
+    require_tenant,
     with_tokens,
 )
+from proxy.memory.vectors import clip_similarity, similarities
 
 DEFAULT_COLLECTION = "memories"
 # What qdrant-client raises when the server fails: non-2xx answers and transport failures
