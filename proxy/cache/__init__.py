@@ -12,6 +12,7 @@ from proxy.cache.breaker import CircuitBreaker
 from proxy.cache.codec import CacheDecodeError
 from proxy.cache.factory import create_cache
 from proxy.cache.local import LocalCache
+from proxy.cache.outcome import CacheOutcome, cache_outcome
 from proxy.cache.protocol import KEY_PREFIX, Cache, ErrorHook
 from proxy.cache.redis_cache import RedisCache
 from proxy.cache.request_cache import (
@@ -26,6 +27,7 @@ __all__ = [
     "KEY_PREFIX",
     "Cache",
     "CacheDecodeError",
+    "CacheOutcome",
     "CacheTTLs",
     "CircuitBreaker",
     "ErrorHook",
@@ -35,5 +37,6 @@ __all__ = [
     "RedisCache",
     "RequestCache",
     "RetrievalKey",
+    "cache_outcome",
     "create_cache",
 ]

@@ -4,6 +4,7 @@ Both implementations (``LocalCache`` in-process, ``RedisCache`` over the network
 promise: no method raises because the backend is down or slow. A read that cannot be served is a
 miss (``None``), a write that cannot be done is silently dropped, and ``incr`` answers ``None``.
 Callers therefore never wrap cache calls in ``try``: memory is an enhancement, the cache doubly so.
+A call that is not served is noted in the caller's ``cache_outcome`` scope (``outcome.py``).
 """
 
 from __future__ import annotations
@@ -31,15 +32,6 @@ ErrorHook = Callable[[str, str], None]
 @runtime_checkable
 class Cache(Protocol):
     """A byte cache with TTLs, batch calls and atomic counters; it never raises on failure."""
-
-    @property
-    def available(self) -> bool:
-        """Whether the last call was served (``False`` while failing or skipped by a breaker).
-
-        Lets the pipeline mark a request ``degraded`` when the cache was skipped, without
-        counting anything per call.
-        """
-        ...
 
     async def get(self, key: str) -> bytes | None:
         """Return the value of ``key``, or ``None`` if absent, expired or unreachable."""

@@ -292,11 +292,6 @@ class RequestCache:
         except Exception:  # a broken metrics hook must not break the request
             log.exception("cache lookup hook failed")
 
-    @property
-    def degraded(self) -> bool:
-        """Whether the cache's last call failed or was skipped (for ``X-Memory-Status``)."""
-        return not self.cache.available
-
     async def ping(self) -> bool:
         """Return whether the underlying cache answers now (``/readyz``)."""
         return await self.cache.ping()

@@ -6,7 +6,8 @@ path. Failure policy (DESIGN.md): the whole memory stage runs under ``memory.dea
 the embed and search stages under their own timeouts; any failure forwards the client's request
 unchanged (its original bytes) with ``X-Memory-Status: degraded`` and counts the reason in
 ``memproxy_memory_degraded_total``. A skipped cache alone also marks the request degraded, but
-memories found without it are still injected. Bad ``X-Memory-*`` headers are the client's
+memories found without it are still injected; only a cache call of this request counts
+(``proxy/cache/outcome.py``), not another request's. Bad ``X-Memory-*`` headers are the client's
 mistake: 400 in OpenAI's shape, before any backend work.
 
 No CPU work on the loop grows with the body beyond linear, C-speed passes (adr/0084): the budget
@@ -28,6 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
+from proxy.cache.outcome import CacheOutcome, cache_outcome
 from proxy.context.assembler import AssemblerConfig, Assembly, assemble
 from proxy.context.billing import message_key, walk_size
 from proxy.context.budget import EXACT, TokenBudget, TokenBudgetCalculator
@@ -96,6 +98,7 @@ class Run:
     budget: TokenBudget | None = None
     assembly: Assembly | None = None
     reasons: list[str] = field(default_factory=list)
+    cache: CacheOutcome = field(default_factory=CacheOutcome)  # this request's cache calls
     # Cache writes wait until the response is out: they cost CPU (encoding) the client would
     # otherwise wait for when the upstream answers fast.
     # Thunks, not coroutines: a hook that never runs (upstream refused) leaves nothing unawaited.
@@ -195,8 +198,9 @@ class Pipeline:
         if messages:
             run.deadline_at = asyncio.get_running_loop().time() + self.deadline_s
             try:
-                async with asyncio.timeout_at(run.deadline_at):
-                    await self._retrieve(run, body)
+                with cache_outcome() as run.cache:
+                    async with asyncio.timeout_at(run.deadline_at):
+                        await self._retrieve(run, body)
             except TimeoutError:
                 run.degrade("deadline" if "budget" in run.clock.stages else BUDGET_TIMEOUT)
             except StageFailed:
@@ -258,7 +262,7 @@ class Pipeline:
             hits = await self._search(run, query, vector, sources)
             if cache is not None and key is not None:
                 run.deferred.append(functools.partial(cache.set_retrieval, key, hits))
-        if cache is not None and cache.degraded:
+        if not run.cache.served:
             run.degrade("cache")
         run.assembly = assemble(
             hits,
