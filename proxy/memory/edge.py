@@ -323,6 +323,10 @@ class EdgeStore:
             lambda: self._shard.count(qe.CountRequest(exact=True, filter=tenant_filter(tenant)))
         )
 
+    async def ready(self) -> bool:
+        """Whether the shard is open: it lives in this process, nothing else can be down."""
+        return not self._closed
+
     async def flush(self) -> None:
         """Persist segments now (the WAL already holds every acknowledged write)."""
         await self._run(self._shard.flush)

@@ -370,6 +370,13 @@ class QdrantStore:
         )
         return counted.count
 
+    @store_errors
+    async def ready(self) -> bool:
+        """Whether the server answers and still has the collection (one cheap call)."""
+        if self._closed:
+            return False
+        return await self._client.collection_exists(self._collection)
+
     async def close(self) -> None:
         """Close the client (once)."""
         if not self._closed:

@@ -4,8 +4,9 @@ every implementation makes of its arguments.
 A store keeps ``MemoryRecord``s with one dense vector each (and, for hybrid retrieval, a sparse
 lexical vector derived from the content). Every call names the tenant: there is no method that
 reaches memories without one. How a record is laid out in a Qdrant point is ``points.py``; the
-implementations are ``edge.py`` (embedded) and ``qdrant.py`` (a server), opened from the
-settings by ``open_store``. One contract suite runs them all (``tests/memory/test_contract.py``).
+implementations are ``edge.py`` (embedded) and ``qdrant.py`` (a server); which one runs is the
+composition root's choice (``proxy/composition.py``). One contract suite runs them all
+(``tests/memory/test_contract.py``).
 """
 
 from __future__ import annotations
@@ -14,16 +15,13 @@ import builtins
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.tokens import STORED_ENCODINGS, count_all
-from proxy.errors import ConfigError, RequestError, StoreError
-
-if TYPE_CHECKING:
-    from proxy.settings import StoreSettings
+from proxy.errors import RequestError, StoreError
 
 # The user of tenant-shared memories: every user's search sees them.
 SHARED_USER = ""
@@ -103,41 +101,13 @@ class MemoryStore(Protocol):
         """Return how many memories the tenant has."""
         ...
 
+    async def ready(self) -> bool:
+        """Whether the store can serve now (``/readyz``); an unreachable one may raise."""
+        ...
+
     async def close(self) -> None:
         """Flush and release the backend."""
         ...
-
-
-async def open_store(settings: StoreSettings, *, dimensions: int) -> MemoryStore:
-    """Open the configured store (the app lifespan owns and closes it).
-
-    ``dimensions`` is the embedder's vector size; a store built with another size raises
-    ``ConfigError`` here, at start, instead of failing on the first search.
-    """
-    if settings.kind == "qdrant":
-        from proxy.memory.qdrant import QdrantStore
-
-        if not settings.qdrant_url:
-            raise ConfigError(
-                "store.kind is qdrant but store.qdrant_url (MEMPROXY_QDRANT_URL) is not set",
-                param="store.qdrant_url",
-            )
-        api_key = settings.qdrant_api_key.value if settings.qdrant_api_key else None
-        return await QdrantStore.open(
-            url=settings.qdrant_url,
-            api_key=api_key,
-            collection=settings.collection,
-            dimensions=dimensions,
-            hybrid=settings.hybrid,
-        )
-    from proxy.memory.edge import EdgeStore
-
-    return await EdgeStore.open(
-        settings.data_dir,
-        dimensions=dimensions,
-        hybrid=settings.hybrid,
-        record_cache_entries=settings.record_cache_entries,
-    )
 
 
 def require_tenant(tenant: str) -> str:

@@ -34,7 +34,6 @@ from proxy.memory.inputs import (
 from proxy.memory.service import (
     DEFAULT_PAGE,
     DEFAULT_TOP_K,
-    MemoryService,
     memory_object,
     search_hit_object,
 )
@@ -115,7 +114,7 @@ async def create_memories(request: Request, services: Services, tenant: Tenant) 
     """``POST /v1/memories``: one memory or ``{"memories": [...]}`` -> 201 with the stored list."""
     body = await read_object(request, services)
     inputs = parse_write_body(body, max_content_chars=tenant.memory.max_content_chars)
-    records = await MemoryService.from_services(services).write(tenant.id, inputs)
+    records = await services.memory_service().write(tenant.id, inputs)
     return json_response({"object": "list", "data": [memory_object(r) for r in records]}, 201)
 
 
@@ -127,7 +126,7 @@ async def list_memories(request: Request, services: Services, tenant: Tenant) ->
     source = parse_source(params["source"]) if "source" in params else None
     after = params.get("after") or None
     limit = parse_int(params.get("limit"), "limit", DEFAULT_PAGE)
-    service = MemoryService.from_services(services)
+    service = services.memory_service()
     page = await service.list(tenant.id, user=user, source=source, limit=limit, after=after)
     return json_response(
         {
@@ -149,21 +148,21 @@ async def delete_user_memories(request: Request, services: Services, tenant: Ten
             param="user",
         )
     user = parse_user(params["user"])
-    deleted = await MemoryService.from_services(services).delete_user(tenant.id, user)
+    deleted = await services.memory_service().delete_user(tenant.id, user)
     return json_response({"object": "memory.user.deleted", "user": user, "deleted": deleted})
 
 
 async def get_memory(request: Request, services: Services, tenant: Tenant) -> Response:
     """``GET /v1/memories/{id}``: one memory, 404 if the tenant has none with that id."""
     memory_id = request.path_params["memory_id"]
-    record = await MemoryService.from_services(services).get(tenant.id, memory_id)
+    record = await services.memory_service().get(tenant.id, memory_id)
     return json_response(memory_object(record))
 
 
 async def delete_memory(request: Request, services: Services, tenant: Tenant) -> Response:
     """``DELETE /v1/memories/{id}``: 200 ``memory.deleted``; 404 when there is none (a repeat)."""
     memory_id = request.path_params["memory_id"]
-    await MemoryService.from_services(services).delete(tenant.id, memory_id)
+    await services.memory_service().delete(tenant.id, memory_id)
     return json_response({"object": "memory.deleted", "id": memory_id, "deleted": True})
 
 
@@ -185,7 +184,7 @@ async def search_memories(request: Request, services: Services, tenant: Tenant) 
         if not isinstance(sources, list) or not sources:
             raise RequestError("'sources' must be a non-empty array of sources.", param="sources")
         sources = [parse_source(s, "sources") for s in sources]
-    hits = await MemoryService.from_services(services).search(
+    hits = await services.memory_service().search(
         tenant.id, query, user=user, top_k=top_k, sources=sources
     )
     return json_response({"object": "list", "data": [search_hit_object(h) for h in hits]})
@@ -202,7 +201,7 @@ async def memory_feedback(request: Request, services: Services, tenant: Tenant) 
     if "useful" in body and not isinstance(useful, bool):
         raise RequestError("'useful' must be a boolean.", param="useful")
     usefulness = parse_fraction(body["usefulness"], "usefulness") if "usefulness" in body else None
-    record = await MemoryService.from_services(services).feedback(
+    record = await services.memory_service().feedback(
         tenant.id, memory_id, useful=useful, usefulness=usefulness
     )
     return json_response(memory_object(record))

@@ -25,8 +25,9 @@ from proxy.context.budget import MODEL_OVERRIDES, ModelLimit, ModelLimits, Token
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.render import BLOCK_OPEN
 from proxy.context.tokens import count_tokens
-from proxy.hooks import Completion
+from proxy.memory.retriever import Retriever
 from proxy.metrics import Metrics
+from proxy.pipeline.contract import Completion
 from proxy.pipeline.explain import NOTE_BOUNDS
 from proxy.pipeline.pipeline import Pipeline
 from proxy.settings import MemorySettings
@@ -85,16 +86,23 @@ def build(
         if lookups is not None:
             lookups.append((kind, hits, misses))
 
+    cache = RequestCache(LocalCache(100), on_lookup=hook)
     return Pipeline(
         MemorySettings(deadline_ms=200.0),
         calculator=TokenBudgetCalculator(memory_cap=None),
-        store=store,
-        embedder=embedder,
-        cache=RequestCache(LocalCache(100), on_lookup=hook),
+        retriever=retriever(store, embedder, cache),
+        counts=cache,
         metrics=Metrics(),
         spawn=spawn,
         clock=lambda: NOW,
     )
+
+
+def retriever(store: Any, embedder: Any, cache: RequestCache | None) -> Retriever | None:
+    """The read path over the fakes; ``None`` (the store could not be opened) without both."""
+    if store is None or embedder is None:
+        return None
+    return Retriever(store, embedder, cache)
 
 
 def body(*contents: Any) -> dict[str, Any]:
@@ -297,12 +305,12 @@ def running_pipeline(*, cache: bool = True, deadline_ms: float = 200.0) -> Pipel
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
+    counts = RequestCache(LocalCache(100)) if cache else None
     return Pipeline(
         MemorySettings(deadline_ms=deadline_ms),
         calculator=TokenBudgetCalculator(LIMITS, memory_cap=None),
-        store=FakeStore(),
-        embedder=FakeEmbedder(),
-        cache=RequestCache(LocalCache(100)) if cache else None,
+        retriever=retriever(FakeStore(), FakeEmbedder(), counts),
+        counts=counts,
         metrics=Metrics(),
         spawn=spawn,
         clock=lambda: NOW,
@@ -354,7 +362,7 @@ async def test_large_counts_run_off_the_loop_and_late_ones_are_still_cached() ->
     assert first.body is conversation
     assert degraded_by(pipeline, "budget_timeout") == 1
     release.set()
-    cache = pipeline.cache
+    cache = pipeline.counts
     assert cache is not None
     keys = [message_key(m, "o200k_base") for m in conversation["messages"]]
     for _ in range(200):  # the worker finishes, then its counts are written
@@ -468,9 +476,8 @@ async def test_a_cache_failure_degrades_only_the_request_whose_calls_failed() ->
     pipeline = Pipeline(
         MemorySettings(deadline_ms=2_000.0),
         calculator=TokenBudgetCalculator(memory_cap=None),
-        store=FakeStore(),
-        embedder=GatedEmbedder(held="good"),
-        cache=cache,
+        retriever=Retriever(FakeStore(), GatedEmbedder(held="good"), cache),
+        counts=cache,
         metrics=Metrics(),
         spawn=lambda coro: coro.close(),
         clock=lambda: NOW,
