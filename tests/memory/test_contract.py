@@ -424,6 +424,13 @@ async def test_hybrid_lexical_branch_stays_in_the_tenant(open_store: StoreFactor
     assert [h.record.id for h in hits] == ["a"]
 
 
+async def test_ready_while_open_not_after_close(open_store: StoreFactory) -> None:
+    store = await open_store()
+    assert await store.ready() is True
+    await store.close()
+    assert await store.ready() is False
+
+
 async def test_data_survives_a_restart(open_store: StoreFactory) -> None:
     store = await open_store()
     await put(store, *[record(f"m{i}") for i in range(5)])
