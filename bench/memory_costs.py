@@ -74,8 +74,10 @@ from proxy.memory import lexical
 from proxy.memory.edge import EdgeStore
 from proxy.memory.edge_query import DENSE_PARAMS, scope_filter, uuid_of
 from proxy.memory.embedders import StaticEmbedder
-from proxy.memory.fusion import fuse_ranks
-from proxy.memory.store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, SearchQuery, clip_similarity
+from proxy.memory.fusion import RRF_K, fuse_ranks
+from proxy.memory.points import DENSE_VECTOR, SPARSE_VECTOR
+from proxy.memory.store import SearchQuery
+from proxy.memory.vectors import clip_similarity
 
 VARIANTS = ("prune", "memo", "top30", "dense")
 ENCODING = "o200k_base"

@@ -24,6 +24,7 @@ with 10k real-text memories.
     .venv/bin/python bench/pipeline.py                  # a few minutes (100k seeding included)
     .venv/bin/python bench/pipeline.py --text both --sizes 10000
     .venv/bin/python bench/pipeline.py --variant-config counts-off.yaml   # A/B a setting
+    .venv/bin/python bench/pipeline.py --baseline-tree /tmp/main-tree    # A/B another commit
     .venv/bin/python bench/pipeline.py --smoke          # seconds, for CI
 """
 
@@ -47,7 +48,7 @@ if __package__ in (None, ""):
 
 from bench.lib import loadgen, realtext, stats
 from bench.lib.memories import synthetic_memories
-from bench.lib.servers import fake_upstream, memproxy
+from bench.lib.servers import fake_upstream, memproxy, served_from
 from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
 from proxy.context.budget import TokenBudgetCalculator
@@ -55,6 +56,7 @@ from proxy.context.limits import ModelLimits
 from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.inputs import MemoryInput
+from proxy.memory.retriever import Retriever
 from proxy.memory.service import MemoryService
 from proxy.metrics import Metrics
 from proxy.pipeline.pipeline import Pipeline
@@ -68,6 +70,7 @@ SEED_BATCH = 1_000
 STAGES = ("budget", "query", "cache", "embed", "search", "assemble", "inject", "memory")
 TEXTS = ("real", "synthetic")
 MODEL = "gpt-4o-mini"
+BASE = "@base"  # the suffix of the cells served from --baseline-tree
 
 
 def bench_tenant() -> str:
@@ -131,18 +134,24 @@ def end_to_end(
 
     One process per text kind with the default settings serves both ``{text}-off`` and
     ``{text}-on``; each ``--variant-config`` YAML adds a process (its own copy of the seeded
-    store) serving ``{text}-on+{name}``, compared with the same memory-off cells.
+    store) serving ``{text}-on+{name}``, compared with the same memory-off cells. A
+    ``--baseline-tree`` (another commit's source, e.g. ``git archive``) adds a process run from
+    that tree serving ``{text}-off@base`` and ``{text}-on@base``, compared with its own off cells;
+    every cell of every process is interleaved in one run, so the trees meet the same load.
     """
     seconds, rounds = (0.5, 1) if args.smoke else (args.seconds, args.rounds)
     count = 300 if args.smoke else args.memories
     concurrencies = (1, 50)
-    configs: list[tuple[str, Path | None]] = [("", None)]
-    configs += [(f"+{path.stem}", path) for path in args.variant_config]
+    # (suffix, config, source tree, whether the process also serves the memory-off cells)
+    configs: list[tuple[str, Path | None, Path | None, bool]] = [("", None, None, True)]
+    configs += [(f"+{path.stem}", path, None, False) for path in args.variant_config]
+    if args.baseline_tree is not None:
+        configs.append((BASE, None, args.baseline_tree, True))
     with contextlib.ExitStack() as stack:
         fake = stack.enter_context(fake_upstream())
         targets, bodies = [], {}
         for text in texts:
-            for suffix, config in configs:
+            for suffix, config, tree, with_off in configs:
                 data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-pipeline-"))
 
                 async def seed(where: str = data_dir, kind: str = text) -> float:
@@ -157,13 +166,14 @@ def end_to_end(
                 extra = {"MEMPROXY_ACCESS_LOG": "false"}
                 if config is not None:
                     extra["MEMPROXY_CONFIG"] = str(config)
-                proxy = stack.enter_context(
-                    memproxy(fake.base_url + "/v1", Path(data_dir), extra_env=extra)
-                )
+                server = memproxy(fake.base_url + "/v1", Path(data_dir), extra_env=extra)
+                if tree is not None:
+                    server = served_from(server, tree, f"memproxy{suffix}")
+                proxy = stack.enter_context(server)
                 auth = {"Authorization": f"Bearer {API_KEY}"}
-                modes = ("off", "on") if config is None else ("on",)
+                modes = ("off", "on") if with_off else ("on",)
                 for mode in modes:
-                    name = f"{text}-{mode}{suffix}"
+                    name = f"{text}-{mode}{suffix if mode == 'on' or suffix == BASE else ''}"
                     headers = {**auth, "X-Memory-Mode": "off"} if mode == "off" else auth
                     targets.append(loadgen.Target(name, proxy.base_url, headers))
                     bodies[name] = question_bodies(text)
@@ -172,9 +182,10 @@ def end_to_end(
         )
     rows = []
     for text in texts:
-        for suffix, _ in configs:
+        for suffix, _, _, with_off in configs:
+            off_name = f"{text}-off{suffix}" if with_off and suffix else f"{text}-off"
             for concurrency in concurrencies:
-                off_sample = results[(f"{text}-off", concurrency, False)]
+                off_sample = results[(off_name, concurrency, False)]
                 on_sample = results[(f"{text}-on{suffix}", concurrency, False)]
                 rows.append(e2e_row(f"{text}{suffix}", count, concurrency, off_sample, on_sample))
     return rows
@@ -275,12 +286,12 @@ async def stage_latency(
 def bench_pipeline(store: EdgeStore, embedder: StaticEmbedder) -> Pipeline:
     """A ``Pipeline`` on ``store`` with the default settings and an in-process cache."""
     settings = load_settings(env={})
+    cache = RequestCache(LocalCache(10_000))
     return Pipeline(
         settings.memory,
         calculator=TokenBudgetCalculator(ModelLimits(), memory_cap=None),
-        store=store,
-        embedder=embedder,
-        cache=RequestCache(LocalCache(10_000)),
+        retriever=Retriever(store, embedder, cache),
+        counts=cache,
         metrics=Metrics(),
         spawn=lambda coro: coro.close(),  # after-response work is not measured here
     )
@@ -328,6 +339,11 @@ def main() -> None:
         default=[],
         metavar="YAML",
         help="end to end: also serve memory on from a process with this config (repeatable)",
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="end to end: also serve memory off and on from this source tree (git archive)",
     )
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--json", action="store_true")

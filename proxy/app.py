@@ -1,17 +1,17 @@
 """The ASGI application: ``create_app(settings) -> Starlette``.
 
-The lifespan owns every client: it opens them, collects them in one ``Services`` object at
-``app.state.services``, and closes them on shutdown. Nothing is created at import time. Tests
-(and later backends) inject ready-made objects through ``create_app``'s keyword arguments;
-injected objects are not closed by the app (their creator owns them).
+The lifespan owns every client: the composition root (``proxy/composition.py``) opens them on
+the lifespan's exit stack and collects them in one ``Services`` object at
+``app.state.services``; the stack closes them on shutdown. Nothing is created at import time.
+Tests inject ready-made objects through ``create_app``'s keyword arguments; injected objects are
+not closed by the app (their creator owns them).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
 
 import orjson
 from starlette.applications import Starlette
@@ -20,26 +20,26 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-from proxy.backends import open_backends
+from proxy.cache.protocol import MemoryCache
+from proxy.composition import Provided, open_services
 from proxy.errors import MemproxyError, NotFound, RequestError
 from proxy.fastpath import MemproxyApp
 from proxy.gc_tuning import tune_gc_for_serving
-from proxy.hooks import MemoryPipeline
 from proxy.logs import configure_logging
+from proxy.memory.embedders import Embedder
+from proxy.memory.store import MemoryStore
 from proxy.metrics import Metrics
 from proxy.middleware import RequestContextMiddleware
+from proxy.pipeline.contract import MemoryPipeline
 from proxy.request_target import check_target
 from proxy.routes import build_routes, chat
-from proxy.services import Services
 from proxy.settings import Settings, load_settings
-from proxy.tenancy import TenantResolver
 from proxy.upstream import UpstreamClient
 
 LOGGER = logging.getLogger("memproxy")
-BACKGROUND_DRAIN_S = 10.0
 
 
-def _json_error(status: int, body: dict[str, Any]) -> Response:
+def _json_error(status: int, body: Mapping[str, object]) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
@@ -73,39 +73,24 @@ def create_app(
     *,
     upstream: UpstreamClient | None = None,
     pipeline: MemoryPipeline | None = None,
-    store: Any | None = None,
-    embedder: Any | None = None,
-    cache: Any | None = None,
+    store: MemoryStore | None = None,
+    embedder: Embedder | None = None,
+    cache: MemoryCache | None = None,
     metrics: Metrics | None = None,
 ) -> Starlette:
     """Build the app; clients are opened by its lifespan, not here."""
     settings = settings or load_settings()
     metrics = metrics or Metrics(settings.server.metrics_dir)
+    provided = Provided(
+        upstream=upstream, pipeline=pipeline, store=store, embedder=embedder, cache=cache
+    )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            client = upstream
-            if client is None:
-                client = UpstreamClient(settings.upstream)
-                await client.start()
-                stack.push_async_callback(client.close)
-            services = Services(
-                settings=settings,
-                upstream=client,
-                metrics=metrics,
-                tenants=TenantResolver(settings),
-                store=store,
-                embedder=embedder,
-                cache=cache,
-            )
-            if pipeline is not None:
-                services.pipeline = pipeline
-            await open_backends(services, stack)
-            stack.callback(metrics.close)
-            # Runs first on exit: completion hooks finish while the backends are still open.
-            stack.push_async_callback(services.drain, BACKGROUND_DRAIN_S)
+            services = await open_services(settings, metrics, stack, provided)
             app.state.services = services
+            client = services.upstream
             LOGGER.info(
                 "memproxy ready: upstream %s%s, auth %s, config %s",
                 client.display_url,

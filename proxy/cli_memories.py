@@ -27,13 +27,12 @@ from typing import IO, Any
 import orjson
 from starlette.datastructures import Headers
 
-from proxy.backends import open_embedder, open_request_cache, warm_up
+from proxy.composition import open_embedder, open_request_cache, open_store, warm_encodings
 from proxy.errors import ConfigError, MemproxyError, StoreError
 from proxy.memory.inputs import InputLimits, MemoryInput
 from proxy.memory.io import BadRecord, batches, export_line, read_inputs
 from proxy.memory.parsing import parse_list_query, parse_search
 from proxy.memory.service import MemoryService, search_hit_object
-from proxy.memory.store import open_store
 from proxy.settings import Settings, load_settings, replace
 from proxy.tenancy import ANONYMOUS_TENANT, TenantResolver
 
@@ -85,8 +84,8 @@ def locked_message(settings: Settings) -> str:
 async def open_service(settings: Settings) -> AsyncIterator[MemoryService]:
     """The configured embedder, store and (Redis only) cache, behind one ``MemoryService``."""
     async with AsyncExitStack() as stack:
-        embedder = await open_embedder(settings, stack)
-        await warm_up(embedder)  # tokenizer tables and the model's first call, before timing
+        embedder = await open_embedder(settings, stack)  # its first call paid here
+        await asyncio.to_thread(warm_encodings)  # tokenizer tables too, before timing
         try:
             store = await open_store(settings.store, dimensions=embedder.dimensions)
         except StoreError as exc:
@@ -255,7 +254,7 @@ async def explain_message(args: argparse.Namespace, settings: Settings) -> int:
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         services = app.state.services
-        if services.store is None:
+        if services.memories is None:
             raise StoreLocked(locked_message(settings))
         tenant = Tenant(tenant_id, settings.memory)
         headers = Headers({"x-memory-mode": "explain", "x-memory-user": args.user})

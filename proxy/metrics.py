@@ -9,6 +9,7 @@ aggregates all of them (gauges summed over live processes).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -160,6 +161,20 @@ class Metrics:
             self.child(self.cache_lookups, kind, "hit").inc(hits)
         if misses:
             self.child(self.cache_lookups, kind, "miss").inc(misses)
+
+    def count_memory_request(self, status: str, reasons: Sequence[str] = ()) -> None:
+        """One chat request through the memory pipeline: its status, why it was degraded."""
+        self.child(self.memory_requests, status).inc()
+        for reason in reasons:
+            self.child(self.memory_degraded, reason).inc()
+
+    def observe_memory_stage(self, stage: str, seconds: float) -> None:
+        """The time one memory stage (or ``total``) took."""
+        self.child(self.memory_stage, stage).observe(seconds)
+
+    def count_memory_work(self, kind: str, ok: bool) -> None:
+        """After-response memory work (``capture``, ``retrievals``) and whether it succeeded."""
+        self.child(self.memory_writes, kind, "ok" if ok else "error").inc()
 
     def upstream_latency_for(self, route: str) -> Any:
         """The upstream latency histogram of ``route`` (children cached: ``labels`` is slow)."""

@@ -29,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from proxy.content_encoding import DecodeError, decode_body, is_identity
 from proxy.errors import MemproxyError, UpstreamTimeout
-from proxy.hooks import Completion
+from proxy.pipeline.contract import Completion
 from proxy.sse import assistant_text
 from proxy.upstream import UpstreamResponse, response_headers
 

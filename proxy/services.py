@@ -1,53 +1,72 @@
-"""The services container: every client the app owns, created and closed by the lifespan."""
+"""``Services``: what the request handlers reach, typed, at ``app.state.services``.
+
+Built once per app by the composition root (``proxy/composition.py``) inside the lifespan, which
+also owns and closes every client in it. Handlers never build backends; they ask for the typed
+service they need (``pipeline``, ``memory_service()``, ``upstream``).
+"""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Coroutine
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
-from proxy.hooks import MemoryPipeline, NoopPipeline
+from proxy.background import Background, Job
+from proxy.errors import BackendError, StoreError
+from proxy.memory.service import MemoryService
 from proxy.metrics import Metrics
+from proxy.pipeline.contract import MemoryPipeline
 from proxy.settings import Settings
 from proxy.tenancy import TenantResolver
 from proxy.upstream import UpstreamClient
 
-LOGGER = logging.getLogger("memproxy.services")
+
+class Probe(Protocol):
+    """Something ``/readyz`` asks whether it can serve now."""
+
+    async def ready(self) -> bool:
+        """``True`` when ready; ``False`` or an exception when not."""
+        ...
+
+
+class Opened:
+    """The probe of a backend that holds no connection to check: it is ready once opened."""
+
+    async def ready(self) -> bool:
+        """Always ``True``."""
+        return True
 
 
 @dataclass
 class Services:
-    """Everything a request handler needs, at ``app.state.services``.
+    """Everything a request handler needs.
 
-    ``store``, ``embedder`` and ``cache`` are ``None`` until their backends exist
-    (``proxy.memory.store.MemoryStore``, ``proxy.memory.embedders.Embedder``,
-    ``proxy.cache``); ``/readyz`` checks the slots that are filled.
+    ``memories`` is ``None`` when memory is off or its store could not be opened at start
+    (the proxy then serves without memory). ``probes`` are the readiness checks by name; a
+    ``None`` probe is a backend that is configured but could not be opened.
     """
 
     settings: Settings
     upstream: UpstreamClient
     metrics: Metrics
     tenants: TenantResolver
-    pipeline: MemoryPipeline = field(default_factory=NoopPipeline)
-    store: Any | None = None
-    embedder: Any | None = None
-    cache: Any | None = None
-    background: set[asyncio.Task[None]] = field(default_factory=set)
+    pipeline: MemoryPipeline
+    memories: MemoryService | None = None
+    probes: Mapping[str, Probe | None] = field(default_factory=dict)
+    background: Background = field(default_factory=Background)
 
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        """Run work after a response (completion hooks), keeping a reference until it ends."""
-        task = asyncio.get_running_loop().create_task(coro)
-        self.background.add(task)
-        task.add_done_callback(self.background.discard)
+    def spawn(self, job: Job) -> None:
+        """Run ``job`` after the response (completion hooks), kept until it ends."""
+        self.background.spawn(job)
 
     async def drain(self, limit_s: float) -> None:
         """Wait for background work on shutdown, at most ``limit_s`` seconds."""
-        if not self.background:
-            return
-        _, pending = await asyncio.wait(set(self.background), timeout=limit_s)
-        for task in pending:
-            task.cancel()
-        if pending:
-            LOGGER.warning("cancelled %d unfinished background tasks", len(pending))
+        await self.background.drain(limit_s)
+
+    def memory_service(self) -> MemoryService:
+        """The memories API's service; 503 when memory is off or the store is down."""
+        if not self.settings.memory.enabled:
+            raise BackendError("Memory is disabled on this proxy (memory.enabled is false).")
+        if self.memories is None:
+            raise StoreError("The memory store is unavailable right now; retry later.")
+        return self.memories

@@ -13,7 +13,7 @@ from starlette.datastructures import Headers
 
 from proxy.app import create_app
 from proxy.fastpath import MemproxyApp
-from proxy.hooks import Prepared
+from proxy.pipeline.contract import Prepared
 from proxy.tenancy import Tenant
 from tests.conftest import proxy_settings
 from tests.fakes.upstream import FakeServer

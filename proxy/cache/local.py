@@ -43,11 +43,6 @@ class LocalCache:
         return len(self._entries)
 
     @property
-    def available(self) -> bool:
-        """Always ``True``: the process is its own backend."""
-        return True
-
-    @property
     def size_bytes(self) -> int:
         """Bytes held by keys and values (an estimate of the real footprint)."""
         return self._bytes

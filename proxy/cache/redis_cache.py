@@ -2,7 +2,9 @@
 
 Every call runs under its own deadline (a few milliseconds) and behind a circuit breaker. A
 timeout or error becomes a miss or a dropped write, is reported to the optional error hook, and
-counts towards opening the breaker; while it is open the call costs no I/O at all.
+counts towards opening the breaker; while it is open the call costs no I/O at all. A call that
+is not served is also noted in the caller's ``cache_outcome`` scope (``outcome.py``), which is
+how a request learns that *its* cache calls failed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 
 from proxy.cache.breaker import CircuitBreaker
+from proxy.cache.outcome import record_unserved
 from proxy.cache.protocol import REASON_CIRCUIT_OPEN, REASON_ERROR, REASON_TIMEOUT, ErrorHook
 from proxy.defaults import CACHE_TIMEOUT_MS
 
@@ -65,23 +68,17 @@ class RedisCache:
         self.timeout_s = timeout_ms / 1000
         self.breaker = breaker or CircuitBreaker()
         self._on_error = on_error
-        self._last_served = True
-
-    @property
-    def available(self) -> bool:
-        """Whether the last call was served; ``False`` after a failure or a breaker skip."""
-        return self._last_served
 
     async def _call(self, op: str, fn: Callable[[], Awaitable[T]], fallback: T) -> T:
         if not self.breaker.allow():
-            self._last_served = False
+            record_unserved()
             self._report(op, REASON_CIRCUIT_OPEN)
             return fallback
         try:
             async with asyncio.timeout(self.timeout_s):
                 result = await fn()
         except TimeoutError:
-            self._last_served = False
+            record_unserved()
             self.breaker.record_failure(f"{op} timed out after {self.timeout_s * 1000:g} ms")
             self._report(op, REASON_TIMEOUT)
             return fallback
@@ -90,16 +87,14 @@ class RedisCache:
             raise
         except ResponseError:
             # Redis answered (e.g. INCR of a non-integer): it is up, the command was wrong.
-            self._last_served = True
             self.breaker.record_success()
             self._report(op, REASON_ERROR)
             return fallback
         except Exception as exc:  # any client failure is a miss: memory never fails a request
-            self._last_served = False
+            record_unserved()
             self.breaker.record_failure(f"{op}: {type(exc).__name__}: {exc}")
             self._report(op, REASON_ERROR)
             return fallback
-        self._last_served = True
         self.breaker.record_success()
         return result
 
@@ -163,9 +158,8 @@ class RedisCache:
         except asyncio.CancelledError:
             raise
         except Exception:
-            self._last_served = False
+            record_unserved()
             return False
-        self._last_served = True
         self.breaker.record_success()
         return True
 

@@ -1,4 +1,4 @@
-"""``RequestCache``: the typed cache the chat pipeline calls, one line per use.
+"""``RequestCache``: the ``MemoryCache`` of the memory path, over a byte ``Cache``.
 
 Three kinds of entries, all scoped to the tenant (ADR 0030):
 
@@ -8,7 +8,8 @@ Three kinds of entries, all scoped to the tenant (ADR 0030):
 - search results, by user, query digest, retrieval options and the tenant's *generation*: a
   counter every write to the tenant bumps, so a write makes every older result unreachable.
 
-Use in the pipeline (read the generation *before* searching, bump it *after* a write lands)::
+Use in the read path (``proxy/memory/retriever.py``) and the write path (``MemoryService.write``);
+read the generation *before* searching, bump it *after* a write lands::
 
     key = await cache.retrieval_key(tenant, user, query, top_k=k, sources=sources)
     hits = await cache.get_retrieval(key)          # None on a miss (or no cache)
@@ -27,14 +28,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
 from proxy.cache import codec, keys
 from proxy.cache.generations import Generations
 from proxy.cache.near import DEFAULT_NEAR_ENTRIES, NearCache
-from proxy.cache.protocol import Cache
+from proxy.cache.protocol import Cache, NamedEmbedder, RetrievalKey
 from proxy.context.records import Candidate
 from proxy.context.tokens import count_tokens as tiktoken_count
 from proxy.defaults import EMBEDDING_TTL_S as DEFAULT_EMBEDDING_TTL_S
@@ -59,28 +59,9 @@ class CacheTTLs:
     retrieval_s: float = DEFAULT_RETRIEVAL_TTL_S
 
 
-@dataclass(frozen=True, slots=True)
-class RetrievalKey:
-    """Where one search result is cached: the tenant and the full key (generation included)."""
-
-    tenant: str
-    key: str
-
-
-class NamedEmbedder(Protocol):
-    """What ``RequestCache.embed`` needs of an embedder (``proxy.memory.embedders.Embedder``)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def dimensions(self) -> int: ...
-
-    async def embed(self, texts: Sequence[str]) -> np.ndarray: ...
-
-
 class RequestCache:
-    """Typed get/set of embeddings, token counts and search results over any ``Cache``.
+    """The ``MemoryCache``: typed get/set of embeddings, token counts and search results over any
+    ``Cache``.
 
     Never raises because of the cache: unreachable or corrupt entries are misses. With
     ``write_behind`` the ``set_*`` calls return at once and write in the background (call
@@ -292,12 +273,7 @@ class RequestCache:
         except Exception:  # a broken metrics hook must not break the request
             log.exception("cache lookup hook failed")
 
-    @property
-    def degraded(self) -> bool:
-        """Whether the cache's last call failed or was skipped (for ``X-Memory-Status``)."""
-        return not self.cache.available
-
-    async def ping(self) -> bool:
+    async def ready(self) -> bool:
         """Return whether the underlying cache answers now (``/readyz``)."""
         return await self.cache.ping()
 

@@ -33,26 +33,28 @@ from proxy.memory import lexical
 from proxy.memory.edge_maintenance import OPTIMIZE_AFTER_POINTS, ShardMaintenance
 from proxy.memory.edge_query import list_filter, search_hits, tenant_filter, uuid_of
 from proxy.memory.edge_shard import open_shard
-from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
-from proxy.memory.store import (
+from proxy.memory.points import (
     COUNT_FIELDS,
     DENSE_VECTOR,
     RETRIEVAL_COUNT_KEY,
     SPARSE_VECTOR,
-    Page,
-    SearchQuery,
-    check_query,
-    check_vectors,
-    clip_similarity,
     group_new_counts,
     owned,
     owned_or_fail,
     point_id,
     point_uuid,
-    require_tenant,
     to_payload,
+)
+from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
+from proxy.memory.store import (
+    Page,
+    SearchQuery,
+    check_query,
+    check_vectors,
+    require_tenant,
     with_tokens,
 )
+from proxy.memory.vectors import clip_similarity
 
 SHARD_DIR = "memories"
 DEFAULT_WORKERS = 2
@@ -319,6 +321,10 @@ class EdgeStore:
         return await self._run(
             lambda: self._shard.count(qe.CountRequest(exact=True, filter=tenant_filter(tenant)))
         )
+
+    async def ready(self) -> bool:
+        """Whether the shard is open: it lives in this process, nothing else can be down."""
+        return not self._closed
 
     async def flush(self) -> None:
         """Persist segments now (the WAL already holds every acknowledged write)."""

@@ -19,15 +19,9 @@ import qdrant_edge as qe
 
 from proxy.memory import lexical
 from proxy.memory.filters import Condition, list_conditions, scope_conditions
-from proxy.memory.fusion import fuse_ranks
-from proxy.memory.store import (
-    DENSE_VECTOR,
-    HYBRID_OVERSAMPLE,
-    RRF_K,
-    SPARSE_VECTOR,
-    TENANT_KEY,
-    SearchQuery,
-)
+from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K, fuse_ranks
+from proxy.memory.points import DENSE_VECTOR, SPARSE_VECTOR, TENANT_KEY
+from proxy.memory.store import SearchQuery
 
 Hit = tuple[UUID, float]  # (point id, dense cosine); UUIDs as the shard returns them
 # The shard keeps int8 copies of the dense vectors (edge_shard.shard_config). Rescoring 3x top_k of

@@ -11,7 +11,7 @@ from pathlib import Path
 import qdrant_edge as qe
 
 from proxy.errors import ConfigError, StoreError
-from proxy.memory.store import DENSE_VECTOR, INDEXED_KEYS, SPARSE_VECTOR, TENANT_KEY
+from proxy.memory.points import DENSE_VECTOR, INDEXED_KEYS, SPARSE_VECTOR, TENANT_KEY
 
 CONFIG_FILE = "edge_config.json"
 HNSW_M = 32

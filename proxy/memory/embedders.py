@@ -11,7 +11,8 @@ Two implementations of one ``Embedder`` protocol:
 Texts without a single known token (``""``, whitespace) embed to the zero vector: it has
 similarity 0 with everything, which is the honest answer, and it is never sent upstream (OpenAI
 rejects empty inputs). A vector size that differs from the configured or stored one is a
-``ConfigError`` at start: ``prepare_embedder`` probes and checks, ``check_dimensions`` checks.
+``ConfigError`` at start: ``prepare_embedder`` starts the embedder (a remote one learns its real
+size) and checks, ``check_dimensions`` checks.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ KNOWN_OPENAI_DIMENSIONS = {
 }
 ERROR_BODY_CHARS = 300
 PROBE_TEXT = "memproxy dimension probe"
+WARM_UP_TEXT = "warm up"
 LOGGER = logging.getLogger(__name__)
 
 
@@ -54,6 +56,10 @@ class Embedder(Protocol):
 
     name: str
     dimensions: int
+
+    async def start(self) -> None:
+        """Get ready at start: learn what only the backend can tell, pay first-use costs."""
+        ...
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Return ``(len(texts), dimensions)`` float32 rows, each L2-normalised (or zero)."""
@@ -112,6 +118,10 @@ class StaticEmbedder:
         self._width = dimensions or width
         self.dimensions: int = self._width
         self.name: str = f"static:{path.name}:{self._width}"
+
+    async def start(self) -> None:
+        """Embed once now: the tokenizer's first call costs what a request should not pay."""
+        self.embed_sync([WARM_UP_TEXT])
 
     def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
         """Encode on the calling thread; see ``embed`` for the contract."""
@@ -183,6 +193,21 @@ class OpenAIEmbedder:
         self.name = f"openai:{self._model}:{width}"
         return width
 
+    async def start(self) -> None:
+        """Probe for the real size; an endpoint unreachable now is tolerated when the size is
+        already known (configured or a well-known model): chat requests degrade until it comes
+        back. When the size is unknown nothing can be checked or created: a ``ConfigError``."""
+        try:
+            await self.probe()
+        except EmbedderError as exc:
+            if not self.dimensions:
+                raise ConfigError(
+                    f"cannot learn the embedder's vector size: {exc.message}; set "
+                    "embedder.dimensions or make the endpoint reachable",
+                    param="embedder.url",
+                ) from exc
+            LOGGER.warning("embedder probe failed, starting degraded: %s", exc.message)
+
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed in batches of ``batch_size``; empty texts are not sent and come back zero."""
         if self.dimensions == 0:
@@ -250,24 +275,9 @@ def check_dimensions(embedder: Embedder, expected: int | None, *, what: str = "c
 
 
 async def prepare_embedder(embedder: Embedder, expected: int | None) -> None:
-    """Startup check: probe a remote embedder for its real size, then ``check_dimensions``.
-
-    An endpoint that cannot be reached at start is tolerated when the size is already known
-    (configured or a well-known model): chat requests degrade until it comes back. When the
-    size is unknown nothing can be checked or created, so that is a ``ConfigError``.
-    """
-    probe = getattr(embedder, "probe", None)
-    if probe is not None:
-        try:
-            await probe()
-        except EmbedderError as exc:
-            if not embedder.dimensions:
-                raise ConfigError(
-                    f"cannot learn the embedder's vector size: {exc.message}; set "
-                    "embedder.dimensions or make the endpoint reachable",
-                    param="embedder.url",
-                ) from exc
-            LOGGER.warning("embedder probe failed, starting degraded: %s", exc.message)
+    """Startup: ``embedder.start()`` (a remote one probes for its real size), then
+    ``check_dimensions``."""
+    await embedder.start()
     check_dimensions(embedder, expected)
 
 

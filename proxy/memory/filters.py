@@ -7,7 +7,8 @@ tenant's shared ones) exist once.
 
 from __future__ import annotations
 
-from proxy.memory.store import SHARED_USER, SOURCE_KEY, TENANT_KEY, USER_KEY, SearchQuery
+from proxy.memory.points import SOURCE_KEY, TENANT_KEY, USER_KEY
+from proxy.memory.store import SHARED_USER, SearchQuery
 
 Condition = tuple[str, tuple[str, ...]]
 

@@ -16,6 +16,11 @@ from typing import TypeVar
 from proxy.errors import ConfigError
 
 K = TypeVar("K", bound=Hashable)
+# RRF's usual constant; ranks, not raw scores, are fused, so BM25 and cosine scales never mix.
+RRF_K = 60
+# Each branch of a hybrid query fetches this many times top_k before fusion (1 measured best
+# on LoCoMo dev: wider branches let weak lexical matches push out dense hits; adr/0012).
+HYBRID_OVERSAMPLE = 1
 
 
 def fuse_ranks(rankings: Sequence[Sequence[K]], *, k: int, limit: int) -> list[tuple[K, float]]:

@@ -28,30 +28,30 @@ from proxy.defaults import HYBRID
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
 from proxy.memory.filters import Condition, list_conditions, scope_conditions
-from proxy.memory.store import (
+from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K
+from proxy.memory.points import (
     COUNT_FIELDS,
     DENSE_VECTOR,
-    HYBRID_OVERSAMPLE,
     INDEXED_KEYS,
     RETRIEVAL_COUNT_KEY,
-    RRF_K,
     SPARSE_VECTOR,
     TENANT_KEY,
-    Page,
-    SearchQuery,
-    check_query,
-    check_vectors,
-    clip_similarity,
     dense_of,
     group_new_counts,
     owned,
     owned_or_fail,
     point_id,
-    require_tenant,
-    similarities,
     to_payload,
+)
+from proxy.memory.store import (
+    Page,
+    SearchQuery,
+    check_query,
+    check_vectors,
+    require_tenant,
     with_tokens,
 )
+from proxy.memory.vectors import clip_similarity, similarities
 
 # What qdrant-client raises when the server fails: non-2xx answers and transport failures
 # (``ApiException``), rate limits (``QdrantException``), and sockets it did not wrap.
@@ -368,6 +368,13 @@ class QdrantStore:
             self._collection, count_filter=tenant_filter(tenant), exact=True
         )
         return counted.count
+
+    @store_errors
+    async def ready(self) -> bool:
+        """Whether the server answers and still has the collection (one cheap call)."""
+        if self._closed:
+            return False
+        return await self._client.collection_exists(self._collection)
 
     async def close(self) -> None:
         """Close the client (once)."""

@@ -1,15 +1,17 @@
-"""``MemoryService``: THE write path of memories, and the read/search/delete/feedback helpers.
+"""``MemoryService``: THE write path of memories, and what the memories API does with them.
 
 Every writer goes through ``MemoryService.write`` (the memories API, ``memproxy memories
-import`` and the pipeline's capture), so a memory gets the same treatment wherever it comes
-from: validated input (``proxy.memory.inputs``), an id (the client's, else generated), token
-counts for every stored encoding counted once, one batched embedding call, ``store.add`` (an
-upsert by (tenant, id)), then ``cache.bump_generation(tenant)`` so no cached search result can
-hide the write. Validation happens before any of it: a bad batch writes nothing.
+import`` and the pipeline's capture, which sees it as a ``MemoryWriter``), so a memory gets the
+same treatment wherever it comes from: validated input (``proxy.memory.inputs``), an id (the
+client's, else generated), token counts for every stored encoding counted once, one batched
+embedding call, ``store.add`` (an upsert by (tenant, id)), then ``cache.bump_generation(tenant)``
+so no cached search result can hide the write. Validation happens before any of it: a bad batch
+writes nothing. Searches go through the one read path, ``retriever`` (``retriever.py``), which
+the chat pipeline shares.
 
-Usage (capture, from the pipeline)::
+Usage::
 
-    service = MemoryService.from_services(services)  # or MemoryService(store, embedder, cache)
+    service = MemoryService(store, embedder, cache)  # the app builds one (proxy/composition.py)
     records = await service.write(tenant.id, [MemoryInput(content=text, user=user,
                                                           source="conversation",
                                                           metadata={"session": sid})])
@@ -28,17 +30,27 @@ import builtins
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
+from proxy.cache.protocol import MemoryCache
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.tokens import O200K
 from proxy.defaults import MAX_CONTENT_CHARS
-from proxy.errors import BackendError, EmbedderError, NotFound, RequestError, StoreError
-from proxy.memory.inputs import DEFAULT_PAGE, DEFAULT_TOP_K, MemoryInput, SetUsefulness, Vote
+from proxy.errors import BackendError, EmbedderError, NotFound, RequestError
+from proxy.memory.embedders import Embedder
+from proxy.memory.inputs import (
+    DEFAULT_PAGE,
+    DEFAULT_TOP_K,
+    MAX_TOP_K,
+    MemoryInput,
+    SetUsefulness,
+    Vote,
+)
 from proxy.memory.parsing import parse_memories
-from proxy.memory.store import MemoryStore, Page, SearchQuery, with_tokens
+from proxy.memory.retriever import Retrieval, Retriever
+from proxy.memory.store import MemoryStore, Page, with_tokens
 
 # The one token count the API shows: o200k_base, the encoding of OpenAI's current models
 # (gpt-4o, gpt-4.1, o-series). Both stored encodings stay in the record (adr/0070).
@@ -86,7 +98,7 @@ def build_records(
     ]
 
 
-def memory_object(record: MemoryRecord) -> dict[str, Any]:
+def memory_object(record: MemoryRecord) -> dict[str, object]:
     """The API shape of a memory (``tokens`` counted in ``API_TOKEN_ENCODING``)."""
     return {
         "object": "memory",
@@ -103,7 +115,7 @@ def memory_object(record: MemoryRecord) -> dict[str, Any]:
     }
 
 
-def search_hit_object(candidate: Candidate) -> dict[str, Any]:
+def search_hit_object(candidate: Candidate) -> dict[str, object]:
     """A memory object with the hit's ``similarity`` (0..1)."""
     return {**memory_object(candidate.record), "similarity": round(candidate.similarity, 6)}
 
@@ -123,18 +135,28 @@ def feedback_usefulness(current: float, feedback: Vote | SetUsefulness) -> float
     return feedback_update(feedback)(current)
 
 
+class MemoryWriter(Protocol):
+    """The write path as its writers see it (capture, import, the API)."""
+
+    async def write(
+        self, tenant: str, inputs: Sequence[MemoryInput]
+    ) -> builtins.list[MemoryRecord]:
+        """Write validated memories as one batch; return the stored records."""
+        ...
+
+
 class MemoryService:
     """Writes, reads, searches and deletes one tenant's memories at a time.
 
-    Holds no state of its own: build one per request or keep one; ``store``, ``embedder`` and
-    ``cache`` belong to whoever created them. ``cache`` may be ``None`` (no generation to bump).
+    Holds no state of its own: ``store``, ``embedder`` and ``cache`` belong to whoever created
+    them. ``cache`` may be ``None`` (no generation to bump, no cached searches).
     """
 
     def __init__(
         self,
         store: MemoryStore,
-        embedder: Any,
-        cache: Any | None = None,
+        embedder: Embedder,
+        cache: MemoryCache | None = None,
         *,
         max_content_chars: int = MAX_CONTENT_CHARS,
         clock: Callable[[], datetime] = utc_now,
@@ -142,27 +164,14 @@ class MemoryService:
         self.store = store
         self.embedder = embedder
         self.cache = cache
+        self.retriever = Retriever(store, embedder, cache)
         self.max_content_chars = max_content_chars
         self._clock = clock
-
-    @classmethod
-    def from_services(cls, services: Any) -> MemoryService:
-        """The service over the app's backends; 503 when memory is off or the store is down."""
-        if not services.settings.memory.enabled:
-            raise BackendError("Memory is disabled on this proxy (memory.enabled is false).")
-        if services.store is None or services.embedder is None:
-            raise StoreError("The memory store is unavailable right now; retry later.")
-        return cls(
-            services.store,
-            services.embedder,
-            services.cache,
-            max_content_chars=services.settings.memory.max_content_chars,
-        )
 
     # -- writing ---------------------------------------------------------------------------
 
     async def add(
-        self, tenant: str, items: Sequence[Mapping[str, Any]]
+        self, tenant: str, items: Sequence[Mapping[str, object]]
     ) -> builtins.list[MemoryRecord]:
         """Validate raw memory objects (all before any write), then ``write`` them."""
         inputs = parse_memories(builtins.list(items), max_content_chars=self.max_content_chars)
@@ -229,19 +238,11 @@ class MemoryService:
         top_k: int = DEFAULT_TOP_K,
         sources: Sequence[str] | None = None,
     ) -> builtins.list[Candidate]:
-        """The ``top_k`` memories of ``user`` plus tenant-shared ones most similar to ``query``."""
-        if self.cache is not None:
-            vector = await self.cache.embed(tenant, self.embedder, query)
-        else:
-            vector = (await self._embed([query]))[0]
-        search = SearchQuery(
-            vector=np.asarray(vector, dtype=np.float32),
-            text=query,
-            user=user,
-            sources=tuple(sources) if sources is not None else None,
-            top_k=top_k,
-        )
-        return await self.store.search(tenant, search)
+        """The ``top_k`` memories of ``user`` plus tenant-shared ones most similar to ``query``,
+        by similarity descending (ties by id): a prefix of the result for any larger ``top_k``.
+        ``top_k`` is valid (1..``MAX_TOP_K``): the API's models checked it."""
+        want = Retrieval(query, user, top_k, sources, pool=MAX_TOP_K)
+        return await self.retriever.retrieve(tenant, want)
 
     # -- deleting and feedback -------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """The memory pipeline: per-request options, query text, retrieval, injection, explain, capture.
 
-``Pipeline`` (``pipeline.py``) implements ``proxy.hooks.MemoryPipeline``; ``build_pipeline``
-(in ``proxy.backends``) wires it from the app's backends inside the lifespan.
+``Pipeline`` (``pipeline.py``) implements ``MemoryPipeline`` (``contract.py``, the chat route's
+plug-in point); ``build_pipeline`` (``proxy/composition.py``) wires it inside the lifespan.
 """

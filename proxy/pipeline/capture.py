@@ -5,17 +5,19 @@ text assembled from its deltas: ``Completion.text``). Both carry the session id 
 their metadata. Only the client's own words are stored: anything fenced like memproxy's block is
 cut out, so injected memories never come back as new ones. Writes go through
 ``MemoryService.write``, the one write path (validation, token counts, embedding, store, cache
-generation bump). A failed or refused upstream answer captures nothing.
+generation bump), seen here as a ``MemoryWriter``. A failed or refused upstream answer captures
+nothing.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from proxy.hooks import Completion
 from proxy.memory.inputs import MemoryInput, is_blank
+from proxy.memory.service import MemoryWriter
+from proxy.metrics import Metrics
+from proxy.pipeline.contract import Completion
 from proxy.pipeline.options import RequestOptions
 from proxy.pipeline.query import last_user_texts, strip_block
 
@@ -25,14 +27,14 @@ LOGGER = logging.getLogger("memproxy.pipeline")
 
 def capture_inputs(
     options: RequestOptions,
-    messages: Sequence[Any],
+    messages: Sequence[Mapping[str, object]],
     completion: Completion,
     max_chars: int,
 ) -> list[MemoryInput]:
     """The memories one turn yields under ``options.capture`` (empty when nothing to keep)."""
     if options.capture == "off" or not completion.ok or completion.status >= 400:
         return []
-    meta: dict[str, Any] = {"session": options.session} if options.session else {}
+    meta: dict[str, object] = {"session": options.session} if options.session else {}
     inputs: list[MemoryInput] = []
     said = last_user_texts(messages, 1)
     # Blank by the memories' rule (a lone BOM is not Python whitespace): nothing to keep, and
@@ -61,15 +63,15 @@ def capture_inputs(
 
 
 async def capture_turn(
-    service: Any, tenant: str, inputs: Sequence[MemoryInput], metrics: Any
+    writer: MemoryWriter, tenant: str, inputs: Sequence[MemoryInput], metrics: Metrics
 ) -> None:
     """Write the captured memories; a failure is logged and counted, never raised."""
     if not inputs:
         return
     try:
-        await service.write(tenant, inputs)
+        await writer.write(tenant, inputs)
     except Exception as exc:  # capture is best effort: the client already has its answer
         LOGGER.warning("capture failed for tenant %s: %s", tenant, type(exc).__name__)
-        metrics.child(metrics.memory_writes, "capture", "error").inc()
+        metrics.count_memory_work("capture", ok=False)
     else:
-        metrics.child(metrics.memory_writes, "capture", "ok").inc()
+        metrics.count_memory_work("capture", ok=True)

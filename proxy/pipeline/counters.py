@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
+from proxy.background import Spawner
 from proxy.defaults import COUNT_FLUSH_S as FLUSH_DELAY_S
+from proxy.memory.store import MemoryStore
+from proxy.metrics import Metrics
 
 MAX_PENDING = 20_000  # distinct (tenant, id) pairs held before an early flush
 # Distinct ids per store call. A store write briefly blocks searches of the same shard, so one
@@ -28,14 +30,16 @@ MAX_PENDING = 20_000  # distinct (tenant, id) pairs held before an early flush
 IDS_PER_CALL = 64
 LOGGER = logging.getLogger("memproxy.pipeline")
 
-Spawner = Callable[[Coroutine[Any, Any, None]], None]
-
 
 class RetrievalCounter:
     """Batches ``increment_retrievals`` calls; failures are logged and counted, never raised."""
 
     def __init__(
-        self, store: Any, spawn: Spawner, metrics: Any = None, delay_s: float = FLUSH_DELAY_S
+        self,
+        store: MemoryStore,
+        spawn: Spawner,
+        metrics: Metrics | None = None,
+        delay_s: float = FLUSH_DELAY_S,
     ) -> None:
         self._store = store
         self._spawn = spawn
@@ -47,7 +51,7 @@ class RetrievalCounter:
 
     def add(self, tenant: str, ids: Sequence[str]) -> None:
         """Count one retrieval of each id; a flush runs shortly after."""
-        if not ids or self._store is None:
+        if not ids:
             return
         counts = self._pending.setdefault(tenant, Counter())
         before = len(counts)
@@ -79,10 +83,10 @@ class RetrievalCounter:
                     )
             except Exception as exc:  # the store is down: counts are best effort
                 LOGGER.warning("retrieval counts of tenant %s lost: %s", tenant, exc)
-                self._report("error")
+                self._report(ok=False)
             else:
-                self._report("ok")
+                self._report(ok=True)
 
-    def _report(self, result: str) -> None:
+    def _report(self, *, ok: bool) -> None:
         if self._metrics is not None:
-            self._metrics.child(self._metrics.memory_writes, "retrievals", result).inc()
+            self._metrics.count_memory_work("retrievals", ok)

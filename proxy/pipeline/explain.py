@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
 
 import orjson
 from starlette.responses import Response
@@ -40,7 +39,7 @@ NOTE_MESSAGES_HIDDEN = (
 SCORE_KEYS = ("composite", "relevance", "recency", "usefulness", "confidence", "frequency")
 
 
-def memory_entry(item: MemoryExplanation) -> dict[str, Any]:
+def memory_entry(item: MemoryExplanation) -> dict[str, object]:
     """One injected memory: id, source, content, tokens, metadata and the score components."""
     full = item.to_dict()
     return {
@@ -53,7 +52,7 @@ def memory_entry(item: MemoryExplanation) -> dict[str, Any]:
     }
 
 
-def budget_fields(budget: TokenBudget | None, model: str) -> dict[str, Any]:
+def budget_fields(budget: TokenBudget | None, model: str) -> dict[str, object]:
     """Every ``TokenBudget`` field (tuples as lists); zeros when no budget was computed."""
     if budget is None:
         return {"model": model, "memory_tokens": 0}
@@ -66,8 +65,8 @@ def explain_body(
     model: str,
     budget: TokenBudget | None,
     assembly: Assembly | None,
-    messages: Sequence[Mapping[str, Any]],
-) -> dict[str, Any]:
+    messages: Sequence[Mapping[str, object]],
+) -> dict[str, object]:
     """The explain document: ``object, model, budget, candidates, memories, block, messages``."""
     return {
         "object": EXPLAIN_OBJECT,
@@ -80,7 +79,7 @@ def explain_body(
     }
 
 
-def explain_response(body: dict[str, Any], notes: Sequence[str] = ()) -> Response:
+def explain_response(body: Mapping[str, object], notes: Sequence[str] = ()) -> Response:
     """The 200 JSON response of explain mode, with ``notes`` when there are any."""
     document = {**body, "notes": list(notes)} if notes else body
     try:

@@ -19,9 +19,10 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar, TypeVarTuple
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 DEFAULT_WORKERS = 1
 
 
@@ -42,8 +43,8 @@ class Offloader:
 
     async def run(
         self,
-        func: Callable[..., T],
-        *args: Any,
+        func: Callable[[*Ts], T],
+        *args: *Ts,
         on_done: Callable[[T], None] | None = None,
     ) -> T:
         """``func(*args)`` on a worker thread, once one is free; cancelling stops the wait only.
@@ -55,11 +56,16 @@ class Offloader:
         await self._slots.acquire()
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
+        def handed_back(result: T | None) -> None:  # on the event loop
+            self._slots.release()
+            if on_done is not None and result is not None:
+                on_done(result)
+
         def finished(done: concurrent.futures.Future[T]) -> None:  # on the worker thread
             result = None if done.cancelled() or done.exception() else done.result()
             # A closed loop (shutdown) has no slot or caller left to hand anything back to.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._finished, result, on_done)
+                loop.call_soon_threadsafe(handed_back, result)
 
         future.add_done_callback(finished)
 
@@ -77,8 +83,3 @@ class Offloader:
             future.cancel()  # gives the slot back through ``finished``
             raise
         return await asyncio.wrap_future(future)
-
-    def _finished(self, result: Any, on_done: Callable[[Any], None] | None) -> None:
-        self._slots.release()
-        if on_done is not None and result is not None:
-            on_done(result)

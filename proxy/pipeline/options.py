@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from proxy.context.records import SOURCES
 from proxy.defaults import CAPTURES, Capture
@@ -92,7 +92,7 @@ def parse_id(header: str, raw: str) -> str:
     return value
 
 
-def body_user(body: Mapping[str, Any]) -> str:
+def body_user(body: Mapping[str, object]) -> str:
     """The body's ``user`` field when it is a usable id, else ``""``."""
     user = body.get("user")
     if isinstance(user, str) and len(user) <= MAX_ID_CHARS and user.isprintable():
@@ -101,7 +101,7 @@ def body_user(body: Mapping[str, Any]) -> str:
 
 
 def parse_options(
-    limits: MemorySettings, headers: Mapping[str, str], body: Mapping[str, Any]
+    limits: MemorySettings, headers: Mapping[str, str], body: Mapping[str, object]
 ) -> RequestOptions:
     """Read the ``X-Memory-*`` headers (``headers`` must look names up case-insensitively)."""
     get = headers.get

@@ -1,13 +1,16 @@
-"""``MemoryPipeline``: budget -> query -> embed -> search -> assemble -> inject, per chat request.
+"""``MemoryPipeline``: budget -> query -> retrieve -> assemble -> inject, per chat request.
 
-One call of ``prepare`` per request (``proxy/hooks.py``). Everything it needs is built once in
-the lifespan (``proxy/backends.py``): no imports, settings parsing or litellm on the request
-path. Failure policy (DESIGN.md): the whole memory stage runs under ``memory.deadline_ms`` and
-the embed and search stages under their own timeouts; any failure forwards the client's request
-unchanged (its original bytes) with ``X-Memory-Status: degraded`` and counts the reason in
-``memproxy_memory_degraded_total``. A skipped cache alone also marks the request degraded, but
-memories found without it are still injected. Bad ``X-Memory-*`` headers are the client's
-mistake: 400 in OpenAI's shape, before any backend work.
+One call of ``prepare`` per request (``contract.py``). Everything it needs is built once in the
+lifespan (``proxy/composition.py``): no imports, settings parsing or litellm on the request
+path. Memories come through the one read path (``proxy/memory/retriever.py``: cache, embed,
+search), captured turns go through the one write path (``MemoryService.write``). Failure
+policy: the whole memory stage runs under ``memory.deadline_ms`` and the retriever's embed and
+search stages under their own timeouts; any failure forwards the client's request unchanged (its
+original bytes) with ``X-Memory-Status: degraded`` and counts the reason in
+``memproxy_memory_degraded_total``. A cache call of this request that was not served
+(``proxy/cache/outcome.py``) alone also marks it degraded, but memories found without it are
+still injected. Bad ``X-Memory-*`` headers are the client's mistake: 400 in OpenAI's shape,
+before any backend work.
 
 No CPU work on the loop grows with the body beyond linear, C-speed passes (adr/0084): the budget
 comes from byte-length bounds when they settle it (most requests), and exact counting of large
@@ -20,25 +23,27 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar, TypeVarTuple
 
-import numpy as np
 import orjson
 
+from proxy.background import Job, Spawner
+from proxy.cache.outcome import CacheOutcome, cache_outcome
+from proxy.cache.protocol import MemoryCache
 from proxy.context.assembler import AssemblerConfig, Assembly, assemble
 from proxy.context.billing import message_key, walk_size
 from proxy.context.budget import EXACT, TokenBudget, TokenBudgetCalculator
 from proxy.context.inject import inject
-from proxy.context.records import SOURCES, Candidate
 from proxy.context.render import LineRenderer, line_renderer
 from proxy.context.tokens import STORED_ENCODINGS, encoding_name_for_model, longest_token_bytes
-from proxy.hooks import Completion, Prepared
-from proxy.memory.service import MemoryService
-from proxy.memory.store import SearchQuery
+from proxy.memory.retriever import EMBED, SEARCH, Retrieval, Retriever
+from proxy.memory.service import MemoryWriter
+from proxy.metrics import Metrics
 from proxy.pipeline.capture import capture_inputs, capture_turn
+from proxy.pipeline.contract import Completion, Prepared
 from proxy.pipeline.counters import RetrievalCounter
 from proxy.pipeline.explain import (
     NOTE_BOUNDS,
@@ -57,6 +62,7 @@ from proxy.tenancy import Tenant
 
 LOGGER = logging.getLogger("memproxy.pipeline")
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 INJECTED, EMPTY, OFF, DEGRADED, EXPLAIN = "injected", "empty", "off", "degraded", "explain"
 ENCODE = "encode"  # degraded reason: the body cannot be re-encoded as the client sent it
 BUDGET_TIMEOUT = "budget_timeout"  # degraded reason: exact counting could not finish in time
@@ -76,90 +82,96 @@ WALK_ON_LOOP_ITEMS = 2_000
 # bytes at most (a long non-ASCII text at 4 a character): an estimate on the safe side.
 COUNT_BYTES_PER_S = 60e6
 KEYS_BYTES_PER_S = 1e9
-ALL_SOURCES = frozenset(SOURCES)
 # Rendered, counted memory lines kept per encoding (~0.5 KB each): a memory injected again
 # skips sanitising and encoding its line, which cost 0.3 ms of a 50-memory block.
 LINE_CACHE_ENTRIES = 16_384
 
-Spawner = Callable[[Coroutine[Any, Any, None]], None]
+Write = Callable[[], Job]  # a cache write, started when its time comes
 
 
 @dataclass(slots=True)
 class Run:
-    """The state of one request through the pipeline."""
+    """The state of one request through the pipeline; the retriever's ``Stages`` for it."""
 
     tenant: Tenant
     options: RequestOptions
-    messages: list[Any]
+    messages: list[dict[str, object]]
+    timeouts: Mapping[str, float]  # seconds per backend stage (embed, search)
     clock: StageClock = field(default_factory=StageClock)
     deadline_at: float = float("inf")  # the memory deadline, in the event loop's clock
     budget: TokenBudget | None = None
     assembly: Assembly | None = None
     reasons: list[str] = field(default_factory=list)
+    cache: CacheOutcome = field(default_factory=CacheOutcome)  # this request's cache calls
     # Cache writes wait until the response is out: they cost CPU (encoding) the client would
     # otherwise wait for when the upstream answers fast.
     # Thunks, not coroutines: a hook that never runs (upstream refused) leaves nothing unawaited.
-    deferred: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
+    deferred: list[Write] = field(default_factory=list)
 
     def degrade(self, reason: str) -> None:
         """Note why this request is degraded (several reasons may apply)."""
         if reason not in self.reasons:
             self.reasons.append(reason)
 
+    async def run(self, stage: str, work: Awaitable[T]) -> T:
+        """Await one backend stage under its timeout; any failure degrades the run.
 
-async def guarded_stage(run: Run, stage: str, timeout_s: float, work: Awaitable[T]) -> T:
-    """Await one backend stage under its timeout; any failure degrades the run.
+        A timeout or an error is recorded as ``{stage}_timeout`` / ``{stage}_error`` and raised
+        as ``StageFailed``, so the request goes on without memories; the stage clock always
+        stops.
+        """
+        try:
+            async with asyncio.timeout(self.timeouts[stage]):
+                return await work
+        except TimeoutError:
+            self.degrade(f"{stage}_timeout")
+            raise StageFailed from None
+        except Exception as exc:
+            LOGGER.warning("memory %s failed: %s", stage, type(exc).__name__)
+            self.degrade(f"{stage}_error")
+            raise StageFailed from exc
+        finally:
+            self.clock.mark(stage)
 
-    A timeout or an error is recorded as ``{stage}_timeout`` / ``{stage}_error`` and raised as
-    ``StageFailed``, so the request goes on without memories; the stage clock always stops.
-    """
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await work
-    except TimeoutError:
-        run.degrade(f"{stage}_timeout")
-        raise StageFailed from None
-    except Exception as exc:
-        LOGGER.warning("memory %s failed: %s", stage, type(exc).__name__)
-        run.degrade(f"{stage}_error")
-        raise StageFailed from exc
-    finally:
-        run.clock.mark(stage)
+    def mark(self, stage: str) -> None:
+        """Close ``stage`` on the request's clock."""
+        self.clock.mark(stage)
 
-
-async def first_row(vectors: Awaitable[np.ndarray]) -> np.ndarray:
-    """The first row of an embedding batch (the query's vector)."""
-    row: np.ndarray = (await vectors)[0]
-    return row
+    async def keep(self, write: Write) -> None:
+        """Write to the cache after the response."""
+        self.deferred.append(write)
 
 
 class Pipeline:
-    """The memory pipeline over the app's backends (any of which may be missing or failing)."""
+    """The memory pipeline over the read and write paths (either of which may be failing).
+
+    ``retriever`` ``None``: the store could not be opened, every request degrades
+    (``store_unavailable``). ``counts`` caches token counts of messages; ``writer`` stores
+    captured turns; ``counter`` batches the retrieval counts of injected memories.
+    """
 
     def __init__(
         self,
         settings: MemorySettings,
         *,
         calculator: TokenBudgetCalculator,
-        store: Any,
-        embedder: Any,
-        cache: Any,
-        metrics: Any,
+        retriever: Retriever | None,
+        metrics: Metrics,
         spawn: Spawner,
-        service: MemoryService | None = None,
+        counts: MemoryCache | None = None,
+        writer: MemoryWriter | None = None,
         counter: RetrievalCounter | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         offloader: Offloader | None = None,
     ) -> None:
         self.settings = settings
         self.calculator = calculator
-        self.store = store
-        self.embedder = embedder
-        self.cache = cache
+        self.retriever = retriever
+        self.counts = counts
+        self.writer = writer
+        self.counter = counter
         self.metrics = metrics
         self.spawn = spawn
-        self.service = service
-        self.counter = counter
         self.clock = clock
         self.offloader = offloader if offloader is not None else Offloader()
         self.deadline_s = settings.deadline_ms / 1000.0
@@ -182,21 +194,23 @@ class Pipeline:
         return renderer
 
     async def prepare(
-        self, tenant: Tenant, headers: Mapping[str, str], body: dict[str, Any]
+        self, tenant: Tenant, headers: Mapping[str, str], body: dict[str, object]
     ) -> Prepared:
         """Inject the tenant's memories into ``body`` (a new object; ``body`` is never mutated)."""
         options = parse_options(tenant.memory, headers, body)
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        sent = body.get("messages")
+        messages = [m for m in sent if isinstance(m, dict)] if isinstance(sent, list) else []
+        if isinstance(sent, list) and len(messages) != len(sent):
             messages = []  # malformed: forwarded untouched, the upstream answers the 400
-        run = Run(tenant, options, messages)
+        run = Run(tenant, options, messages, {EMBED: self.embed_s, SEARCH: self.search_s})
         if options.mode == "off":
             return self._finish(run, body, OFF)
         if messages:
             run.deadline_at = asyncio.get_running_loop().time() + self.deadline_s
             try:
-                async with asyncio.timeout_at(run.deadline_at):
-                    await self._retrieve(run, body)
+                with cache_outcome() as run.cache:
+                    async with asyncio.timeout_at(run.deadline_at):
+                        await self._retrieve(run, body)
             except TimeoutError:
                 run.degrade("deadline" if "budget" in run.clock.stages else BUDGET_TIMEOUT)
             except StageFailed:
@@ -224,9 +238,9 @@ class Pipeline:
             return self._finish(run, body, DEGRADED)
         return self._finish(run, forwarded, DEGRADED if run.reasons else INJECTED, encoded)
 
-    async def _retrieve(self, run: Run, body: Mapping[str, Any]) -> None:
-        """Budget, query, cached search (embed + store), assemble; fills ``run``."""
-        tenant, options = run.tenant.id, run.options
+    async def _retrieve(self, run: Run, body: Mapping[str, object]) -> None:
+        """Budget, query, retrieval (cache, embed, search), assemble; fills ``run``."""
+        options = run.options
         budget = run.budget = await self._budget(run, body)
         run.clock.mark("budget")
         if budget.memory_tokens <= 0:
@@ -235,30 +249,12 @@ class Pipeline:
         run.clock.mark("query")
         if not query or not options.sources:
             return
-        if self.store is None or self.embedder is None:
+        if self.retriever is None:
             run.degrade("store_unavailable")
             return
-        sources = None if ALL_SOURCES.issubset(options.sources) else options.sources
-        cache = self.cache
-        key = None
-        hits: list[Candidate] | None = None
-        if cache is not None:
-            key = await cache.retrieval_key(
-                tenant,
-                options.user,
-                query,
-                top_k=options.top_k,
-                sources=sources,
-                variant=self.embedder.name,
-            )
-            hits = await cache.get_retrieval(key)
-            run.clock.mark("cache")
-        if hits is None:
-            vector = await self._embed(run, query)
-            hits = await self._search(run, query, vector, sources)
-            if cache is not None and key is not None:
-                run.deferred.append(functools.partial(cache.set_retrieval, key, hits))
-        if cache is not None and cache.degraded:
+        want = Retrieval(query, options.user, options.top_k, options.sources)
+        hits = await self.retriever.retrieve(run.tenant.id, want, run)
+        if not run.cache.served:
             run.degrade("cache")
         run.assembly = assemble(
             hits,
@@ -271,7 +267,7 @@ class Pipeline:
         )
         run.clock.mark("assemble")
 
-    async def _budget(self, run: Run, body: Mapping[str, Any]) -> TokenBudget:
+    async def _budget(self, run: Run, body: Mapping[str, object]) -> TokenBudget:
         """The memory budget: from byte-length bounds when they settle it, else counted.
 
         ``run.budget`` holds the upper-bound budget meanwhile: if exact counting does not finish
@@ -301,10 +297,10 @@ class Pipeline:
         return await self._exact_budget(run, body, upper, items > WALK_ON_LOOP_ITEMS)
 
     async def _exact_budget(
-        self, run: Run, body: Mapping[str, Any], upper: TokenBudget, long_walk: bool
+        self, run: Run, body: Mapping[str, object], upper: TokenBudget, long_walk: bool
     ) -> TokenBudget:
         """The exact budget, per-message counts from the cache; large work off the loop."""
-        cache, messages, encoding = self.cache, run.messages, upper.encoding
+        cache, messages, encoding = self.counts, run.messages, upper.encoding
         bounds = upper.message_counts  # UTF-8 bytes per message: the cost of what follows
         names: list[str | None] = []
         cached: list[int | None] | None = None
@@ -338,7 +334,7 @@ class Pipeline:
             budget: TokenBudget = await self._off_loop(run, work / COUNT_BYTES_PER_S, count)
             return budget
 
-        def keep(budget: TokenBudget) -> Callable[[], Coroutine[Any, Any, None]]:
+        def keep(budget: TokenBudget) -> Write:
             fresh = {
                 name: tokens
                 for name, hit, tokens in zip(
@@ -362,8 +358,8 @@ class Pipeline:
         self,
         run: Run,
         least_s: float,
-        func: Callable[..., T],
-        *args: Any,
+        func: Callable[[*Ts], T],
+        *args: *Ts,
         on_done: Callable[[T], None] | None = None,
     ) -> T:
         """``func(*args)`` on the offloader, if it can finish in time (``_in_time``)."""
@@ -377,25 +373,7 @@ class Pipeline:
             run.degrade(BUDGET_TIMEOUT)
             raise StageFailed
 
-    async def _embed(self, run: Run, query: str) -> np.ndarray:
-        if self.cache is not None:
-            work = self.cache.embed(run.tenant.id, self.embedder, query)
-        else:
-            work = first_row(self.embedder.embed([query]))
-        vector: np.ndarray = await guarded_stage(run, "embed", self.embed_s, work)
-        return vector
-
-    async def _search(
-        self, run: Run, query: str, vector: np.ndarray, sources: tuple[str, ...] | None
-    ) -> list[Candidate]:
-        options = run.options
-        search = SearchQuery(vector, query, options.user, sources, options.top_k)
-        hits: list[Candidate] = await guarded_stage(
-            run, "search", self.search_s, self.store.search(run.tenant.id, search)
-        )
-        return hits
-
-    def _explain(self, run: Run, body: Mapping[str, Any]) -> Prepared:
+    def _explain(self, run: Run, body: Mapping[str, object]) -> Prepared:
         assembly = run.assembly
         block = assembly.block if assembly is not None else ""
         messages = inject(run.messages, block)
@@ -417,7 +395,7 @@ class Pipeline:
         return Prepared(body=dict(body), response_headers=headers, reply=reply)
 
     def _finish(
-        self, run: Run, body: dict[str, Any], status: str, encoded: bytes | None = None
+        self, run: Run, body: dict[str, object], status: str, encoded: bytes | None = None
     ) -> Prepared:
         headers = self._headers(run, status)
         self._record(run, status)
@@ -444,14 +422,9 @@ class Pipeline:
         return headers
 
     def _record(self, run: Run, status: str) -> None:
-        metrics = self.metrics
-        metrics.child(metrics.memory_requests, status).inc()
-        for reason in run.reasons:
-            metrics.child(metrics.memory_degraded, reason).inc()
+        self.metrics.count_memory_request(status, run.reasons)
 
-    def _hook(
-        self, run: Run, status: str
-    ) -> Callable[[Completion], Coroutine[Any, Any, None]] | None:
+    def _hook(self, run: Run, status: str) -> Callable[[Completion], Job] | None:
         """The after-response work: retrieval counts and capture; ``None`` when there is none."""
         assembly = run.assembly
         ids = (
@@ -459,9 +432,9 @@ class Pipeline:
             if assembly is not None and assembly.block and status in (INJECTED, DEGRADED)
             else []
         )
-        capture = run.options.capture != "off" and self.service is not None
+        writer = self.writer if run.options.capture != "off" else None
         deferred = run.deferred
-        if not ids and not capture and not deferred:
+        if not ids and writer is None and not deferred:
             return None
 
         async def on_complete(completion: Completion) -> None:
@@ -469,16 +442,16 @@ class Pipeline:
                 await write()
             if ids and self.counter is not None and completion.status < 400:
                 self.counter.add(run.tenant.id, ids)
-            if capture:
+            if writer is not None:
                 inputs = capture_inputs(
                     run.options, run.messages, completion, self.settings.max_content_chars
                 )
-                await capture_turn(self.service, run.tenant.id, inputs, self.metrics)
+                await capture_turn(writer, run.tenant.id, inputs, self.metrics)
 
         return on_complete
 
 
-def message_keys(messages: Sequence[Any], encoding: str) -> list[str | None]:
+def message_keys(messages: Sequence[object], encoding: str) -> list[str | None]:
     """Count-cache keys of the messages (``None`` for a malformed, non-dict message)."""
     return [message_key(m, encoding) if isinstance(m, dict) else None for m in messages]
 

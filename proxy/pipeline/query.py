@@ -9,8 +9,7 @@ like a memory block inside a user message (a client replaying a prompt) is cut o
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 
@@ -20,7 +19,7 @@ USER_ROLE = "user"
 CLOSED_FENCE = re.compile(re.escape(BLOCK_OPEN) + ".*?" + re.escape(BLOCK_CLOSE), re.S)
 
 
-def content_text(content: Any) -> str:
+def content_text(content: object) -> str:
     """The text of a message's content: a string, or the text parts of a list."""
     if isinstance(content, str):
         return content
@@ -52,7 +51,7 @@ def strip_block(text: str) -> str:
     return kept if opened < 0 else kept[:opened]
 
 
-def last_user_texts(messages: Sequence[Any], window: int) -> list[str]:
+def last_user_texts(messages: Sequence[Mapping[str, object]], window: int) -> list[str]:
     """The texts of the last ``window`` non-empty user messages, latest first."""
     texts: list[str] = []
     for message in reversed(messages):
@@ -66,7 +65,9 @@ def last_user_texts(messages: Sequence[Any], window: int) -> list[str]:
     return texts
 
 
-def query_text(messages: Sequence[Any], window: int, max_chars: int = QUERY_MAX_CHARS) -> str:
+def query_text(
+    messages: Sequence[Mapping[str, object]], window: int, max_chars: int = QUERY_MAX_CHARS
+) -> str:
     """The retrieval query: the last ``window`` user messages, latest first, capped."""
     texts = last_user_texts(messages, max(1, window))
     return "\n".join(texts)[:max_chars]

@@ -9,8 +9,6 @@ alters a request that memory off would pass.
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
 # An integer read as a double is at least 2**63 in magnitude: orjson writes it with an
@@ -23,7 +21,7 @@ LOSSY_EXPONENT_MIN = 18
 MAX_EXPONENT_CHECKS = 256
 
 
-def reencode(body: Any) -> bytes | None:
+def reencode(body: object) -> bytes | None:
     """``body`` as compact JSON, or ``None`` when that would not be the body the client sent."""
     try:
         encoded = orjson.dumps(body)

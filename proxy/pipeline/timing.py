@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+
+from proxy.metrics import Metrics
 
 
 class StageClock:
@@ -31,8 +32,8 @@ class StageClock:
         parts.append(f"memory;dur={total_ms:.3f}")
         return ", ".join(parts)
 
-    def observe(self, metrics: Any, total_ms: float) -> None:
+    def observe(self, metrics: Metrics, total_ms: float) -> None:
         """Feed the stage histogram (``Metrics.memory_stage``)."""
         for name, ms in self.stages.items():
-            metrics.child(metrics.memory_stage, name).observe(ms / 1000.0)
-        metrics.child(metrics.memory_stage, "total").observe(total_ms / 1000.0)
+            metrics.observe_memory_stage(name, ms / 1000.0)
+        metrics.observe_memory_stage("total", total_ms / 1000.0)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 import orjson
 from starlette.datastructures import Headers
@@ -17,7 +16,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from proxy.errors import MemproxyError
-from proxy.hooks import Prepared
+from proxy.pipeline.contract import Prepared
 from proxy.relay import Relay, error_response
 from proxy.routes.forward import (
     parse_json_object,
@@ -32,7 +31,7 @@ PATH = "/v1/chat/completions"
 YIELD_AFTER_BYTES = 1024 * 1024
 
 
-def forwarded_bytes(raw: bytes, body: dict[str, Any], prepared: Prepared) -> bytes:
+def forwarded_bytes(raw: bytes, body: dict[str, object], prepared: Prepared) -> bytes:
     """What goes upstream: the client's bytes unless the pipeline changed the body.
 
     A changed body the pipeline did not encode itself (another ``MemoryPipeline``) and that
@@ -63,7 +62,7 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
         if len(raw) > YIELD_AFTER_BYTES:
             # Parsing held the loop for up to ~50 ms (16 MB); let waiting requests go first.
             await asyncio.sleep(0)
-        # The single plug-in point of the memory pipeline (see proxy/hooks.py).
+        # The single plug-in point of the memory pipeline (see proxy/pipeline/contract.py).
         prepared = await services.pipeline.prepare(tenant, headers, body)
     except MemproxyError as exc:
         await error_response(exc)(scope, receive, send)

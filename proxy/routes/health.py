@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from proxy.services import Services
+from proxy.services import Probe, Services
 
 READY_TIMEOUT_S = 2.0
 REQUIRED = frozenset({"upstream"})
-MEMORY_SLOTS = ("store", "embedder", "cache")
 LOGGER = logging.getLogger("memproxy.health")
 
 
@@ -30,14 +28,13 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-async def _check(name: str, backend: Any) -> tuple[str, str]:
-    """Ask a backend if it is ready via its ``ready()`` or ``ping()`` coroutine, if it has one."""
-    probe = getattr(backend, "ready", None) or getattr(backend, "ping", None)
+async def _check(name: str, probe: Probe | None) -> tuple[str, str]:
+    """Ask one backend whether it is ready; ``None`` could not be opened at start."""
     if probe is None:
-        return name, "ok"
+        return name, "unavailable"
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
-            result = await probe()
+            result = await probe.ready()
     except Exception as exc:
         LOGGER.warning("readiness check of %s failed: %s", name, type(exc).__name__)
         return name, f"error: {type(exc).__name__}"
@@ -47,16 +44,8 @@ async def _check(name: str, backend: Any) -> tuple[str, str]:
 async def readyz(request: Request) -> Response:
     """200 unless a required check fails (503); a failing memory backend only degrades."""
     services: Services = request.app.state.services
-    slots = {"upstream": services.upstream}
-    missing = {}
-    for name in MEMORY_SLOTS:
-        backend = getattr(services, name)
-        if backend is not None:
-            slots[name] = backend
-        elif services.settings.memory.enabled:
-            missing[name] = "unavailable"  # configured but could not be opened at start
-    results = dict(await asyncio.gather(*(_check(n, b) for n, b in slots.items())))
-    results.update(missing)
+    checks = services.probes.items()
+    results = dict(await asyncio.gather(*(_check(name, probe) for name, probe in checks)))
     ready = all(results[name] == "ok" for name in results if name in REQUIRED)
     healthy = all(value == "ok" for value in results.values())
     status = "ready" if healthy else ("degraded" if ready else "not ready")

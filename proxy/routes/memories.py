@@ -30,7 +30,7 @@ from proxy.memory.parsing import (
     parse_user_scope,
     parse_write_body,
 )
-from proxy.memory.service import MemoryService, memory_object, search_hit_object
+from proxy.memory.service import memory_object, search_hit_object
 from proxy.relay import error_response
 from proxy.routes.forward import parse_json_object, read_body
 from proxy.services import Services
@@ -79,14 +79,14 @@ async def create_memories(request: Request, services: Services, tenant: Tenant) 
     """``POST /v1/memories``: one memory or ``{"memories": [...]}`` -> 201 with the stored list."""
     body = await read_object(request, services)
     inputs = parse_write_body(body, max_content_chars=tenant.memory.max_content_chars)
-    records = await MemoryService.from_services(services).write(tenant.id, inputs)
+    records = await services.memory_service().write(tenant.id, inputs)
     return json_response({"object": "list", "data": [memory_object(r) for r in records]}, 201)
 
 
 async def list_memories(request: Request, services: Services, tenant: Tenant) -> Response:
     """``GET /v1/memories?user=&source=&limit=&after=``: one page, cursor in ``last_id``."""
     query = parse_list_query(dict(request.query_params))
-    page = await MemoryService.from_services(services).list(
+    page = await services.memory_service().list(
         tenant.id, user=query.user, source=query.source, limit=query.limit, after=query.after
     )
     return json_response(
@@ -102,21 +102,21 @@ async def list_memories(request: Request, services: Services, tenant: Tenant) ->
 async def delete_user_memories(request: Request, services: Services, tenant: Tenant) -> Response:
     """``DELETE /v1/memories?user=U``: forget every memory of U (``user=`` is the shared scope)."""
     user = parse_user_scope(dict(request.query_params)).user
-    deleted = await MemoryService.from_services(services).delete_user(tenant.id, user)
+    deleted = await services.memory_service().delete_user(tenant.id, user)
     return json_response({"object": "memory.user.deleted", "user": user, "deleted": deleted})
 
 
 async def get_memory(request: Request, services: Services, tenant: Tenant) -> Response:
     """``GET /v1/memories/{id}``: one memory, 404 if the tenant has none with that id."""
     memory_id = request.path_params["memory_id"]
-    record = await MemoryService.from_services(services).get(tenant.id, memory_id)
+    record = await services.memory_service().get(tenant.id, memory_id)
     return json_response(memory_object(record))
 
 
 async def delete_memory(request: Request, services: Services, tenant: Tenant) -> Response:
     """``DELETE /v1/memories/{id}``: 200 ``memory.deleted``; 404 when there is none (a repeat)."""
     memory_id = request.path_params["memory_id"]
-    await MemoryService.from_services(services).delete(tenant.id, memory_id)
+    await services.memory_service().delete(tenant.id, memory_id)
     return json_response({"object": "memory.deleted", "id": memory_id, "deleted": True})
 
 
@@ -124,7 +124,7 @@ async def search_memories(request: Request, services: Services, tenant: Tenant) 
     """``POST /v1/memories/search``: ``{"query", "user", "top_k"}`` -> hits with ``similarity``."""
     body = await read_object(request, services)
     search = parse_search(body, InputLimits(tenant.memory.max_content_chars))
-    hits = await MemoryService.from_services(services).search(
+    hits = await services.memory_service().search(
         tenant.id, search.query, user=search.user, top_k=search.top_k, sources=search.sources
     )
     return json_response({"object": "list", "data": [search_hit_object(h) for h in hits]})
@@ -134,7 +134,7 @@ async def memory_feedback(request: Request, services: Services, tenant: Tenant) 
     """``POST /v1/memories/{id}/feedback``: ``{"useful": bool}`` or ``{"usefulness": 0..1}``."""
     memory_id = request.path_params["memory_id"]
     feedback = parse_feedback(await read_object(request, services))
-    record = await MemoryService.from_services(services).feedback(tenant.id, memory_id, feedback)
+    record = await services.memory_service().feedback(tenant.id, memory_id, feedback)
     return json_response(memory_object(record))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import fakeredis
 import pytest
 
-from proxy.cache import Cache, LocalCache, RedisCache
+from proxy.cache import Cache, LocalCache, RedisCache, cache_outcome
 from proxy.cache.redis_cache import connect
 from tests.redis_server import RedisServer
 
@@ -115,5 +115,6 @@ async def test_delete(backend: Backend) -> None:
 
 
 async def test_ping(backend: Backend) -> None:
-    assert await backend.cache.ping() is True
-    assert backend.cache.available is True
+    with cache_outcome() as outcome:
+        assert await backend.cache.ping() is True
+    assert outcome.served is True

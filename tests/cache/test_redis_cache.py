@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from proxy.cache import CircuitBreaker, RedisCache, RequestCache, create_cache
+from proxy.cache import CircuitBreaker, RedisCache, RequestCache, cache_outcome, create_cache
 from proxy.cache.redis_cache import connect
 from proxy.errors import ConfigError
 from tests.redis_server import RedisServer, free_port
@@ -95,11 +95,13 @@ async def test_breaker_opens_and_then_costs_no_io() -> None:
     cache = RedisCache(
         client, breaker=CircuitBreaker(failure_threshold=3, min_failure_span_s=0), on_error=events
     )
-    for _ in range(100):
-        assert await cache.get("k") is None
+    with cache_outcome() as outcome:
+        for _ in range(100):
+            assert await cache.get("k") is None
     assert client.calls == 3
     assert cache.breaker.state == "open"
-    assert cache.available is False
+    assert outcome.served is False
+    assert outcome.unserved == 100  # failed and skipped calls alike
     assert events.reasons() == ["error"] * 3 + ["circuit_open"] * 97
 
 
@@ -190,9 +192,10 @@ async def test_redis_killed_mid_run_then_back(redis_server: RedisServer) -> None
         await cache.set("k", b"back", 60)
         assert time.monotonic() < deadline, "the cache never recovered"
         await asyncio.sleep(0.05)
-    assert await cache.get("k") == b"back"
+    with cache_outcome() as outcome:
+        assert await cache.get("k") == b"back"
     assert str(breaker.state) == "closed"
-    assert cache.available is True
+    assert outcome.served is True
     await cache.close()
 
 
@@ -276,12 +279,14 @@ class StubEmbedder:
 @pytest.mark.redis
 async def test_request_path_goes_on_without_redis(redis_server: RedisServer) -> None:
     rc = RequestCache(RedisCache(connect(redis_server.url), timeout_ms=200))
-    assert await rc.count_tokens("acme", "o200k_base", ["warm"]) == [1]
-    assert rc.degraded is False
+    with cache_outcome() as before:
+        assert await rc.count_tokens("acme", "o200k_base", ["warm"]) == [1]
+    assert before.served is True
     redis_server.kill()
-    assert await rc.retrieval_key("acme", "alice", "q", top_k=5, sources=None) is None
-    assert (await rc.embed("acme", StubEmbedder(), "q")).tolist() == [1.0] * 4
-    assert await rc.count_tokens("acme", "o200k_base", ["hello world"]) == [2]
-    assert await rc.bump_generation("acme") is None
-    assert rc.degraded is True
+    with cache_outcome() as after:
+        assert await rc.retrieval_key("acme", "alice", "q", top_k=5, sources=None) is None
+        assert (await rc.embed("acme", StubEmbedder(), "q")).tolist() == [1.0] * 4
+        assert await rc.count_tokens("acme", "o200k_base", ["hello world"]) == [2]
+        assert await rc.bump_generation("acme") is None
+    assert after.served is False
     await rc.close()

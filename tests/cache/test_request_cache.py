@@ -305,8 +305,8 @@ async def test_lookup_hook_sees_hits_and_misses_and_cannot_break_lookups() -> No
     assert await rc.get_token_counts("t", "enc", ["x"]) == [3]
 
 
-async def test_ping_reports_the_backend(rc: RequestCache) -> None:
-    assert await rc.ping() is True
+async def test_ready_reports_the_backend(rc: RequestCache) -> None:
+    assert await rc.ready() is True
 
 
 class SpyCache(LocalCache):

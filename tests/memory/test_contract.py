@@ -9,11 +9,21 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
+from proxy.cache.local import LocalCache
+from proxy.cache.request_cache import RequestCache
 from proxy.context.records import MemoryRecord
 from proxy.context.tokens import count_all
 from proxy.errors import ConfigError, RequestError, StoreError
+from proxy.memory.retriever import Retrieval, Retriever
 from proxy.memory.store import MemoryStore, SearchQuery
-from tests.memory.support import DIM, StoreFactory, record, vector_for, vectors_for
+from tests.memory.support import (
+    DIM,
+    HashEmbedder,
+    StoreFactory,
+    record,
+    vector_for,
+    vectors_for,
+)
 
 # qdrant-client's local mode ignores payload indexes and says so; the server path uses them.
 pytestmark = pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
@@ -124,6 +134,32 @@ async def test_search_returns_top_k_with_similarity_in_unit_range(store: MemoryS
     assert all(0.0 <= s <= 1.0 for s in sims)
     if not getattr(store, "hybrid", False):  # hybrid hits come in fused (RRF) order instead
         assert sims == sorted(sims, reverse=True)
+
+
+# Memories sharing words (the lexical branch ranks them by BM25, the dense one by hashed vector)
+# and repeating contents (equal similarities: the order must still be one).
+RANKED_CONTENTS = [f"we talked about the weather on day {i % 17}" for i in range(40)]
+RANKED_QUERIES = ["weather on day 7", "we talked about the weather on day 3", "day", "unrelated"]
+POOL = 24
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["uncached", "cached"])
+async def test_retrieval_is_ranked_and_a_smaller_top_k_is_a_prefix(
+    store: MemoryStore, cached: bool
+) -> None:
+    # The read path's order (README, "Search"): similarity descending, ties by id, and for one
+    # pool, top_k=k is the first k of any larger top_k.
+    await put(store, *[record(f"m{i:02d}", content=c) for i, c in enumerate(RANKED_CONTENTS)])
+    cache = RequestCache(LocalCache(1_000)) if cached else None
+    retriever = Retriever(store, HashEmbedder(), cache)
+    for text in RANKED_QUERIES:
+        full = await retriever.retrieve("t1", Retrieval(text, "u1", top_k=POOL, pool=POOL))
+        assert len(full) == POOL
+        keys = [(-hit.similarity, hit.record.id) for hit in full]
+        assert keys == sorted(keys)
+        for k in range(1, POOL):
+            want = Retrieval(text, "u1", top_k=k, pool=POOL)
+            assert await retriever.retrieve("t1", want) == full[:k]
 
 
 async def test_search_with_zero_top_k_is_empty(store: MemoryStore) -> None:
@@ -377,6 +413,13 @@ async def test_hybrid_lexical_branch_stays_in_the_tenant(open_store: StoreFactor
     )
     hits = await store.search("A", query_for("zanzibar password hunter2", top_k=10))
     assert [h.record.id for h in hits] == ["a"]
+
+
+async def test_ready_while_open_not_after_close(open_store: StoreFactory) -> None:
+    store = await open_store()
+    assert await store.ready() is True
+    await store.close()
+    assert await store.ready() is False
 
 
 async def test_data_survives_a_restart(open_store: StoreFactory) -> None:

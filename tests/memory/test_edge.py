@@ -17,7 +17,8 @@ import qdrant_edge as qe
 from proxy.errors import StoreError
 from proxy.memory import edge_maintenance
 from proxy.memory.edge import EdgeStore, is_engine_error
-from proxy.memory.store import DENSE_VECTOR, SearchQuery
+from proxy.memory.points import DENSE_VECTOR
+from proxy.memory.store import SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from uuid import UUID
 import pytest
 
 from proxy.memory.edge_query import uuid_of
-from proxy.memory.store import point_id
+from proxy.memory.points import point_id
 
 PID = point_id("t1", "m1")
 

@@ -8,7 +8,7 @@ import pytest
 
 from proxy.errors import ConfigError
 from proxy.memory.edge_shard import CONFIG_FILE, open_shard
-from proxy.memory.store import INDEXED_KEYS
+from proxy.memory.points import INDEXED_KEYS
 
 
 def test_a_new_shard_indexes_every_filtered_key_and_keeps_them_on_reopen(tmp_path: Path) -> None:

@@ -13,8 +13,9 @@ from proxy.errors import ConfigError
 from proxy.memory import lexical
 from proxy.memory.edge import EdgeStore
 from proxy.memory.edge_query import scope_filter
-from proxy.memory.fusion import fuse_ranks
-from proxy.memory.store import DENSE_VECTOR, RRF_K, SPARSE_VECTOR, SearchQuery
+from proxy.memory.fusion import RRF_K, fuse_ranks
+from proxy.memory.points import DENSE_VECTOR, SPARSE_VECTOR
+from proxy.memory.store import SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
 
 K = 60

@@ -109,7 +109,7 @@ class FakeStore:
 
 
 class FakeCache:
-    """Counts generation bumps and embedding lookups."""
+    """Counts generation bumps and embedding lookups; caches no search results."""
 
     def __init__(self) -> None:
         self.bumps: list[str] = []
@@ -123,6 +123,12 @@ class FakeCache:
         self.embeds += 1
         result: np.ndarray = (await embedder.embed([text]))[0]
         return result
+
+    async def retrieval_key(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    async def get_retrieval(self, key: None) -> None:
+        return None
 
 
 def make(**kwargs: Any) -> tuple[MemoryService, FakeStore, FakeEmbedder, FakeCache]:

@@ -1,112 +1,12 @@
-"""Pure helpers of proxy.memory.store: point ids, payload round trips, similarity."""
+"""What every store shares (``proxy.memory.store``): token counts at write, tenant checks."""
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
-
-import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from proxy.context.records import SOURCES, MemoryRecord
-from proxy.errors import ConfigError, RequestError, StoreError
-from proxy.memory.edge import EdgeStore
-from proxy.memory.store import (
-    clip_similarity,
-    from_payload,
-    open_store,
-    owned,
-    point_id,
-    require_tenant,
-    similarities,
-    similarity,
-    to_payload,
-    with_tokens,
-)
-from proxy.settings import StoreSettings
+from proxy.errors import RequestError
+from proxy.memory.store import require_tenant, with_tokens
 from tests.memory.support import record
-
-names = st.text(min_size=1, max_size=40)
-
-
-@given(tenant_a=names, tenant_b=names, memory_id=st.text(max_size=60))
-def test_point_ids_differ_across_tenants(tenant_a: str, tenant_b: str, memory_id: str) -> None:
-    a, b = point_id(tenant_a, memory_id), point_id(tenant_b, memory_id)
-    assert (a == b) == (tenant_a == tenant_b)
-    assert uuid.UUID(a).version == 5
-
-
-@pytest.mark.parametrize(
-    ("left", "right"),
-    [(("a", "b:c"), ("a:b", "c")), (("a", "1:b"), ("a:1", "b")), (("t", "x"), ("t", "x "))],
-)
-def test_point_ids_do_not_collide_on_separators(
-    left: tuple[str, str], right: tuple[str, str]
-) -> None:
-    assert point_id(*left) != point_id(*right)
-
-
-def test_point_id_is_stable() -> None:
-    # Pinned: a change would orphan every stored memory.
-    assert point_id("t1", "m1") == "7ec41e76-4ed7-5cb3-b9e9-649075504fc9"
-
-
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
-    ),
-    max_leaves=8,
-)
-
-
-@given(
-    content=st.text(min_size=1, max_size=200),
-    user=st.text(max_size=20),
-    source=st.sampled_from(SOURCES),
-    confidence=st.floats(0, 1),
-    usefulness=st.floats(0, 1),
-    count=st.integers(0, 10**6),
-    offset_minutes=st.integers(-600, 600),
-    metadata=st.dictionaries(st.text(max_size=10), json_values, max_size=4),
-)
-def test_payload_round_trips(
-    content: str,
-    user: str,
-    source: str,
-    confidence: float,
-    usefulness: float,
-    count: int,
-    offset_minutes: int,
-    metadata: dict[str, object],
-) -> None:
-    created = datetime(2025, 5, 1, 12, 0, tzinfo=timezone(timedelta(minutes=offset_minutes)))
-    original = MemoryRecord(
-        id="m",
-        tenant="t",
-        user=user,
-        source=source,
-        content=content,
-        created_at=created,
-        confidence=confidence,
-        usefulness=usefulness,
-        retrieval_count=count,
-        tokens={"o200k_base": 3, "cl100k_base": 4},
-        metadata=metadata,
-    )
-    back = from_payload(to_payload(original))
-    assert back == original  # datetimes compare as instants
-    assert back.created_at.tzinfo == UTC
-
-
-def test_naive_created_at_is_refused() -> None:
-    naive = replace(record("m1"), created_at=datetime(2025, 1, 1))
-    with pytest.raises(StoreError):
-        to_payload(naive)
 
 
 def test_with_tokens_counts_only_missing_encodings() -> None:
@@ -119,59 +19,7 @@ def test_with_tokens_counts_only_missing_encodings() -> None:
     assert partial.tokens["cl100k_base"] == 2
 
 
-def test_owned_rejects_other_tenants_and_missing_payloads() -> None:
-    payload = to_payload(with_tokens(record("m1", tenant="A")))
-    assert owned(payload, "A") is not None
-    assert owned(payload, "B") is None
-    assert owned(None, "A") is None
-
-
 @pytest.mark.parametrize("tenant", ["", None, 3])
 def test_require_tenant_refuses_blank(tenant: object) -> None:
     with pytest.raises(RequestError):
         require_tenant(tenant)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    ("a", "b", "expected"),
-    [
-        ([1, 0], [1, 0], 1.0),
-        ([1, 0], [0, 1], 0.0),
-        ([1, 0], [-1, 0], 0.0),
-        ([3, 4], [0.6, 0.8], 1.0),
-    ],
-)
-def test_similarity_is_a_clipped_cosine(a: list[float], b: list[float], expected: float) -> None:
-    assert similarity(np.asarray(a, dtype=np.float32), b) == pytest.approx(expected, abs=1e-6)
-
-
-def test_similarities_match_one_at_a_time() -> None:
-    query = np.asarray([0.6, 0.8], dtype=np.float32)
-    rows = [[1.0, 0.0], [0.0, 2.0], [-1.0, 0.0], [0.0, 0.0]]
-    assert similarities(query, rows) == pytest.approx([similarity(query, r) for r in rows])
-    assert similarities(query, []) == []
-
-
-@given(st.floats(-10, 10))
-def test_clip_similarity_stays_in_unit_range(score: float) -> None:
-    assert 0.0 <= clip_similarity(score) <= 1.0
-
-
-async def test_open_store_opens_the_configured_edge_store(tmp_path: Path) -> None:
-    settings = StoreSettings(
-        kind="edge", data_dir=str(tmp_path), hybrid=False, record_cache_entries=123
-    )
-    store = await open_store(settings, dimensions=8)
-    try:
-        assert isinstance(store, EdgeStore)
-        assert store.hybrid is False
-        assert store.dimensions == 8
-        assert store.record_cache_entries == 123
-    finally:
-        await store.close()
-    assert (tmp_path / "memories").is_dir()
-
-
-async def test_open_store_needs_a_url_for_qdrant() -> None:
-    with pytest.raises(ConfigError, match="qdrant_url"):
-        await open_store(StoreSettings(kind="qdrant", qdrant_url=None), dimensions=8)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from proxy.context.render import render_block
-from proxy.hooks import Completion
 from proxy.pipeline.capture import capture_inputs
+from proxy.pipeline.contract import Completion
 from proxy.pipeline.options import RequestOptions
 
 MESSAGES = [

@@ -14,16 +14,20 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from redis.exceptions import ConnectionError as RedisConnectionError
 
+from proxy.cache.breaker import CircuitBreaker
 from proxy.cache.local import LocalCache
-from proxy.cache.request_cache import RequestCache
+from proxy.cache.redis_cache import RedisCache
+from proxy.cache.request_cache import CacheTTLs, RequestCache
 from proxy.context.billing import message_key
 from proxy.context.budget import MODEL_OVERRIDES, ModelLimit, ModelLimits, TokenBudgetCalculator
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.render import BLOCK_OPEN
 from proxy.context.tokens import count_tokens
-from proxy.hooks import Completion
+from proxy.memory.retriever import Retriever
 from proxy.metrics import Metrics
+from proxy.pipeline.contract import Completion
 from proxy.pipeline.explain import NOTE_BOUNDS
 from proxy.pipeline.pipeline import Pipeline
 from proxy.settings import MemorySettings
@@ -82,16 +86,23 @@ def build(
         if lookups is not None:
             lookups.append((kind, hits, misses))
 
+    cache = RequestCache(LocalCache(100), on_lookup=hook)
     return Pipeline(
         MemorySettings(deadline_ms=200.0),
         calculator=TokenBudgetCalculator(memory_cap=None),
-        store=store,
-        embedder=embedder,
-        cache=RequestCache(LocalCache(100), on_lookup=hook),
+        retriever=retriever(store, embedder, cache),
+        counts=cache,
         metrics=Metrics(),
         spawn=spawn,
         clock=lambda: NOW,
     )
+
+
+def retriever(store: Any, embedder: Any, cache: RequestCache | None) -> Retriever | None:
+    """The read path over the fakes; ``None`` (the store could not be opened) without both."""
+    if store is None or embedder is None:
+        return None
+    return Retriever(store, embedder, cache)
 
 
 def body(*contents: Any) -> dict[str, Any]:
@@ -294,12 +305,12 @@ def running_pipeline(*, cache: bool = True, deadline_ms: float = 200.0) -> Pipel
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
+    counts = RequestCache(LocalCache(100)) if cache else None
     return Pipeline(
         MemorySettings(deadline_ms=deadline_ms),
         calculator=TokenBudgetCalculator(LIMITS, memory_cap=None),
-        store=FakeStore(),
-        embedder=FakeEmbedder(),
-        cache=RequestCache(LocalCache(100)) if cache else None,
+        retriever=retriever(FakeStore(), FakeEmbedder(), counts),
+        counts=counts,
         metrics=Metrics(),
         spawn=spawn,
         clock=lambda: NOW,
@@ -351,7 +362,7 @@ async def test_large_counts_run_off_the_loop_and_late_ones_are_still_cached() ->
     assert first.body is conversation
     assert degraded_by(pipeline, "budget_timeout") == 1
     release.set()
-    cache = pipeline.cache
+    cache = pipeline.counts
     assert cache is not None
     keys = [message_key(m, "o200k_base") for m in conversation["messages"]]
     for _ in range(200):  # the worker finishes, then its counts are written
@@ -408,3 +419,74 @@ async def test_explain_of_messages_too_deep_to_show_answers_200() -> None:
     document = orjson.loads(bytes(prepared.reply.body))
     assert document["messages"] is None
     assert document["notes"]
+
+
+# --- cache degradation is per request -----------------------------------------------------------
+
+
+class TenantFailingRedis:
+    """A Redis client whose every command on one tenant's keys fails like a refused connection."""
+
+    def __init__(self, failing: str) -> None:
+        self.failing = f":{failing}:"
+        self.data: dict[str, bytes] = {}
+
+    def _check(self, key: str) -> None:
+        if self.failing in key:
+            raise RedisConnectionError("Connection refused")
+
+    async def get(self, key: str) -> bytes | None:
+        self._check(key)
+        return self.data.get(key)
+
+    async def set(self, key: str, value: bytes, px: int) -> None:
+        self._check(key)
+        self.data[key] = value
+
+    async def incrby(self, key: str, amount: int) -> int:
+        self._check(key)
+        value = int(self.data.get(key, b"0")) + amount
+        self.data[key] = str(value).encode()
+        return value
+
+
+class GatedEmbedder(FakeEmbedder):
+    """Holds the first request's query until the second request has made its cache calls."""
+
+    def __init__(self, held: str) -> None:
+        super().__init__()
+        self.held = held
+        self.released = asyncio.Event()
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if texts[0].startswith(self.held):
+            await self.released.wait()
+        else:
+            self.released.set()
+        return await super().embed(texts)
+
+
+async def test_a_cache_failure_degrades_only_the_request_whose_calls_failed() -> None:
+    # Two requests in flight at once over one Redis that fails only the "bad" tenant's keys:
+    # "good" is held between its (served) cache calls and its status while "bad"'s fail. A
+    # process-wide "last call served" flag would report bad's failure on good too.
+    good, bad = Tenant("good", SETTINGS), Tenant("bad", SETTINGS)
+    redis = RedisCache(TenantFailingRedis("bad"), breaker=CircuitBreaker(failure_threshold=1000))
+    cache = RequestCache(redis, CacheTTLs(embedding_s=0, token_count_s=0))
+    pipeline = Pipeline(
+        MemorySettings(deadline_ms=2_000.0),
+        calculator=TokenBudgetCalculator(memory_cap=None),
+        retriever=Retriever(FakeStore(), GatedEmbedder(held="good"), cache),
+        counts=cache,
+        metrics=Metrics(),
+        spawn=lambda coro: coro.close(),
+        clock=lambda: NOW,
+    )
+    served, failed = await asyncio.gather(
+        pipeline.prepare(good, {}, body("good: what is my dog called?")),
+        pipeline.prepare(bad, {}, body("bad: what is my dog called?")),
+    )
+    assert served.response_headers["X-Memory-Status"] == "injected"
+    assert failed.response_headers["X-Memory-Status"] == "degraded"
+    assert failed.response_headers["X-Memory-Injected"] == "1"  # the store still answered
+    assert degraded_by(pipeline, "cache") == 1

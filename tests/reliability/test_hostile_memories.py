@@ -144,7 +144,7 @@ async def test_a_failing_store_engine_is_a_503(fake: FakeServer, tmp_path: Path)
     app = create_app(memory_settings(fake.url, tmp_path))
     async with running(app) as client:
         client.headers.update(KEYED)
-        store = app.state.services.store
+        store = app.state.services.memories.store
         shard, store._shard = store._shard, FailingShard()
         try:
             listed = await client.get("/v1/memories")

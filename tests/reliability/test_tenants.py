@@ -153,7 +153,7 @@ async def test_keyless_chat_passes_through_with_memory_off(
         await services.drain(30)  # capture runs after the response, if it runs at all
         # Nothing was captured anywhere: the keyed tenant still has only its own memory, and
         # the old shared tenant got none (the keyless id "" is one no store accepts).
-        shared = await services.store.count(ANONYMOUS_TENANT)
+        shared = await services.memories.store.count(ANONYMOUS_TENANT)
         owner = await client.get("/v1/memories", headers=keyed)
     assert len(fake.fake.requests) == len(asks)
     for request in fake.fake.requests:
@@ -171,7 +171,7 @@ async def test_the_anonymous_tenant_is_an_operator_choice(fake: FakeServer, tmp_
         chat = {"model": "gpt-4o", "messages": [{"role": "user", "content": "tea?"}]}
         injected = await client.post("/v1/chat/completions", json=chat)
         keyed = await client.get("/v1/memories", headers={"x-api-key": "sk-someone"})
-        store = app.state.services.store
+        store = app.state.services.memories.store
         assert await store.count(ANONYMOUS_TENANT) == 1
     assert injected.headers["x-memory-status"] == "injected"
     assert "keyless likes tea" in fake.fake.requests[-1].body.decode()

@@ -16,7 +16,7 @@ class Backend:
     def __init__(self, ok: bool) -> None:
         self.ok = ok
 
-    async def ping(self) -> bool:
+    async def ready(self) -> bool:
         if not self.ok:
             raise ConnectionError("down")
         return True

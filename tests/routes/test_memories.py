@@ -304,6 +304,24 @@ def test_search_returns_similar_memories_of_the_user_and_shared(api: Api) -> Non
     assert playbook == []
 
 
+def test_search_is_ordered_by_similarity_and_top_k_cuts_one_list(api: Api) -> None:
+    # README "Search": similarity descending, ties by id; top_k=10 is the first ten of 200.
+    topics = ["tea", "coffee", "the garden", "the car", "Lisbon", "the dog", "chess"]
+    memories = [
+        {"id": f"m{i:03d}", "content": f"Alice talked about {topics[i % 7]} on day {i % 11}"}
+        for i in range(120)
+    ]
+    assert api.add({"memories": memories}).status_code == 201
+    for query in ("what did Alice say about tea on day 3", "chess", "day 5"):
+        every = api.search(query=query, top_k=200).json()["data"]
+        assert len(every) == 120
+        keys = [(-m["similarity"], m["id"]) for m in every]
+        assert keys == sorted(keys)
+        for top_k in (1, 10, 50):
+            head = api.search(query=query, top_k=top_k).json()["data"]
+            assert [m["id"] for m in head] == [m["id"] for m in every[:top_k]]
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -405,7 +423,7 @@ def test_writes_bump_the_tenant_generation(fake_server: FakeServer, tmp_path: Pa
     app = create_app(memory_settings(fake_server.url, tmp_path))
     with ProxyServer(app) as proxy:
         client = Api(f"http://{proxy.host}:{proxy.port}", key="sk-gen")
-        cache = app.state.services.cache
+        cache = app.state.services.memories.cache
         tenant = app.state.services.tenants.for_key("sk-gen").id
 
         def generation() -> int | None:

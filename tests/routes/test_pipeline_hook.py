@@ -13,7 +13,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
 from proxy.app import create_app
-from proxy.hooks import Completion, Prepared
+from proxy.pipeline.contract import Completion, Prepared
 from proxy.tenancy import Tenant
 from tests.conftest import proxy_settings
 from tests.fakes.servers import ProxyServer

@@ -1,4 +1,4 @@
-"""The one place the memory pipeline plugs into the chat route.
+"""The contract between the chat route and the memory pipeline: its one plug-in point.
 
 The chat route calls ``MemoryPipeline.prepare`` exactly once per request, before forwarding,
 and, if the returned ``Prepared`` has an ``on_complete`` hook, calls it once after the response
@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from starlette.datastructures import Headers
 from starlette.responses import Response
 
 from proxy.tenancy import Tenant
@@ -34,14 +33,14 @@ class Completion:
     streamed: bool
     ok: bool
     text: str
-    body: Mapping[str, Any] | None = None  # the parsed non-streaming response
+    body: Mapping[str, object] | None = None  # the parsed non-streaming response
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """The outcome of ``prepare``: the body to forward and extra response headers."""
 
-    body: dict[str, Any]
+    body: dict[str, object]
     response_headers: Mapping[str, str] = field(default_factory=dict)
     on_complete: Callable[[Completion], Awaitable[None]] | None = None
     reply: Response | None = None  # answer without calling the upstream (explain mode)
@@ -51,7 +50,9 @@ class Prepared:
 class MemoryPipeline(Protocol):
     """Turns a chat request into the request to forward (memories injected)."""
 
-    async def prepare(self, tenant: Tenant, headers: Headers, body: dict[str, Any]) -> Prepared:
+    async def prepare(
+        self, tenant: Tenant, headers: Mapping[str, str], body: dict[str, object]
+    ) -> Prepared:
         """Return the body to forward, headers to add, and an optional completion hook."""
         ...
 
@@ -59,6 +60,8 @@ class MemoryPipeline(Protocol):
 class NoopPipeline:
     """Forwards the body unchanged: the proxy without memory."""
 
-    async def prepare(self, tenant: Tenant, headers: Headers, body: dict[str, Any]) -> Prepared:
+    async def prepare(
+        self, tenant: Tenant, headers: Mapping[str, str], body: dict[str, object]
+    ) -> Prepared:
         """Return the body as is."""
         return Prepared(body=body)

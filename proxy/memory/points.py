@@ -1,0 +1,127 @@
+"""A memory as a Qdrant point, for both stores: its point id, its payload, its named vectors.
+
+Client-visible ids are arbitrary strings; the point id is ``uuid5(tenant, id)``, so two tenants
+can use the same id and guessing another tenant's id lands on a point that does not exist. The
+payload carries the whole record, the tenant included, and every read checks that tenant again
+(``owned``): a point outside the caller's tenant is never turned into a record.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from proxy.context.records import MemoryRecord
+from proxy.errors import StoreError
+
+# Fixed forever: changing it would orphan every stored point.
+POINT_NAMESPACE = uuid.UUID("5f0c3a52-7c1e-4d38-9a8e-2f6d1b4c9e77")
+DENSE_VECTOR = "dense"
+SPARSE_VECTOR = "text"
+# Payload keys that carry a payload index (tenant is the multitenancy "is_tenant" index).
+TENANT_KEY = "tenant"
+USER_KEY = "user"
+SOURCE_KEY = "source"
+INDEXED_KEYS: tuple[str, ...] = (TENANT_KEY, USER_KEY, SOURCE_KEY)
+RETRIEVAL_COUNT_KEY = "retrieval_count"
+POINT_ID_CACHE_SIZE = 32_768  # ~200 B an entry
+# What an increment reads back of each point: just enough to check the owner and add.
+COUNT_FIELDS: tuple[str, ...] = (TENANT_KEY, RETRIEVAL_COUNT_KEY)
+
+
+@functools.lru_cache(maxsize=POINT_ID_CACHE_SIZE)
+def point_uuid(tenant: str, memory_id: str) -> uuid.UUID:
+    """Return the backend point id of (tenant, memory id): a uuid5, so tenants never collide.
+
+    Memoised (a pure function): every injected memory's id is mapped again for its retrieval
+    count, and uuid5 cost ~2.7 us a call, ~0.1 ms of each chat request.
+    """
+    # Length-prefixing the tenant keeps ("a", "b:c") and ("a:b", "c") apart.
+    return uuid.uuid5(POINT_NAMESPACE, f"{len(tenant)}:{tenant}:{memory_id}")
+
+
+def point_id(tenant: str, memory_id: str) -> str:
+    """Return ``point_uuid`` as the string the backends take."""
+    return str(point_uuid(tenant, memory_id))
+
+
+def to_payload(record: MemoryRecord) -> dict[str, Any]:
+    """Return the backend payload of ``record`` (token counts must already be filled)."""
+    created = record.created_at
+    if created.tzinfo is None:
+        raise StoreError(f"memory {record.id!r}: created_at must be timezone-aware")
+    return {
+        "id": record.id,
+        TENANT_KEY: record.tenant,
+        USER_KEY: record.user,
+        SOURCE_KEY: record.source,
+        "content": record.content,
+        "created_at": created.astimezone(UTC).isoformat(),
+        "confidence": float(record.confidence),
+        "usefulness": float(record.usefulness),
+        RETRIEVAL_COUNT_KEY: int(record.retrieval_count),
+        "tokens": dict(record.tokens),
+        "metadata": dict(record.metadata),
+    }
+
+
+def from_payload(payload: Mapping[str, Any]) -> MemoryRecord:
+    """Return the ``MemoryRecord`` a payload written by ``to_payload`` describes."""
+    return MemoryRecord(
+        id=str(payload["id"]),
+        tenant=str(payload[TENANT_KEY]),
+        user=str(payload[USER_KEY]),
+        source=str(payload[SOURCE_KEY]),
+        content=str(payload["content"]),
+        created_at=datetime.fromisoformat(str(payload["created_at"])),
+        confidence=float(payload["confidence"]),
+        usefulness=float(payload["usefulness"]),
+        retrieval_count=int(payload[RETRIEVAL_COUNT_KEY]),
+        tokens={str(k): int(v) for k, v in dict(payload.get("tokens") or {}).items()},
+        metadata=dict(payload.get("metadata") or {}),
+    )
+
+
+def owned(payload: Mapping[str, Any] | None, tenant: str) -> MemoryRecord | None:
+    """Return the record if ``payload`` exists and belongs to ``tenant`` (defence in depth)."""
+    if not payload or payload.get(TENANT_KEY) != tenant:
+        return None
+    return from_payload(payload)
+
+
+def owned_or_fail(payload: Mapping[str, Any] | None, tenant: str) -> MemoryRecord:
+    """Return the record of a search hit; a hit outside the tenant is a bug, never data."""
+    record = owned(payload, tenant)
+    if record is None:
+        raise StoreError("search returned a point outside the tenant filter")
+    return record
+
+
+def dense_of(vector: Any) -> Any:
+    """Return the dense part of a returned point's named vectors."""
+    if isinstance(vector, dict) and DENSE_VECTOR in vector:
+        return vector[DENSE_VECTOR]
+    raise StoreError("the backend returned a point without its dense vector")
+
+
+def group_new_counts(
+    tenant: str, deltas: Mapping[Any, int], found: Iterable[tuple[Any, Mapping[str, Any] | None]]
+) -> dict[int, builtins.list[Any]]:
+    """Group the tenant's found points by their new retrieval count.
+
+    ``deltas`` maps point ids to increments, ``found`` yields (point id, payload), ids of one
+    type (the backend's: UUIDs for the embedded store, strings for qdrant-client). Points that
+    share a new count are written with one ``set_payload``: counts are small integers, so a
+    batch of hundreds of increments becomes a handful of writes instead of one per point.
+    """
+    groups: dict[int, builtins.list[Any]] = {}
+    for pid, payload in found:
+        if payload is None or payload.get(TENANT_KEY) != tenant:
+            continue
+        new = int(payload.get(RETRIEVAL_COUNT_KEY) or 0) + deltas.get(pid, 0)
+        groups.setdefault(new, []).append(pid)
+    return groups

@@ -1,0 +1,137 @@
+"""The read path: one search of a tenant's memories, the same for a chat request and the API.
+
+``Retriever.retrieve`` runs cache lookup -> embed -> search -> rank -> cache store. The chat
+pipeline and ``POST /v1/memories/search`` (and ``memproxy memories search``) all call it; they
+differ only in how its stages run (``Stages``): the pipeline runs ``embed`` and ``search`` under
+their timeouts, times every stage for ``Server-Timing`` and writes the result to the cache after
+the response; the API runs them as they are.
+
+Order (README, "Search"): by similarity descending, ties by id ascending. The store is asked for
+``max(top_k, pool)`` hits and the ranked list is cut to ``top_k``, so for one ``pool`` every
+``top_k`` up to it gets a prefix of the same list: ``top_k=10`` is the first ten of
+``top_k=200``. A hybrid store fuses dense and lexical ranks, so the hits it returns depend on how
+many are asked for; asking for a fixed pool is what makes the prefix hold. The memories API asks
+with ``pool = MAX_TOP_K``; the chat pipeline with ``pool = 0`` (exactly ``top_k``: it ranks the
+candidates again itself, and a larger pool would cost every request search time).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import numpy as np
+
+from proxy.background import Job
+from proxy.cache.protocol import MemoryCache
+from proxy.context.records import SOURCES, Candidate
+from proxy.memory.embedders import Embedder
+from proxy.memory.store import MemoryStore, SearchQuery
+
+T = TypeVar("T")
+Write = Callable[[], Job]  # a cache write, started when its time comes
+ALL_SOURCES = frozenset(SOURCES)
+# The stages a retrieval may go through, in order (``Server-Timing`` names).
+CACHE, EMBED, SEARCH = "cache", "embed", "search"
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieval:
+    """What to retrieve: the ``top_k`` memories of ``user`` and the shared ones closest to
+    ``text``, from ``sources`` (``None``, or every source: no filter), out of a ranked pool of
+    at least ``pool`` hits."""
+
+    text: str
+    user: str
+    top_k: int
+    sources: Collection[str] | None = None
+    pool: int = 0
+
+
+class Stages(Protocol):
+    """How the caller runs the stages of a retrieval."""
+
+    async def run(self, stage: str, work: Awaitable[T]) -> T:
+        """Await a backend stage (``embed``, ``search``); may bound or time it."""
+        ...
+
+    def mark(self, stage: str) -> None:
+        """Note that ``stage`` (``cache``) is done."""
+        ...
+
+    async def keep(self, write: Write) -> None:
+        """Write a result to the cache: now, or after the response."""
+        ...
+
+
+class Direct:
+    """Stages as they are: no bounds, no timing, cache writes at once."""
+
+    async def run(self, stage: str, work: Awaitable[T]) -> T:
+        """Await ``work``."""
+        return await work
+
+    def mark(self, stage: str) -> None:
+        """Nothing to note."""
+
+    async def keep(self, write: Write) -> None:
+        """Write now (a ``RequestCache`` with write-behind returns at once)."""
+        await write()
+
+
+DIRECT = Direct()
+
+
+def ranked(hits: Sequence[Candidate]) -> list[Candidate]:
+    """``hits`` by similarity descending, ties by id: the order every search result has."""
+    return sorted(hits, key=lambda hit: (-hit.similarity, hit.record.id))
+
+
+class Retriever:
+    """Searches one tenant's memories through the cache; ``cache`` may be ``None``."""
+
+    def __init__(
+        self, store: MemoryStore, embedder: Embedder, cache: MemoryCache | None = None
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.cache = cache
+
+    async def retrieve(
+        self, tenant: str, want: Retrieval, stages: Stages = DIRECT
+    ) -> list[Candidate]:
+        """The best ``want.top_k`` memories, ranked (see the module docstring)."""
+        cache, fetch = self.cache, max(want.top_k, want.pool)
+        sources = (
+            None
+            if want.sources is None or ALL_SOURCES.issubset(want.sources)
+            else tuple(want.sources)
+        )
+        key = None
+        hits: list[Candidate] | None = None
+        if cache is not None:
+            key = await cache.retrieval_key(
+                tenant,
+                want.user,
+                want.text,
+                top_k=fetch,
+                sources=sources,
+                variant=self.embedder.name,
+            )
+            hits = await cache.get_retrieval(key)
+            stages.mark(CACHE)
+        if hits is None:
+            vector = await stages.run(EMBED, self._embed(tenant, want.text))
+            search = SearchQuery(vector, want.text, want.user, sources, fetch)
+            hits = ranked(await stages.run(SEARCH, self.store.search(tenant, search)))
+            if cache is not None and key is not None:
+                await stages.keep(functools.partial(cache.set_retrieval, key, hits))
+        return hits if len(hits) <= want.top_k else hits[: want.top_k]
+
+    async def _embed(self, tenant: str, text: str) -> np.ndarray:
+        if self.cache is not None:
+            return await self.cache.embed(tenant, self.embedder, text)
+        vectors = await self.embedder.embed([text])
+        return np.asarray(vectors[0], dtype=np.float32)

@@ -1,0 +1,102 @@
+"""A memory as a Qdrant point (``proxy.memory.points``): point ids and payload round trips."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.context.records import SOURCES, MemoryRecord
+from proxy.errors import StoreError
+from proxy.memory.points import from_payload, owned, point_id, to_payload
+from proxy.memory.store import with_tokens
+from tests.memory.support import record
+
+names = st.text(min_size=1, max_size=40)
+
+
+@given(tenant_a=names, tenant_b=names, memory_id=st.text(max_size=60))
+def test_point_ids_differ_across_tenants(tenant_a: str, tenant_b: str, memory_id: str) -> None:
+    a, b = point_id(tenant_a, memory_id), point_id(tenant_b, memory_id)
+    assert (a == b) == (tenant_a == tenant_b)
+    assert uuid.UUID(a).version == 5
+
+
+@pytest.mark.parametrize(
+    ("left", "right"),
+    [(("a", "b:c"), ("a:b", "c")), (("a", "1:b"), ("a:1", "b")), (("t", "x"), ("t", "x "))],
+)
+def test_point_ids_do_not_collide_on_separators(
+    left: tuple[str, str], right: tuple[str, str]
+) -> None:
+    assert point_id(*left) != point_id(*right)
+
+
+def test_point_id_is_stable() -> None:
+    # Pinned: a change would orphan every stored memory.
+    assert point_id("t1", "m1") == "7ec41e76-4ed7-5cb3-b9e9-649075504fc9"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@given(
+    content=st.text(min_size=1, max_size=200),
+    user=st.text(max_size=20),
+    source=st.sampled_from(SOURCES),
+    confidence=st.floats(0, 1),
+    usefulness=st.floats(0, 1),
+    count=st.integers(0, 10**6),
+    offset_minutes=st.integers(-600, 600),
+    metadata=st.dictionaries(st.text(max_size=10), json_values, max_size=4),
+)
+def test_payload_round_trips(
+    content: str,
+    user: str,
+    source: str,
+    confidence: float,
+    usefulness: float,
+    count: int,
+    offset_minutes: int,
+    metadata: dict[str, object],
+) -> None:
+    created = datetime(2025, 5, 1, 12, 0, tzinfo=timezone(timedelta(minutes=offset_minutes)))
+    original = MemoryRecord(
+        id="m",
+        tenant="t",
+        user=user,
+        source=source,
+        content=content,
+        created_at=created,
+        confidence=confidence,
+        usefulness=usefulness,
+        retrieval_count=count,
+        tokens={"o200k_base": 3, "cl100k_base": 4},
+        metadata=metadata,
+    )
+    back = from_payload(to_payload(original))
+    assert back == original  # datetimes compare as instants
+    assert back.created_at.tzinfo == UTC
+
+
+def test_naive_created_at_is_refused() -> None:
+    naive = replace(record("m1"), created_at=datetime(2025, 1, 1))
+    with pytest.raises(StoreError):
+        to_payload(naive)
+
+
+def test_owned_rejects_other_tenants_and_missing_payloads() -> None:
+    payload = to_payload(with_tokens(record("m1", tenant="A")))
+    assert owned(payload, "A") is not None
+    assert owned(payload, "B") is None
+    assert owned(None, "A") is None

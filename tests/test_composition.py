@@ -1,0 +1,113 @@
+"""The composition root: settings in, typed services out, every client it opens closed on exit."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from proxy.composition import Provided, open_request_cache, open_services, open_store
+from proxy.errors import ConfigError
+from proxy.memory.edge import EdgeStore
+from proxy.memory.embedders import StaticEmbedder
+from proxy.metrics import Metrics
+from proxy.pipeline.contract import NoopPipeline
+from proxy.pipeline.pipeline import Pipeline
+from proxy.services import Services
+from proxy.settings import Settings, StoreSettings, load_settings, replace
+
+
+def settings_for(tmp_path: Path, *, memory: bool = True, workers: int = 1) -> Settings:
+    base = load_settings(env={})
+    return replace(
+        base,
+        server=replace(base.server, workers=workers),
+        # Several workers need a store they can share (the settings refuse the embedded one).
+        store=replace(base.store, data_dir=str(tmp_path))
+        if workers == 1
+        else replace(base.store, kind="qdrant", qdrant_url="http://127.0.0.1:6333"),
+        memory=replace(base.memory, enabled=memory),
+    )
+
+
+@asynccontextmanager
+async def opened(settings: Settings, provided: Provided | None = None) -> AsyncIterator[Services]:
+    async with AsyncExitStack() as stack:
+        yield await open_services(settings, Metrics(), stack, provided or Provided())
+
+
+async def test_memory_off_builds_no_memory_path(tmp_path: Path) -> None:
+    async with opened(settings_for(tmp_path, memory=False)) as services:
+        assert isinstance(services.pipeline, NoopPipeline)
+        assert services.memories is None
+        assert set(services.probes) == {"upstream"}
+    assert not (tmp_path / "memories").exists()  # no store was opened
+
+
+async def test_the_pipeline_and_the_api_share_one_read_and_one_write_path(
+    tmp_path: Path,
+) -> None:
+    async with opened(settings_for(tmp_path)) as services:
+        pipeline, memories = services.pipeline, services.memories
+        assert isinstance(pipeline, Pipeline)
+        assert memories is not None
+        assert pipeline.retriever is memories.retriever
+        assert pipeline.writer is memories
+        assert pipeline.counts is memories.cache
+        assert set(services.probes) == {"upstream", "store", "embedder", "cache"}
+        store = memories.store
+        assert await store.ready()
+    assert not await store.ready()  # the root opened it, the exit stack closed it
+
+
+async def test_a_store_that_cannot_open_leaves_memory_off_not_the_proxy(tmp_path: Path) -> None:
+    (tmp_path / "memories").write_text("not a directory")
+    async with opened(settings_for(tmp_path)) as services:
+        assert services.memories is None
+        assert services.probes["store"] is None  # /readyz: "unavailable"
+        assert isinstance(services.pipeline, Pipeline)
+        assert services.pipeline.retriever is None  # requests degrade: store_unavailable
+
+
+async def test_provided_backends_are_used_and_never_closed(tmp_path: Path) -> None:
+    embedder = StaticEmbedder()
+    store = await EdgeStore.open(tmp_path / "mine", dimensions=embedder.dimensions)
+    try:
+        provided = Provided(store=store, embedder=embedder)
+        async with opened(settings_for(tmp_path), provided) as services:
+            assert services.memories is not None
+            assert services.memories.store is store
+            assert services.memories.embedder is embedder
+        assert await store.ready()
+    finally:
+        await store.close()
+
+
+async def test_without_redis_several_workers_cache_no_search_results(tmp_path: Path) -> None:
+    async with AsyncExitStack() as stack:
+        one = open_request_cache(settings_for(tmp_path), stack)
+        two = open_request_cache(settings_for(tmp_path, workers=2), stack)
+    assert one.ttls.retrieval_s > 0
+    assert two.ttls.retrieval_s == 0
+
+
+async def test_open_store_opens_the_configured_edge_store(tmp_path: Path) -> None:
+    settings = StoreSettings(
+        kind="edge", data_dir=str(tmp_path), hybrid=False, record_cache_entries=123
+    )
+    store = await open_store(settings, dimensions=8)
+    try:
+        assert isinstance(store, EdgeStore)
+        assert store.hybrid is False
+        assert store.dimensions == 8
+        assert store.record_cache_entries == 123
+    finally:
+        await store.close()
+    assert (tmp_path / "memories").is_dir()
+
+
+async def test_open_store_needs_a_url_for_qdrant() -> None:
+    with pytest.raises(ConfigError, match="qdrant_url"):
+        await open_store(StoreSettings(kind="qdrant", qdrant_url=None), dimensions=8)
