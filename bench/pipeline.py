@@ -50,7 +50,7 @@ from bench.lib.memories import synthetic_memories
 from bench.lib.servers import fake_upstream, memproxy
 from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
-from proxy.context.budget import TokenBudgetCalculator
+from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
 from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder
@@ -60,6 +60,7 @@ from proxy.metrics import Metrics
 from proxy.pipeline.pipeline import Pipeline
 from proxy.settings import load_settings
 from proxy.tenancy import TenantResolver
+from proxy.tokenizer import tiktoken_tokenizer
 
 TARGET_ADDED_P50_MS = 3.0
 TARGET_ADDED_P99_MS = 10.0
@@ -277,7 +278,7 @@ def bench_pipeline(store: EdgeStore, embedder: StaticEmbedder) -> Pipeline:
     settings = load_settings(env={})
     return Pipeline(
         settings.memory,
-        calculator=TokenBudgetCalculator(ModelLimits(), memory_cap=None),
+        calculator=BudgetCalculator(ModelLimits(), tiktoken_tokenizer(), memory_cap=None),
         store=store,
         embedder=embedder,
         cache=RequestCache(LocalCache(10_000)),

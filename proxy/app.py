@@ -9,6 +9,7 @@ injected objects are not closed by the app (their creator owns them).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -21,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from proxy.backends import open_backends
+from proxy.bundled_data import use_bundled_data
 from proxy.errors import MemproxyError, NotFound, RequestError
 from proxy.fastpath import MemproxyApp
 from proxy.gc_tuning import tune_gc_for_serving
@@ -79,6 +81,7 @@ def create_app(
     metrics: Metrics | None = None,
 ) -> Starlette:
     """Build the app; clients are opened by its lifespan, not here."""
+    use_bundled_data(os.environ)  # process start: tiktoken and litellm read local files
     settings = settings or load_settings()
     metrics = metrics or Metrics(settings.server.metrics_dir)
 

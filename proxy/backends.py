@@ -17,16 +17,17 @@ import httpx
 
 from proxy.cache.factory import create_cache
 from proxy.cache.request_cache import CacheTTLs, LookupHook, RequestCache
-from proxy.context.budget import TokenBudgetCalculator
-from proxy.context.limits import ModelLimits, load_model_limits
-from proxy.context.tokens import STORED_ENCODINGS, get_encoding
+from proxy.context.allocation import BudgetCalculator
+from proxy.context.limits import ModelLimits
 from proxy.errors import ConfigError
 from proxy.hooks import NoopPipeline
 from proxy.memory.embedders import Embedder, create_embedder, prepare_embedder
 from proxy.memory.service import MemoryService
 from proxy.memory.store import MemoryStore, open_store
+from proxy.model_limits import load_model_limits
 from proxy.pipeline.counters import RetrievalCounter
 from proxy.pipeline.pipeline import Pipeline
+from proxy.tokenizer import tiktoken_tokenizer
 
 if TYPE_CHECKING:
     from proxy.services import Services
@@ -128,15 +129,10 @@ async def load_limits() -> ModelLimits:
         return ModelLimits()
 
 
-def warm_encodings() -> None:
-    """Load the tiktoken encodings now: the first load takes ~0.3 s, not a request's time."""
-    for name in STORED_ENCODINGS:
-        get_encoding(name).encode_ordinary("warm up")
-
-
 async def warm_up(embedder: Embedder | None) -> None:
-    """First-use costs (tokenizer tables, the static model's first call) paid at start."""
-    await asyncio.to_thread(warm_encodings)
+    """First-use costs (tokenizer tables, the static model's first call) paid at start: the
+    first load of an encoding takes ~0.3 s, not a request's time."""
+    await asyncio.to_thread(tiktoken_tokenizer().warm)
     if embedder is not None and hasattr(embedder, "embed_sync"):
         await embedder.embed(["warm up"])
 
@@ -157,7 +153,7 @@ async def build_pipeline(services: Services, stack: AsyncExitStack) -> Pipeline:
         )
     return Pipeline(
         settings.memory,
-        calculator=TokenBudgetCalculator(await load_limits(), memory_cap=None),
+        calculator=BudgetCalculator(await load_limits(), tiktoken_tokenizer(), memory_cap=None),
         store=store,
         embedder=embedder,
         cache=cache,

@@ -36,7 +36,7 @@ from proxy.cache.generations import Generations
 from proxy.cache.near import DEFAULT_NEAR_ENTRIES, NearCache
 from proxy.cache.protocol import Cache
 from proxy.context.records import Candidate
-from proxy.context.tokens import count_tokens as tiktoken_count
+from proxy.tokenizer import count_tokens as tiktoken_count
 
 DEFAULT_EMBEDDING_TTL_S = 24 * 3600.0
 DEFAULT_TOKEN_COUNT_TTL_S = 24 * 3600.0

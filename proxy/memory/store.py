@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.context.tokens import STORED_ENCODINGS, count_all
+from proxy.context.tokens import STORED_ENCODINGS
 from proxy.errors import ConfigError, RequestError, StoreError
+from proxy.tokenizer import count_all
 
 if TYPE_CHECKING:
     from proxy.settings import StoreSettings

@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
+from proxy.context.allocation import TokenBudget
 from proxy.context.assembler import Assembly, MemoryExplanation
-from proxy.context.budget import TokenBudget
 
 EXPLAIN_OBJECT = "memory.explain"
 NOTE_BOUNDS = (

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from proxy.context.records import MemoryRecord
-from proxy.context.tokens import count_all
 from proxy.errors import ConfigError, RequestError, StoreError
 from proxy.memory.store import MemoryStore, SearchQuery
+from proxy.tokenizer import count_all
 from tests.memory.support import DIM, StoreFactory, record, vector_for, vectors_for
 
 # qdrant-client's local mode ignores payload indexes and says so; the server path uses them.
