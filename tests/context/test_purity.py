@@ -43,7 +43,8 @@ FORBIDDEN_IMPORTS = frozenset(
         "urllib",
     }
 )
-ALLOWED_PROXY = frozenset({"proxy.errors"})
+# The error hierarchy, and the one home of shared defaults (plain constants, no I/O).
+ALLOWED_PROXY = frozenset({"proxy.errors", "proxy.defaults"})
 # Calls that read the clock, the environment or files.
 FORBIDDEN_CALLS = frozenset(
     {"now", "utcnow", "today", "time", "perf_counter", "monotonic", "getenv", "open"}
