@@ -45,7 +45,7 @@ from bench.lib.stats import format_table, summarize_ms
 from proxy.cache import Cache, LocalCache, RedisCache, RequestCache, RetrievalKey
 from proxy.cache.redis_cache import connect
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.context.tokens import count_tokens
+from proxy.tokenizer import count_tokens
 
 TENANT = "bench-tenant"
 CONCURRENCY = 50

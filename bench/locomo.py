@@ -9,7 +9,7 @@ of categories 1-4 is then asked twice per budget (500, 1000, 2000 tokens):
 - memproxy: ``POST /v1/chat/completions`` with ``X-Memory-Mode: explain`` and
   ``X-Memory-Max-Tokens: B``; the memories it would inject are scored;
 - baseline: ``POST /v1/memories/search`` (cosine top-k), hits taken in rank order while they fit
-  B tokens (o200k_base, ``proxy.context.tokens.count_tokens``).
+  B tokens (o200k_base, ``proxy.tokenizer.count_tokens``).
 
 Evidence recall = the share of the question's evidence dia_ids carried by the chosen memories,
 averaged per category and overall. Everything goes through memproxy's HTTP API, started here as
@@ -38,7 +38,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib import locomo_data, report, servers, stats
-from proxy.context.tokens import O200K, count_tokens
+from proxy.context.tokens import O200K
+from proxy.tokenizer import count_tokens
 
 DEFAULT_DATA = servers.ROOT.parent / "shared" / "bench" / "locomo" / "locomo_dev.json"
 BUDGETS = (500, 1000, 2000)

@@ -58,10 +58,14 @@ from proxy.context import assembler as assembler_module
 from proxy.context.assembler import AssemblerConfig, assemble
 from proxy.context.dedup import dedup_order
 from proxy.context.knapsack import select_optimal
+from proxy.context.ranking import (
+    BASE_RELEVANCE,
+    DEFAULT_BASE_RELEVANCE,
+    fragment_score,
+    score_candidate,
+)
 from proxy.context.records import Candidate
-from proxy.context.render import label_cost, line_renderer, render_within
-from proxy.context.scorer import MemoryScorer
-from proxy.context.synthesizer import BASE_RELEVANCE, DEFAULT_BASE_RELEVANCE, fragment_score
+from proxy.context.render import BlockTokens, render_within
 from proxy.context.words import (
     ASCII_WORD_FOLD,
     STOPWORDS,
@@ -78,6 +82,8 @@ from proxy.memory.fusion import RRF_K, fuse_ranks
 from proxy.memory.points import DENSE_VECTOR, SPARSE_VECTOR
 from proxy.memory.store import SearchQuery
 from proxy.memory.vectors import clip_similarity
+from proxy.pipeline.pipeline import LINE_CACHE_ENTRIES
+from proxy.tokenizer import tiktoken_tokenizer
 
 VARIANTS = ("prune", "memo", "top30", "dense")
 ENCODING = "o200k_base"
@@ -194,7 +200,7 @@ def search_parts(
 
 
 def assemble_parts(
-    hits: Sequence[Candidate], question: str, line: Callable[[str, str], tuple[str, int]]
+    hits: Sequence[Candidate], question: str, tokens: BlockTokens
 ) -> tuple[dict[str, float], dict[str, float]]:
     """The assembler's steps (``assembler.assemble``) timed one by one on ``hits``."""
     parts: dict[str, float] = {}
@@ -206,8 +212,10 @@ def assemble_parts(
     t = timed(parts, "match", t)
     weights = idf_weights(matches)
     mass = sum(weights.values()) or 1.0
-    scored = [MemoryScorer.score_candidate(c, now=now) for c in hits]
-    costs = [c.record.token_count(ENCODING) + label_cost(c.record.source, ENCODING) for c in hits]
+    scored = [score_candidate(c, now) for c in hits]
+    costs = [
+        c.record.token_count(ENCODING, tokens.count) + tokens.label(c.record.source) for c in hits
+    ]
     values = [
         (
             0.2 * s.composite_score
@@ -228,7 +236,7 @@ def assemble_parts(
     solution = select_optimal([values[i] for i in kept], [costs[i] for i in kept], BUDGET)
     chosen = [kept[j] for j in solution.indices]
     t = timed(parts, "pack", t)
-    render_within([c.record for c in hits], values, costs, chosen, BUDGET, ENCODING, line)
+    render_within([c.record for c in hits], values, costs, chosen, BUDGET, tokens)
     timed(parts, "render", t)
     words = [len(c.record.content.split()) for c in hits]
     facts = {
@@ -299,23 +307,22 @@ def one_request(
     question: str,
     variant: str | None,
     max_df: float,
-    line: Callable[[str, str], tuple[str, int]],
+    tokens: BlockTokens,
 ) -> tuple[dict[str, float], dict[str, float], list[Candidate], str]:
     """All parts of one request under ``variant``; returns ms, facts, hits and the block."""
     top_k = 30 if variant == "top30" else 50
     use_memo(variant == "memo")
     try:
         hits, parts, facts = search_parts(scope, embedder, question, top_k, variant, max_df)
-        more_parts, more_facts = assemble_parts(hits, question, line)
+        more_parts, more_facts = assemble_parts(hits, question, tokens)
         t = time.perf_counter()
         block = assemble(
             hits,
             question,
             BUDGET,
             now=datetime.now(UTC),
-            encoding=ENCODING,
+            tokens=tokens,
             config=AssemblerConfig(max_tokens=None),
-            line=line,
         ).block
         timed(more_parts, "assemble", t)
     finally:
@@ -368,7 +375,9 @@ def measure(
     max_df: float,
 ) -> list[dict[str, Any]]:
     """The interleaved loop: per request, every (text, variant) cell in a rotating order."""
-    line = functools.lru_cache(maxsize=16_384)(line_renderer(ENCODING))
+    tokens = BlockTokens(
+        ENCODING, tiktoken_tokenizer().counter(ENCODING), lines_kept=LINE_CACHE_ENTRIES
+    )
     cells = [(text, v) for text in scopes for v in (None, *variants)]
     asked = {text: questions_of(text) for text in scopes}
     ms: dict[tuple[str, str | None], dict[str, list[float]]] = {c: {} for c in cells}
@@ -381,7 +390,7 @@ def measure(
         outcome: dict[tuple[str, str | None], tuple[set[str], str]] = {}
         for text, variant in loadgen.rotated(cells, n):
             parts, found, hits, block = one_request(
-                scopes[text], embedder, question[text], variant, max_df, line
+                scopes[text], embedder, question[text], variant, max_df, tokens
             )
             outcome[(text, variant)] = ({c.record.id for c in hits}, block)
             if n < warmup:

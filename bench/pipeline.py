@@ -51,7 +51,7 @@ from bench.lib.memories import synthetic_memories
 from bench.lib.servers import fake_upstream, memproxy, served_from
 from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
-from proxy.context.budget import TokenBudgetCalculator
+from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
 from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder
@@ -62,6 +62,7 @@ from proxy.metrics import Metrics
 from proxy.pipeline.pipeline import Pipeline
 from proxy.settings import load_settings
 from proxy.tenancy import TenantResolver
+from proxy.tokenizer import tiktoken_tokenizer
 
 TARGET_ADDED_P50_MS = 3.0
 TARGET_ADDED_P99_MS = 10.0
@@ -289,7 +290,7 @@ def bench_pipeline(store: EdgeStore, embedder: StaticEmbedder) -> Pipeline:
     cache = RequestCache(LocalCache(10_000))
     return Pipeline(
         settings.memory,
-        calculator=TokenBudgetCalculator(ModelLimits(), memory_cap=None),
+        calculator=BudgetCalculator(ModelLimits(), tiktoken_tokenizer(), memory_cap=None),
         retriever=Retriever(store, embedder, cache),
         counts=cache,
         metrics=Metrics(),

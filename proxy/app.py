@@ -10,6 +10,7 @@ not closed by the app (their creator owns them).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -20,6 +21,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
+from proxy.bundled_data import use_bundled_data
 from proxy.cache.protocol import MemoryCache
 from proxy.composition import Provided, open_services
 from proxy.errors import MemproxyError, NotFound, RequestError
@@ -79,6 +81,7 @@ def create_app(
     metrics: Metrics | None = None,
 ) -> Starlette:
     """Build the app; clients are opened by its lifespan, not here."""
+    use_bundled_data(os.environ)  # process start: tiktoken and litellm read local files
     settings = settings or load_settings()
     metrics = metrics or Metrics(settings.server.metrics_dir)
     provided = Provided(

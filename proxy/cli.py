@@ -14,6 +14,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 
+from proxy.bundled_data import use_bundled_data
 from proxy.cli_memories import register as register_memories
 from proxy.cli_memories import register_explain
 from proxy.errors import ConfigError
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``memproxy`` console script."""
+    use_bundled_data(os.environ)  # process start: tiktoken and litellm read local files
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)

@@ -36,20 +36,21 @@ from proxy.background import Background
 from proxy.cache.factory import create_cache
 from proxy.cache.protocol import MemoryCache
 from proxy.cache.request_cache import CacheTTLs, LookupHook, RequestCache
-from proxy.context.budget import TokenBudgetCalculator
-from proxy.context.limits import ModelLimits, load_model_limits
-from proxy.context.tokens import STORED_ENCODINGS, get_encoding
+from proxy.context.allocation import BudgetCalculator
+from proxy.context.limits import ModelLimits
 from proxy.errors import ConfigError
 from proxy.memory.embedders import Embedder, create_embedder, prepare_embedder
 from proxy.memory.service import MemoryService
 from proxy.memory.store import MemoryStore
 from proxy.metrics import Metrics
+from proxy.model_limits import load_model_limits
 from proxy.pipeline.contract import MemoryPipeline, NoopPipeline
 from proxy.pipeline.counters import RetrievalCounter
 from proxy.pipeline.pipeline import Pipeline
 from proxy.services import Opened, Probe, Services
 from proxy.settings import Settings, StoreSettings
 from proxy.tenancy import TenantResolver
+from proxy.tokenizer import tiktoken_tokenizer
 from proxy.upstream import UpstreamClient
 
 LOGGER = logging.getLogger("memproxy.composition")
@@ -237,8 +238,7 @@ async def load_limits() -> ModelLimits:
 
 def warm_encodings() -> None:
     """Load the tiktoken encodings now: the first load takes ~0.3 s, not a request's time."""
-    for name in STORED_ENCODINGS:
-        get_encoding(name).encode_ordinary("warm up")
+    tiktoken_tokenizer().warm()
 
 
 async def build_pipeline(
@@ -261,7 +261,7 @@ async def build_pipeline(
         stack.push_async_callback(counter.flush)
     return Pipeline(
         settings.memory,
-        calculator=TokenBudgetCalculator(await load_limits(), memory_cap=None),
+        calculator=BudgetCalculator(await load_limits(), tiktoken_tokenizer(), memory_cap=None),
         retriever=memories.retriever if memories is not None else None,
         counts=cache,
         writer=memories,

@@ -36,10 +36,10 @@ from proxy.cache.generations import Generations
 from proxy.cache.near import DEFAULT_NEAR_ENTRIES, NearCache
 from proxy.cache.protocol import Cache, NamedEmbedder, RetrievalKey
 from proxy.context.records import Candidate
-from proxy.context.tokens import count_tokens as tiktoken_count
 from proxy.defaults import EMBEDDING_TTL_S as DEFAULT_EMBEDDING_TTL_S
 from proxy.defaults import RETRIEVAL_TTL_S as DEFAULT_RETRIEVAL_TTL_S
 from proxy.defaults import TOKENS_TTL_S as DEFAULT_TOKEN_COUNT_TTL_S
+from proxy.tokenizer import count_tokens as tiktoken_count
 
 DEFAULT_NEAR_TOKEN_ENTRIES = 20_000
 

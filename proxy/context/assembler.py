@@ -2,12 +2,13 @@
 
 Integration contract (stable):
 
-    assemble(candidates, query, budget, *, now, encoding, config=AssemblerConfig()) -> Assembly
+    assemble(candidates, query, budget, *, now, tokens, config=AssemblerConfig()) -> Assembly
 
 - ``candidates``: ``Sequence[Candidate]`` from the store; ``budget``: the memory token budget
-  (``TokenBudget.memory_tokens``); ``encoding``: ``encoding_name_for_model(model)``; ``now``: the
-  request time (the engine never reads the clock). Memory token counts come from
-  ``MemoryRecord.token_count(encoding)`` (stored at write time).
+  (``TokenBudget.memory_tokens``); ``tokens``: the ``render.BlockTokens`` of the budget's
+  encoding (a caller serving many requests keeps one per encoding: it memoises rendered lines);
+  ``now``: the request time (the engine never reads the clock). Memory token counts are the
+  records' stored ones (``MemoryRecord.tokens``, written with the memory).
 - The rendered ``Assembly.block`` never exceeds ``min(budget, config.max_tokens)`` tokens counted
   exactly with tiktoken (``rendered_tokens``): packing accounts for the fences, the notice line
   and each line's ``[source] `` label and newline, then the block is counted and trimmed if over.
@@ -33,39 +34,27 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from proxy.context.bundle import (
-    BundleAccumulator,
-    BundleConfig,
-    BundleStats,
-    ContextItem,
-    keep_all_stats,
+from proxy.context.dedup import DUPLICATE_JACCARD, dedup_order
+from proxy.context.knapsack import PACKER_KINDS, PackerKind, select_greedy, select_optimal
+from proxy.context.ranking import (
+    BASE_RELEVANCE,
+    DEFAULT_BASE_RELEVANCE,
+    ScoredMemory,
+    fragment_score,
+    score_candidate,
 )
-from proxy.context.packer import PackerKind, select_greedy, select_optimal
 from proxy.context.records import Candidate
 from proxy.context.render import (
     BLOCK_CLOSE,
     BLOCK_NOTICE,
     BLOCK_OPEN,
-    LineRenderer,
-    fence_cost,
-    label_cost,
+    BlockTokens,
     render_block,
     render_within,
     sanitise,
 )
-from proxy.context.scorer import MemoryScorer, ScoredMemory
-from proxy.context.synthesizer import (
-    BASE_RELEVANCE,
-    DEFAULT_BASE_RELEVANCE,
-    DUPLICATE_JACCARD,
-    STOPWORDS,
-    dedup_order,
-    dedup_words,
-    fragment_score,
-    idf_weights,
-    normalise_words,
-    query_matcher,
-)
+from proxy.context.shortlist import BundleConfig, BundleStats, priorities_of, shortlist
+from proxy.context.words import STOPWORDS, dedup_words, idf_weights, normalise_words, query_matcher
 from proxy.defaults import MEMORY_MAX_TOKENS as DEFAULT_MAX_TOKENS
 from proxy.errors import ConfigError
 
@@ -109,7 +98,7 @@ class AssemblerConfig:
     stemmed: bool = True
 
     def __post_init__(self) -> None:
-        if self.packer not in ("optimal", "greedy"):
+        if self.packer not in PACKER_KINDS:
             raise ConfigError("packer must be 'optimal' or 'greedy'", param="packer")
         if self.composite_weight < 0 or self.keyword_weight < 0:
             raise ConfigError("ranking weights must not be negative")
@@ -124,7 +113,7 @@ class MemoryExplanation:
     """One candidate's figures: scorer components, overlap, final score, tokens and fate."""
 
     candidate: Candidate
-    scored: ScoredMemory
+    scored: ScoredMemory[Candidate]
     overlap: float
     synth_score: float
     final_score: float
@@ -210,16 +199,12 @@ def assemble(
     budget: int,
     *,
     now: datetime,
-    encoding: str,
+    tokens: BlockTokens,
     config: AssemblerConfig | None = None,
-    line: LineRenderer | None = None,
 ) -> Assembly:
-    """Score, bundle, dedup, pack and render ``candidates`` within ``budget`` tokens.
-
-    ``line`` renders and counts one memory's line; a caller serving many requests passes a
-    memoised ``render.line_renderer(encoding)`` (without one the block is counted whole).
-    """
+    """Score, bundle, dedup, pack and render ``candidates`` within ``budget`` tokens."""
     cfg = config if config is not None else AssemblerConfig()
+    encoding, count, label = tokens.encoding, tokens.count, tokens.label
     limit = max(0, budget if cfg.max_tokens is None else min(budget, cfg.max_tokens))
     stopwords = STOPWORDS if cfg.drop_stopwords else frozenset()
     query_words = normalise_words(query, stopwords=stopwords, stemmed=cfg.stemmed)
@@ -230,14 +215,13 @@ def assemble(
     weight_of = weights.__getitem__
     mass = sum(weights.values())  # ``weighted_overlap``'s denominator, summed once
     size = max(1, len(query_words))
-    score = MemoryScorer.score_candidate
     composite_weight, keyword_weight = cfg.composite_weight, cfg.keyword_weight
     base_of = BASE_RELEVANCE.get
     finals: list[float] = []
-    unsorted: list[tuple[float, int, ScoredMemory, float, float, int, int]] = []
+    unsorted: list[tuple[float, int, ScoredMemory[Candidate], float, float, int, int]] = []
     for position, candidate in enumerate(candidates):
         record = candidate.record
-        scored = score(candidate, now=now)
+        scored = score_candidate(candidate, now)
         found = matches[position]
         if not idf:
             overlap = len(found) / size
@@ -247,7 +231,7 @@ def assemble(
             overlap = 0.0
         synth = fragment_score(base_of(record.source, DEFAULT_BASE_RELEVANCE), overlap)
         final = composite_weight * scored.composite_score + keyword_weight * synth
-        tokens = record.token_count(encoding)
+        content_tokens = record.token_count(encoding, count)
         finals.append(final)
         unsorted.append(
             (
@@ -256,8 +240,8 @@ def assemble(
                 scored,
                 overlap,
                 synth,
-                tokens,
-                tokens + label_cost(record.source, encoding),
+                content_tokens,
+                content_tokens + label(record.source),
             )
         )
     # Highest final score first; ties keep the store's order (the sort is stable, also reversed).
@@ -268,20 +252,15 @@ def assemble(
     values_all = [row[0] ** exponent for row in rows]
     records = [row[2].memory.record for row in rows]
 
-    bundle_stats = keep_all_stats(cfg.bundle, finals)
-    if bundle_stats is not None:
-        survivors = list(range(len(rows)))  # all kept, in final score order
-    else:
-        accumulator = BundleAccumulator(cfg.bundle, now=now)
-        add = accumulator.add
-        for i, row in enumerate(rows):
-            record = records[i]
-            if not add(ContextItem(record.id, "", row[0], record.created_at, payload=i)).accepted:
+    saliences = [row[0] for row in rows]
+    created = [record.created_at for record in records]
+    picked = shortlist(saliences, priorities_of(saliences, created, cfg.bundle, now), cfg.bundle)
+    survivors = picked.kept  # in final score order
+    if len(survivors) < len(rows):
+        kept_rows = set(survivors)
+        for i in range(len(rows)):
+            if i not in kept_rows:
                 status[i] = BUNDLE
-        for item, _ in accumulator.dropped():
-            status[item.payload] = BUNDLE
-        survivors = sorted(item.payload for item in accumulator.to_bundle())  # final score order
-        bundle_stats = accumulator.stats()
 
     word_sets = [frozenset[str]()] * len(rows)
     for i in survivors:
@@ -290,14 +269,14 @@ def assemble(
     for i in duplicates:
         status[i] = DUPLICATE
 
-    fence_tokens = fence_cost(encoding) if kept else 0
+    fence_tokens = tokens.fence if kept else 0
     room = max(0, limit - fence_tokens)
     solve = select_optimal if cfg.packer == "optimal" else select_greedy
     solution = solve([values_all[i] for i in kept], [rows[i][6] for i in kept], room)
     chosen = [kept[j] for j in solution.indices]
 
     block, rendered, trimmed = render_within(
-        records, values_all, [r[6] for r in rows], chosen, limit, encoding, line
+        records, values_all, [r[6] for r in rows], chosen, limit, tokens
     )
     for i in chosen:
         status[i] = TRIMMED if i in trimmed else PACKED
@@ -328,6 +307,6 @@ def assemble(
         proven_optimal=solution.proven_optimal and not trimmed,
         packed=packed,
         candidates=explained,
-        bundle_stats=bundle_stats,
+        bundle_stats=picked.stats,
         dropped=dropped,
     )

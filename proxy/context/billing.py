@@ -6,7 +6,7 @@ audio and file parts by documented guesses. Tool calls: name + JSON arguments + 
 definitions: compact JSON plus framing, an upper estimate of the provider's private rendering.
 ``message_key`` is the content hash a caller can cache per-message counts under.
 
-Every text is measured by a ``Measure``: the exact one encodes with tiktoken; ``upper_bound``
+Every text is measured by a ``Measure``: the exact one is the tokenizer's count; ``upper_bound``
 and ``lower_bound`` measure from the UTF-8 length alone, in constant time for a long text and
 with no BPE (whose cost is superlinear on a long run of one character). The rules around the
 measure are the same, so a request's bounds enclose its exact count: a token is 1 to
@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from proxy.context.tokens import get_encoding, longest_token_bytes
+from proxy.context.tokens import Tokenizer
 
 # OpenAI's chat format: <|start|>{role}<|message|>{content}<|end|> costs 3 tokens a message,
 # a name 1 more, and every reply is primed with 3 (OpenAI cookbook, "How to count tokens").
@@ -71,17 +71,16 @@ def upper_bound(text: str) -> int:
     return utf8_bytes(text)[1]
 
 
-def measure(encoding: str, counting: str = EXACT) -> Measure:
+def measure(tokenizer: Tokenizer, encoding: str, counting: str = EXACT) -> Measure:
     """The measure of ``counting`` for ``encoding``: exact tokens, or a bound from the bytes."""
     if counting == UPPER_BOUND:
         return upper_bound
     if counting == LOWER_BOUND:
-        longest = longest_token_bytes(encoding)
+        longest = tokenizer.longest_token_bytes(encoding)
         return lambda text: -(-utf8_bytes(text)[0] // longest)  # ceil: at most `longest` a token
     if counting != EXACT:
         raise ValueError(f"unknown counting {counting!r}; expected one of {COUNTINGS}")
-    encode = get_encoding(encoding).encode_ordinary
-    return lambda text: len(encode(text))
+    return tokenizer.counter(encoding)
 
 
 class ByteTally:

@@ -15,10 +15,12 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+PackerKind = Literal["optimal", "greedy"]  # select_optimal (the default) or the seed's greedy
+PACKER_KINDS: tuple[PackerKind, ...] = ("optimal", "greedy")
 MAX_CONSECUTIVE_SKIPS = 3
 NODE_LIMIT = 4_000  # branch-and-bound nodes before the DP fallback (a few ms in CPython)
 DP_CELLS = 1_024  # capacity grid of the fallback DP

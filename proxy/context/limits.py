@@ -1,18 +1,13 @@
-"""Model limits: context window and max output per model, from litellm's map plus the seed's.
+"""Model limits: context window and max output per model, from a model map plus the seed's.
 
-``load_model_limits()`` builds a frozen ``ModelLimits`` table from litellm's model map;
-``MODEL_OVERRIDES`` (the budget seed's table) wins over it. Call it once in the app lifespan;
-without it ``ModelLimits()`` holds the overrides alone. With ``LITELLM_LOCAL_MODEL_COST_MAP``
-set, ``litellm.model_cost`` is exactly the JSON file its wheel ships, so that file is read
-directly (tens of milliseconds) instead of importing litellm (seconds). Lookups never raise:
+``limits_from_model_map`` builds a frozen ``ModelLimits`` table from a litellm-style model map
+(``proxy/model_limits.py`` reads litellm's once at start); ``MODEL_OVERRIDES`` (the budget
+seed's table) wins over it. ``ModelLimits()`` holds the overrides alone. Lookups never raise:
 unknown models get ``UNKNOWN_MODEL`` (8,192 tokens, the seed's conservative fallback).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,7 +48,6 @@ MODEL_FAMILIES: dict[str, tuple[int, int | None]] = {
     "qwen2.5": (32_768, None),
     "gpt-oss": (131_072, 131_072),
 }
-LITELLM_MODEL_MAP_FILE = "model_prices_and_context_window_backup.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,28 +108,3 @@ def limits_from_model_map(model_map: Mapping[str, Mapping[str, Any]]) -> ModelLi
         table[name] = ModelLimit(window, output if isinstance(output, int) and output > 0 else None)
     table.update(MODEL_OVERRIDES)
     return ModelLimits(table)
-
-
-def read_litellm_model_map() -> dict[str, Any] | None:
-    """Read the model map litellm's wheel ships, without importing litellm; None if absent."""
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for folder in spec.submodule_search_locations:
-        path = os.path.join(folder, LITELLM_MODEL_MAP_FILE)
-        if os.path.isfile(path):
-            with open(path, "rb") as handle:
-                data = json.load(handle)
-            return data if isinstance(data, dict) else None
-    return None
-
-
-def load_model_limits() -> ModelLimits:
-    """Return litellm's limits (its shipped map; an import only as a fallback); call at startup."""
-    model_map = read_litellm_model_map()
-    if model_map is None:
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        import litellm  # deliberately lazy: the import takes seconds
-
-        model_map = litellm.model_cost
-    return limits_from_model_map(model_map)

@@ -1,34 +1,34 @@
-"""Knapsack packers: the seed's greedy (milestone 3.5.5) and an exact branch and bound.
+"""Seed compatibility: the greedy knapsack packer of seed milestone 3.5.5, and the optimal one.
 
 ``GreedyKnapsackPacker`` is the seed exactly: walk memories in score order, take what fits,
 skip what does not, stop after 3 consecutive skips. ``OptimalKnapsackPacker`` maximises the
-total score: branch and bound over items in value/token order with the Dantzig (fractional)
-bound, seeded with the greedy answer. If it runs out of its node budget it also runs a dynamic
-programme on token counts rounded up to a coarse grid (always feasible), and returns the best of
-the three; ``proven_optimal`` tells whether the search finished. It never scores below greedy.
-
-Integration contract (stable): ``select_greedy`` and ``select_optimal`` (in ``knapsack``,
-re-exported here) work on plain ``values``/``weights`` and return a ``KnapsackSolution`` (the
-assembler packs with its own values and per-line token costs); ``make_packer(kind)`` returns
-the packer for ``"optimal"|"greedy"``. Token counts come with each memory
-(``ScoredMemory.tokens`` or the record's stored count) and are counted only as a fallback.
+total score (branch and bound with a DP fallback, never below the greedy; ADR-0041). Both are
+thin: ``pack`` reads each memory's token count and score and calls the engine's
+``knapsack.select_greedy``/``select_optimal`` on plain values and weights, as the assembler does.
+Token counts come with each memory (``ScoredMemory.tokens``, a dict's ``tokens`` or the
+record's stored count) and are counted only as a fallback, with the given budget calculator or
+else the process's tokenizer. ``make_packer(kind)`` returns the packer for
+``"optimal"|"greedy"``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Protocol
 
 from proxy.context.knapsack import (
     MAX_CONSECUTIVE_SKIPS,
+    PACKER_KINDS,
     KnapsackSolution,
+    PackerKind,
     select_greedy,
     select_optimal,
 )
+from proxy.context.ranking import ScoredMemory
 from proxy.context.records import Candidate
-from proxy.context.scorer import ScoredMemory
-from proxy.context.tokens import count_tokens, encoding_name_for_model
+from proxy.context.tokens import Count
+from proxy.tokenizer import tiktoken_tokenizer
 
 __all__ = [
     "MAX_CONSECUTIVE_SKIPS",
@@ -45,15 +45,12 @@ __all__ = [
     "select_optimal",
 ]
 
-PackerKind = Literal["optimal", "greedy"]
-PACKER_KINDS: tuple[PackerKind, ...] = ("optimal", "greedy")
-
 
 @dataclass(frozen=True, slots=True)
 class PackedMemories:
     """The packed memories in score order and the seed's figures about them."""
 
-    memories: list[ScoredMemory]
+    memories: list[ScoredMemory[Any]]
     total_tokens: int
     total_score: float
     skipped_count: int  # memories that were not packed
@@ -70,19 +67,26 @@ class TokenCounter(Protocol):
         ...
 
 
-def memory_tokens(scored: ScoredMemory, model: str, counter: TokenCounter | None) -> int:
+def memory_tokens(scored: ScoredMemory[Any], model: str, counter: TokenCounter | None) -> int:
     """The memory's stored token count; counted only when none came with it."""
     if scored.tokens is not None:
         return scored.tokens
     memory = scored.memory
-    if isinstance(memory, Candidate):
-        return memory.record.token_count(encoding_name_for_model(model))
-    content = str(memory.get("content", "")) if isinstance(memory, Mapping) else str(memory)
     if isinstance(memory, Mapping) and isinstance(memory.get("tokens"), int):
         return int(memory["tokens"])
+    count = fallback_count(model, counter)
+    if isinstance(memory, Candidate):
+        return memory.record.token_count(tiktoken_tokenizer().encoding_for_model(model), count)
+    content = str(memory.get("content", "")) if isinstance(memory, Mapping) else str(memory)
+    return count(content)
+
+
+def fallback_count(model: str, counter: TokenCounter | None) -> Count:
+    """Counting for ``model``: the given calculator's, else the process tokenizer's."""
     if counter is not None:
-        return counter.count_tokens(content, model)
-    return count_tokens(content, encoding_name_for_model(model))
+        return lambda text: counter.count_tokens(text, model)
+    tokenizer = tiktoken_tokenizer()
+    return tokenizer.counter(tokenizer.encoding_for_model(model))
 
 
 class GreedyKnapsackPacker:
@@ -100,7 +104,7 @@ class GreedyKnapsackPacker:
         return select_greedy(values, weights, budget)
 
     def pack(
-        self, scored_memories: Sequence[ScoredMemory], token_budget: int, model: str = "gpt-4o"
+        self, scored_memories: Sequence[ScoredMemory[Any]], token_budget: int, model: str = "gpt-4o"
     ) -> PackedMemories:
         """Pack memories (sorted by score, highest first) into ``token_budget`` tokens."""
         if token_budget <= 0 or not scored_memories:

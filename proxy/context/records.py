@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from proxy.context.tokens import count_tokens
+from proxy.context.tokens import Count
 from proxy.defaults import SOURCES as SOURCES  # re-exported: the engine's source names
 
 DEFAULT_SOURCE = "learnings"
@@ -38,10 +38,10 @@ class MemoryRecord:
     tokens: Mapping[str, int] = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
-    def token_count(self, encoding: str) -> int:
-        """Return the stored count for ``encoding``, counting only if it was never stored."""
+    def token_count(self, encoding: str, count: Count) -> int:
+        """The stored count for ``encoding``; counted with ``count`` only if none was stored."""
         stored = self.tokens.get(encoding)
-        return stored if stored is not None else count_tokens(self.content, encoding)
+        return stored if stored is not None else count(self.content)
 
 
 @dataclass(frozen=True, slots=True)

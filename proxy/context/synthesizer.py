@@ -1,14 +1,18 @@
-"""Unified memory block: source base relevance, keyword overlap, dedup, budget (seed, fixed).
+"""Seed compatibility: the memory synthesizer (one ranked, deduplicated block), over the engine.
 
-``score = base_relevance * 0.5 + keyword_overlap * 0.5`` where ``keyword_overlap`` is the
-fraction of the query's words found in the fragment. Fixes over the seed: words are normalised
-(case-folded, punctuation stripped, so "networking?" matches "networking"), tokens are counted
-with the real tokenizer, and near-duplicate removal (word Jaccard > 0.8, the higher score kept)
-uses exact prefix filtering instead of comparing all pairs.
+``MemorySynthesizer`` keeps the seed's ``add_fragments``/``synthesize`` API: fragments from
+the memory sources, ``score = base_relevance * 0.5 + keyword_overlap * 0.5`` where
+``keyword_overlap`` is the fraction of the query's words found in the fragment, near-duplicates
+(word Jaccard > 0.8) removed keeping the higher score, then ``[source] content`` lines in score
+order while they fit ``max_tokens`` (skip and continue). Fixes over the seed: words are
+normalised (case-folded, punctuation stripped, so "networking?" matches "networking"), tokens
+are counted with the real tokenizer, and dedup is exact prefix filtering instead of all pairs.
 
-Integration contract (stable): the pure helpers ``normalise_words``, ``keyword_overlap``,
-``fragment_score``, ``dedup_order`` and ``render_line`` are what the assembler uses on typed
-candidates; ``MemorySynthesizer`` keeps the seed's ``add_fragments``/``synthesize`` API.
+Every step is the engine's: ``ranking.fragment_score``, ``words.overlap_matcher`` (the
+assembler's matcher), ``dedup.dedup_order`` on ``words.dedup_words`` and
+``knapsack.select_greedy`` without the 3-skip stop. With ``stemmed=True`` (an extension; the
+seed has no stemming) a query word is found as the assembler finds it (``words.query_matcher``).
+The engine's word helpers are re-exported here, as before.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from proxy.context.dedup import DUPLICATE_JACCARD, dedup_order, is_duplicate, jaccard
-from proxy.context.tokens import O200K, get_encoding
+from proxy.context.knapsack import select_greedy
+from proxy.context.ranking import (
+    BASE_RELEVANCE,
+    BASE_WEIGHT,
+    DEFAULT_BASE_RELEVANCE,
+    OVERLAP_WEIGHT,
+    fragment_score,
+)
+from proxy.context.render import flatten
+from proxy.context.tokens import O200K, Tokenizer
 from proxy.context.words import (
     NO_WORDS,
     STOPWORDS,
@@ -32,11 +45,15 @@ from proxy.context.words import (
     weighted_overlap,
 )
 from proxy.defaults import MEMORY_MAX_TOKENS as DEFAULT_MAX_TOKENS
+from proxy.tokenizer import tiktoken_tokenizer
 
 __all__ = [
     "BASE_RELEVANCE",
+    "BASE_WEIGHT",
+    "DEFAULT_BASE_RELEVANCE",
     "DUPLICATE_JACCARD",
     "NO_WORDS",
+    "OVERLAP_WEIGHT",
     "STOPWORDS",
     "MemoryFragment",
     "MemorySynthesizer",
@@ -58,16 +75,6 @@ __all__ = [
     "weighted_overlap",
 ]
 
-BASE_RELEVANCE: dict[str, float] = {
-    "learnings": 0.7,
-    "playbook": 0.6,
-    "conversation": 0.5,
-    "summaries": 0.4,
-}
-DEFAULT_BASE_RELEVANCE = 0.5
-BASE_WEIGHT = 0.5
-OVERLAP_WEIGHT = 0.5
-
 
 @dataclass(frozen=True, slots=True)
 class MemoryFragment:
@@ -78,16 +85,6 @@ class MemoryFragment:
     relevance: float = 0.0
     timestamp: str = ""  # informational, never used for ranking
     base_relevance: float = DEFAULT_BASE_RELEVANCE
-
-
-def fragment_score(base_relevance: float, overlap: float) -> float:
-    """The seed's ``base * 0.5 + overlap * 0.5``."""
-    return base_relevance * BASE_WEIGHT + overlap * OVERLAP_WEIGHT
-
-
-def flatten(content: str) -> str:
-    """One line of text: newlines and runs of whitespace become single spaces."""
-    return " ".join(content.split())
 
 
 def render_line(source: str, content: str) -> str:
@@ -106,12 +103,14 @@ class MemorySynthesizer:
         dedup_threshold: float = DUPLICATE_JACCARD,
         stopwords: frozenset[str] = NO_WORDS,
         stemmed: bool = False,
+        tokenizer: Tokenizer | None = None,
     ) -> None:
         self.max_tokens = max_tokens
         self.encoding = encoding
         self.dedup_threshold = dedup_threshold
         self.stopwords = stopwords
         self.stemmed = stemmed
+        self.tokenizer = tokenizer if tokenizer is not None else tiktoken_tokenizer()
         self._fragments: list[MemoryFragment] = []
 
     def add_fragments(
@@ -135,11 +134,10 @@ class MemorySynthesizer:
 
     def ranked(self, query: str) -> list[MemoryFragment]:
         """Scored fragments, duplicates removed, highest relevance first (stable)."""
-        query_words = self.words(query)
-        word_sets = [self.words(f.content) for f in self._fragments]
+        overlap = overlap_matcher(self.words(query), stemmed=self.stemmed)
         scored = [
-            replace(f, relevance=fragment_score(f.base_relevance, keyword_overlap(query_words, w)))
-            for f, w in zip(self._fragments, word_sets, strict=True)
+            replace(f, relevance=fragment_score(f.base_relevance, overlap(f.content)))
+            for f in self._fragments
         ]
         order = sorted(range(len(scored)), key=lambda i: -scored[i].relevance)
         # Dedup compares contents with the stopwords kept: they are part of what makes two
@@ -150,17 +148,15 @@ class MemorySynthesizer:
 
     def select(self, query: str) -> list[MemoryFragment]:
         """The ranked fragments that fit ``max_tokens`` once rendered (skip and continue)."""
-        enc = get_encoding(self.encoding)
-        chosen: list[MemoryFragment] = []
-        used = 0
-        for fragment in self.ranked(query):
-            # +1 for the newline joining it to the previous line.
-            cost = len(enc.encode_ordinary(render_line(fragment.source, fragment.content)))
-            cost += 1 if chosen else 0
-            if used + cost <= self.max_tokens:
-                chosen.append(fragment)
-                used += cost
-        while chosen and len(enc.encode_ordinary(render(chosen))) > self.max_tokens:
+        count = self.tokenizer.counter(self.encoding)
+        ranked = self.ranked(query)
+        # n lines cost their tokens and n - 1 joining newlines: each line + 1 within the
+        # budget + 1. Estimated by parts, so the rendered block is checked below.
+        costs = [count(render_line(f.source, f.content)) + 1 for f in ranked]
+        values = [f.relevance for f in ranked]
+        fits = select_greedy(values, costs, self.max_tokens + 1, max_skips=len(ranked) + 1)
+        chosen = [ranked[i] for i in fits.indices]
+        while chosen and count(render(chosen)) > self.max_tokens:
             chosen.pop()
         return chosen
 

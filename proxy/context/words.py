@@ -1,11 +1,15 @@
 r"""Words of a text as the context engine compares them: normalised, stemmed, matched, weighted.
 
-Normalisation: case-folded, punctuation stripped (``[^\W_]+`` runs), optionally without English
-stopwords and with light stemming (one of -ing, -ed, -es, -s removed, keeping 3+ letters, never
--ss). ``query_matcher`` finds a query's words in many texts (a set lookup of each word for ASCII
-text, one compiled regex scan otherwise);
+A text's words are its case-folded maximal letter/digit runs (``[^\W_]+``, so punctuation and
+``_`` split words): ``word_runs``, optionally without English stopwords and with light stemming
+(one of -ing, -ed, -es, -s removed, keeping 3+ letters, never -ss). ``query_matcher`` finds a
+query's words in many texts by looking each run up among the query's word forms;
 ``idf_weights``/``weighted_overlap`` weight query words by their rarity among the candidates.
-Pure functions, no state.
+Dedup compares other sets (``dedup_words``: split at whitespace and punctuation only).
+
+ASCII text, the common case, is split with one byte-table translation in C instead of the
+regex; each table is derived from the general rule it stands for, so the two cannot drift apart,
+and property tests compare them on arbitrary text. Pure functions, no state.
 """
 
 from __future__ import annotations
@@ -112,19 +116,19 @@ PUNCTUATION_TO_SPACE = str.maketrans(
         " ",
     )
 )
-# The same mapping for ASCII text as one byte table, with case folding (ASCII casefold is lower).
-ASCII_FOLD = (
-    bytes(range(256))
-    .translate(bytes.maketrans(string.punctuation.encode(), b" " * len(string.punctuation)))
-    .lower()
-)
 
 
-# ASCII text with every non-alphanumeric byte as a space and case folded: its split gives the
-# maximal ``[^\W_]`` runs the query regex would match at.
-ASCII_WORD_FOLD = bytes(
-    byte if chr(byte).isascii() and chr(byte).isalnum() else 0x20 for byte in range(256)
-).lower()
+def ascii_table(rule: Callable[[str], str]) -> bytes:
+    """A byte translation table applying ``rule`` (one character to one ASCII character) to each
+    ASCII byte; bytes above 127 never occur in ASCII text and map to themselves."""
+    table = bytes(ord(rule(chr(byte))) for byte in range(128))
+    return table + bytes(range(128, 256))
+
+
+# ``word_runs`` for ASCII: a letter or digit case-folded, anything else a space.
+ASCII_WORD_FOLD = ascii_table(lambda c: c.casefold() if WORD.fullmatch(c) else " ")
+# ``dedup_words`` for ASCII: case-folded, punctuation a space.
+ASCII_FOLD = ascii_table(lambda c: c.casefold().translate(PUNCTUATION_TO_SPACE))
 MATCH_SUFFIXES = ("", "ing", "ed", "es", "s")
 
 
@@ -133,11 +137,21 @@ def stem(word: str) -> str:
     return STEM.sub(r"\1", word)
 
 
+def word_runs(text: str) -> list[str]:
+    """The case-folded maximal letter/digit runs of ``text``: ``WORD.findall(text.casefold())``.
+
+    ASCII text takes a byte-table translation and a split in C, several times faster.
+    """
+    if text.isascii():
+        return text.encode().translate(ASCII_WORD_FOLD).decode().split()
+    return WORD.findall(text.casefold())
+
+
 def normalise_words(
     text: str, *, stopwords: frozenset[str] = NO_WORDS, stemmed: bool = False
 ) -> frozenset[str]:
     """Case-folded words without punctuation, optionally without stopwords and stemmed."""
-    words = frozenset(WORD.findall(text.casefold()))
+    words = frozenset(word_runs(text))
     if stopwords:
         words = words - stopwords
     if stemmed:
@@ -150,8 +164,8 @@ def dedup_words(text: str) -> frozenset[str]:
     """Case-folded words split at whitespace and punctuation: the sets dedup compares.
 
     ``str.translate`` plus ``split`` run in C, several times faster than the word regex; they
-    split at ASCII and common typographic punctuation only. ASCII text (the common case) takes
-    a byte-table translation, which folds case in the same pass and is about twice as fast.
+    split at ASCII and common typographic punctuation only. ASCII text takes a byte table that
+    folds case in the same pass, about twice as fast.
     """
     if text.isascii():
         return frozenset(text.encode().translate(ASCII_FOLD).decode().split())
@@ -166,38 +180,24 @@ def keyword_overlap(query_words: frozenset[str], content_words: frozenset[str]) 
 
 
 def query_matcher(query_words: frozenset[str], *, stemmed: bool) -> Callable[[str], set[str]]:
-    """Return a function giving the query words found in a text (one compiled regex scan).
+    """Return a function giving the query words found in a text.
 
-    ``len(found) / len(query_words)`` equals ``keyword_overlap(query_words,
-    normalise_words(text, ...))``; with ``stemmed`` a query stem also matches the stem plus one
-    of the suffixes ``stem`` strips (equal to comparing stemmed word sets except for rare words
-    whose shortest stem differs).
+    A query word is found where a whole word of the text (``word_runs``) is that word or, with
+    ``stemmed``, that word plus one of the suffixes ``stem`` strips; where two query words fit
+    one text word the longer wins. Unstemmed, ``len(found) / len(query_words)`` equals
+    ``keyword_overlap(query_words, normalise_words(text))``. Stemmed, it is close to comparing
+    stemmed word sets but not equal: a query stem also finds a word whose own stem would be
+    under 3 letters (``go`` finds ``going``, which ``stem`` leaves whole).
     """
-    if not query_words:
-        return lambda text: set()
-    alternatives = "|".join(sorted(map(re.escape, query_words), key=len, reverse=True))
-    suffix = "(?:ing|ed|es|s)?" if stemmed else ""
-    source = rf"(?<![^\W_])({alternatives}){suffix}(?![^\W_])"
-    # Compiled on the first non-ASCII text only: every query is new, so ``re``'s cache never
-    # hits, and compiling cost ~0.1 ms a request that ASCII-only candidates never needed.
-    compiled: list[re.Pattern[str]] = []
-    # The regex matches whole alphanumeric runs, trying the longest query word first: for ASCII
-    # text a set lookup of each run among the word forms gives the same words, faster.
     forms: dict[str, str] = {}
-    for word in sorted(query_words, key=len):  # longer words overwrite: the regex prefers them
+    for word in sorted(query_words, key=len):  # longer words overwrite: they win a tie
         for ending in MATCH_SUFFIXES if stemmed else ("",):
             forms[word + ending] = word
     lookup = forms.__getitem__
     keys = forms.keys()
 
     def found(text: str) -> set[str]:
-        if text.isascii():
-            return set(
-                map(lookup, keys & text.encode().translate(ASCII_WORD_FOLD).decode().split())
-            )
-        if not compiled:
-            compiled.append(re.compile(source))
-        return set(compiled[0].findall(text.casefold()))
+        return set(map(lookup, keys & word_runs(text)))
 
     return found
 

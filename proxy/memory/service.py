@@ -51,6 +51,7 @@ from proxy.memory.inputs import (
 from proxy.memory.parsing import parse_memories
 from proxy.memory.retriever import Retrieval, Retriever
 from proxy.memory.store import MemoryStore, Page, with_tokens
+from proxy.tokenizer import count_tokens
 
 # The one token count the API shows: o200k_base, the encoding of OpenAI's current models
 # (gpt-4o, gpt-4.1, o-series). Both stored encodings stay in the record (adr/0070).
@@ -98,6 +99,11 @@ def build_records(
     ]
 
 
+def count_api_tokens(text: str) -> int:
+    """Tokens of ``text`` in ``API_TOKEN_ENCODING`` (for a record stored without its count)."""
+    return count_tokens(text, API_TOKEN_ENCODING)
+
+
 def memory_object(record: MemoryRecord) -> dict[str, object]:
     """The API shape of a memory (``tokens`` counted in ``API_TOKEN_ENCODING``)."""
     return {
@@ -106,7 +112,7 @@ def memory_object(record: MemoryRecord) -> dict[str, object]:
         "user": record.user,
         "source": record.source,
         "content": record.content,
-        "tokens": record.token_count(API_TOKEN_ENCODING),
+        "tokens": record.token_count(API_TOKEN_ENCODING, count_api_tokens),
         "confidence": record.confidence,
         "usefulness": record.usefulness,
         "retrieval_count": record.retrieval_count,

@@ -19,8 +19,9 @@ from typing import Protocol
 import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.context.tokens import STORED_ENCODINGS, count_all
+from proxy.context.tokens import STORED_ENCODINGS
 from proxy.errors import RequestError, StoreError
+from proxy.tokenizer import count_all
 
 # The user of tenant-shared memories: every user's search sees them.
 SHARED_USER = ""

@@ -14,8 +14,8 @@ from dataclasses import asdict
 import orjson
 from starlette.responses import Response
 
+from proxy.context.allocation import TokenBudget
 from proxy.context.assembler import Assembly, MemoryExplanation
-from proxy.context.budget import TokenBudget
 
 EXPLAIN_OBJECT = "memory.explain"
 NOTE_BOUNDS = (

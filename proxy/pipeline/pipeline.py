@@ -33,12 +33,12 @@ import orjson
 from proxy.background import Job, Spawner
 from proxy.cache.outcome import CacheOutcome, cache_outcome
 from proxy.cache.protocol import MemoryCache
+from proxy.context.allocation import BudgetCalculator, TokenBudget
 from proxy.context.assembler import AssemblerConfig, Assembly, assemble
-from proxy.context.billing import message_key, walk_size
-from proxy.context.budget import EXACT, TokenBudget, TokenBudgetCalculator
+from proxy.context.billing import EXACT, message_key, walk_size
 from proxy.context.inject import inject
-from proxy.context.render import LineRenderer, line_renderer
-from proxy.context.tokens import STORED_ENCODINGS, encoding_name_for_model, longest_token_bytes
+from proxy.context.render import BlockTokens
+from proxy.context.tokens import STORED_ENCODINGS
 from proxy.memory.retriever import EMBED, SEARCH, Retrieval, Retriever
 from proxy.memory.service import MemoryWriter
 from proxy.metrics import Metrics
@@ -154,7 +154,7 @@ class Pipeline:
         self,
         settings: MemorySettings,
         *,
-        calculator: TokenBudgetCalculator,
+        calculator: BudgetCalculator,
         retriever: Retriever | None,
         metrics: Metrics,
         spawn: Spawner,
@@ -181,17 +181,19 @@ class Pipeline:
         self.configs = {
             kind: AssemblerConfig(packer=kind, max_tokens=None) for kind in ("optimal", "greedy")
         }
-        self._lines: dict[str, LineRenderer] = {}
+        self._blocks: dict[str, BlockTokens] = {}
         for encoding in STORED_ENCODINGS:  # first-use costs paid at start, not by a request
-            longest_token_bytes(encoding)
+            calculator.tokenizer.longest_token_bytes(encoding)
+            self._block_tokens(encoding)
 
-    def _line_renderer(self, encoding: str) -> LineRenderer:
-        """This pipeline's memoised line renderer for ``encoding`` (bounded, per instance)."""
-        renderer = self._lines.get(encoding)
-        if renderer is None:
-            memo = functools.lru_cache(maxsize=LINE_CACHE_ENTRIES)(line_renderer(encoding))
-            renderer = self._lines[encoding] = memo
-        return renderer
+    def _block_tokens(self, encoding: str) -> BlockTokens:
+        """This pipeline's block arithmetic for ``encoding``, memoising rendered lines."""
+        tokens = self._blocks.get(encoding)
+        if tokens is None:
+            count = self.calculator.tokenizer.counter(encoding)
+            tokens = BlockTokens(encoding, count, lines_kept=LINE_CACHE_ENTRIES)
+            self._blocks[encoding] = tokens
+        return tokens
 
     async def prepare(
         self, tenant: Tenant, headers: Mapping[str, str], body: dict[str, object]
@@ -261,9 +263,8 @@ class Pipeline:
             query,
             budget.memory_tokens,
             now=self.clock(),
-            encoding=budget.encoding,
+            tokens=self._block_tokens(budget.encoding),
             config=self.configs[run.tenant.memory.packer],
-            line=self._line_renderer(budget.encoding),
         )
         run.clock.mark("assemble")
 
@@ -278,7 +279,7 @@ class Pipeline:
         items = walk_size(body)
         per_message = None
         if items > WALK_ON_LOOP_ITEMS:  # in slices, letting the loop serve others in between
-            encoding = encoding_name_for_model(str(body.get("model") or ""))
+            encoding = calculator.encoding_for(str(body.get("model") or ""))
             uppers: list[int] = []
             lowers: list[int] = []
             for start in range(0, len(run.messages), WALK_ON_LOOP_ITEMS):

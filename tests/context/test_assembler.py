@@ -17,11 +17,13 @@ from proxy.context.assembler import (
 )
 from proxy.context.bundle import BundleConfig
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.context.tokens import count_all, count_tokens
 from proxy.errors import ConfigError
+from proxy.tokenizer import count_all, count_tokens
+from tests.context.support import block_tokens
 
 NOW = datetime(2026, 1, 15, tzinfo=UTC)
 ENC = "o200k_base"
+TOKENS = block_tokens(ENC)
 
 
 def cand(
@@ -52,7 +54,7 @@ CANDIDATES = [
 
 
 def test_pipeline_keeps_every_intermediate_figure() -> None:
-    result = assemble(CANDIDATES, "How do I fix Docker networking?", 500, now=NOW, encoding=ENC)
+    result = assemble(CANDIDATES, "How do I fix Docker networking?", 500, now=NOW, tokens=TOKENS)
     by_id = {m.id: m for m in result.candidates}
     assert by_id["dup"].status == "duplicate"
     assert result.dropped["duplicate"] == ("dup",)
@@ -65,7 +67,7 @@ def test_pipeline_keeps_every_intermediate_figure() -> None:
         "How do I fix Docker networking?",
         500,
         now=NOW,
-        encoding=ENC,
+        tokens=TOKENS,
         config=AssemblerConfig(idf_overlap=False),
     )
     plain_docker = next(m for m in plain.candidates if m.id == "docker")
@@ -91,7 +93,7 @@ def test_pipeline_keeps_every_intermediate_figure() -> None:
 
 @pytest.mark.parametrize("budget", [0, 10, 30, 45, 60, 80, 120])
 def test_block_never_exceeds_the_budget(budget: int) -> None:
-    result = assemble(CANDIDATES, "yaml docker", budget, now=NOW, encoding=ENC)
+    result = assemble(CANDIDATES, "yaml docker", budget, now=NOW, tokens=TOKENS)
     assert result.rendered_tokens == count_tokens(result.block, ENC) <= budget
     if not result.packed:
         assert result.block == ""
@@ -99,7 +101,7 @@ def test_block_never_exceeds_the_budget(budget: int) -> None:
 
 def test_cap_limits_the_budget() -> None:
     config = AssemblerConfig(max_tokens=40)
-    result = assemble(CANDIDATES, "yaml", 10_000, now=NOW, encoding=ENC, config=config)
+    result = assemble(CANDIDATES, "yaml", 10_000, now=NOW, tokens=TOKENS, config=config)
     assert result.effective_budget == 40
     assert result.rendered_tokens <= 40
 
@@ -107,7 +109,7 @@ def test_cap_limits_the_budget() -> None:
 def test_bundle_cap_drops_the_lowest() -> None:
     many = [cand(str(n), f"fact number {n} about topic {n}", n / 100) for n in range(30)]
     config = AssemblerConfig(bundle=BundleConfig(max_items=5, min_salience_threshold=0.0))
-    result = assemble(many, "facts", 5_000, now=NOW, encoding=ENC, config=config)
+    result = assemble(many, "facts", 5_000, now=NOW, tokens=TOKENS, config=config)
     assert len(result.dropped["bundle"]) == 25
     assert {m.id for m in result.packed} == {"29", "28", "27", "26", "25"}
 
@@ -118,9 +120,14 @@ def test_greedy_and_optimal_configs() -> None:
         cand(f"s{n}", f"short note {n} on beta", 0.5) for n in range(6)
     ]
     greedy = assemble(
-        items, "beta", 90, now=NOW, encoding=ENC, config=AssemblerConfig(packer="greedy")
+        items,
+        "beta",
+        90,
+        now=NOW,
+        tokens=TOKENS,
+        config=AssemblerConfig(packer="greedy"),
     )
-    optimal = assemble(items, "beta", 90, now=NOW, encoding=ENC)
+    optimal = assemble(items, "beta", 90, now=NOW, tokens=TOKENS)
     assert optimal.total_value >= greedy.total_value
     assert optimal.packer == "optimal"
     assert greedy.packer == "greedy"
@@ -141,7 +148,7 @@ def test_bad_config_is_rejected(bad: dict[str, object]) -> None:
 
 
 def test_empty_candidates() -> None:
-    result = assemble([], "anything", 1_000, now=NOW, encoding=ENC)
+    result = assemble([], "anything", 1_000, now=NOW, tokens=TOKENS)
     assert (result.block, result.rendered_tokens, result.packed) == ("", 0, ())
 
 
@@ -160,7 +167,7 @@ def test_rendered_block_fits_exactly(
     items: list[tuple[str, float]], budget: int, encoding: str
 ) -> None:
     candidates = [cand(str(n), text, sim) for n, (text, sim) in enumerate(items)]
-    result = assemble(candidates, "query words", budget, now=NOW, encoding=encoding)
+    result = assemble(candidates, "query words", budget, now=NOW, tokens=block_tokens(encoding))
     assert result.rendered_tokens == count_tokens(result.block, encoding) <= budget
     statuses = {m.status for m in result.candidates}
     assert statuses <= {"packed", "bundle", "duplicate", "packer", "trimmed"}
@@ -200,7 +207,7 @@ def test_ranking_matches_the_reference_formulas(
     query = "docker networking deploy config ports"
     pool = [cand(f"m{i}", " ".join(w), sim, src) for i, (w, sim, src) in enumerate(specs)]
     config = AssemblerConfig(idf_overlap=idf)
-    result = assemble(pool, query, 4_500, now=NOW, encoding=ENC, config=config)
+    result = assemble(pool, query, 4_500, now=NOW, tokens=TOKENS, config=config)
     query_words = normalise_words(query, stopwords=STOPWORDS, stemmed=True)
     matches = [query_matcher(query_words, stemmed=True)(c.record.content) for c in pool]
     weights = idf_weights(matches)

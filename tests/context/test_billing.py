@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from proxy.context import billing
 from proxy.context.billing import message_key
 from proxy.context.budget import TokenBudgetCalculator
-from proxy.context.tokens import count_tokens
+from proxy.tokenizer import count_tokens, tiktoken_tokenizer
+
+TOKENIZER = tiktoken_tokenizer()
 
 
 def test_message_overhead_matches_openai_cookbook() -> None:
@@ -164,9 +166,13 @@ def test_bounds_enclose_the_exact_count_for_any_json_shape(body: dict[str, Any])
 )
 def test_utf8_bounds_of_one_text(text: str) -> None:
     for encoding in ("o200k_base", "cl100k_base"):
-        exact = billing.measure(encoding)(text)
-        assert billing.measure(encoding, billing.LOWER_BOUND)(text) <= exact
-        assert exact <= billing.measure(encoding, billing.UPPER_BOUND)(text) == len(text.encode())
+        exact = billing.measure(TOKENIZER, encoding)(text)
+        assert billing.measure(TOKENIZER, encoding, billing.LOWER_BOUND)(text) <= exact
+        assert (
+            exact
+            <= billing.measure(TOKENIZER, encoding, billing.UPPER_BOUND)(text)
+            == len(text.encode())
+        )
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from proxy.context.budget import (
     ModelLimits,
     TokenBudgetCalculator,
 )
-from proxy.context.tokens import count_tokens
+from proxy.tokenizer import count_tokens
 
 
 def test_hello_world_is_two_tokens() -> None:

@@ -15,7 +15,6 @@ from proxy.context.bundle import (
     ContextItem,
     calculate_priority_score,
     calculate_recency_score,
-    keep_all_stats,
 )
 from proxy.errors import ConfigError
 
@@ -117,32 +116,3 @@ def test_bundle_keeps_the_top_priorities_sorted(values: list[float], cap: int) -
     assert kept == eligible[:cap]
     assert len(bundle) == min(cap, len(eligible))
     assert len(bundle) + len(acc.dropped()) == len(values)
-
-
-@given(
-    st.lists(st.floats(min_value=0.0, max_value=1.0), max_size=12),
-    st.integers(min_value=1, max_value=12),
-    st.sampled_from([0.0, 0.2]),
-    st.sampled_from([0.0, 0.3]),
-)
-def test_keep_all_stats_equals_the_accumulator(
-    saliences: list[float], max_items: int, floor: float, recency_weight: float
-) -> None:
-    config = BundleConfig(
-        max_items=max_items,
-        recency_weight=recency_weight,
-        salience_weight=0.9,
-        min_salience_threshold=floor,
-    )
-    accumulator = BundleAccumulator(config, now=NOW)
-    results = [
-        accumulator.add(ContextItem(str(i), "", s, NOW - timedelta(days=i)))
-        for i, s in enumerate(saliences)
-    ]
-    stats = keep_all_stats(config, saliences)
-    fits = len(saliences) <= max_items and all(s >= floor for s in saliences)
-    if recency_weight == 0.0 and fits:
-        assert stats == accumulator.stats()
-        assert all(r is AddResult.ADDED for r in results)
-    else:
-        assert stats is None

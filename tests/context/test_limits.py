@@ -1,28 +1,9 @@
-"""Tests for the model limits table (litellm loaded once per session)."""
+"""Tests for the pure model limits table."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
-import pytest
-
 from proxy.context import limits
-from proxy.context.limits import ModelLimit, ModelLimits, limits_from_model_map
-
-
-@pytest.fixture(scope="session")
-def litellm_limits() -> ModelLimits:
-    """litellm's model map, loaded once per test session."""
-    return limits.load_model_limits()
-
-
-def test_seed_models_hold_over_litellm(litellm_limits: ModelLimits) -> None:
-    for name, window in limits.MODEL_CONTEXT_WINDOWS.items():
-        assert litellm_limits.lookup(name).context_window == window
-    assert litellm_limits.lookup("gpt-4.1").context_window > 128_000
-    assert litellm_limits.lookup("openai/gpt-4o-mini").context_window == 128_000
-    assert len(litellm_limits.table) > 1_000
+from proxy.context.limits import ModelLimit, limits_from_model_map
 
 
 def test_limits_from_model_map_skips_bad_entries() -> None:
@@ -38,33 +19,3 @@ def test_limits_from_model_map_skips_bad_entries() -> None:
     assert table.lookup("b") == ModelLimit(500, None)
     assert table.lookup("c") == limits.UNKNOWN_MODEL
     assert table.lookup("gpt-4").context_window == 8_192
-
-
-@pytest.mark.parametrize(
-    ("model", "window"),
-    [
-        ("claude-sonnet-4-20250514", 200_000),
-        ("anthropic/claude-3-5-sonnet-20241022", 200_000),
-        ("meta-llama/Llama-3.1-8B-Instruct", 131_072),
-        ("llama3.3:70b", 131_072),
-        ("gpt-oss-120b", 131_072),
-        ("totally-unknown-model", limits.DEFAULT_CONTEXT_WINDOW),
-    ],
-)
-def test_families_cover_models_litellm_lacks(
-    litellm_limits: ModelLimits, model: str, window: int
-) -> None:
-    assert litellm_limits.lookup(model).context_window == window
-
-
-def test_model_map_is_read_without_importing_litellm() -> None:
-    model_map = limits.read_litellm_model_map()
-    assert model_map is not None
-    assert model_map["gpt-4o"]["max_input_tokens"] == 128_000
-    # A fresh interpreter: other tests of this session may have imported litellm already.
-    code = (
-        "import sys; from proxy.context.limits import load_model_limits; "
-        "table = load_model_limits().table; "
-        "assert len(table) > 1000 and 'litellm' not in sys.modules, sorted(sys.modules)[:5]"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

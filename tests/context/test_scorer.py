@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.context import scorer
+from proxy.context import ranking, scorer
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.scorer import MemoryScorer
 
@@ -213,12 +213,31 @@ def test_older_never_scores_higher(age_a: int, age_b: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "count", [0, 1, 25, 49, 50, 51, 10**6, 2**60, -1, -(10**6), None, float("nan"), 3.5, "7", "x"]
+    ("count", "expected"),
+    [
+        (0, 0.0),
+        (1, 0.02),
+        (25, 0.5),
+        (49, 0.98),
+        (50, 1.0),
+        (51, 1.0),
+        (10**6, 1.0),
+        (2**60, 1.0),
+        (-1, 0.0),
+        (-(10**6), 0.0),
+        (None, 0.0),
+        (float("nan"), 0.0),
+        (3.5, 0.07),
+        ("7", 0.14),
+        ("x", 0.0),
+    ],
 )
-def test_fast_frequency_equals_frequency(count: Any) -> None:
-    assert scorer.fast_frequency(count) == scorer.frequency(count)
+def test_loose_counts_convert_to_the_engine_frequency(count: Any, expected: float) -> None:
+    assert scorer.frequency(count) == expected
+    if isinstance(count, int | float):  # what a typed record can hold: the engine's own rule
+        assert ranking.frequency(count) == scorer.frequency(count)
 
 
 @given(st.integers(min_value=-(10**20), max_value=10**20))
-def test_fast_frequency_equals_frequency_for_ints(count: int) -> None:
-    assert scorer.fast_frequency(count) == scorer.frequency(count)
+def test_typed_frequency_equals_the_seed_rule_for_ints(count: int) -> None:
+    assert ranking.frequency(count) == scorer.frequency(count)

@@ -9,7 +9,7 @@ from proxy.context.synthesizer import (
     fragment_score,
     render_line,
 )
-from proxy.context.tokens import count_tokens
+from proxy.tokenizer import count_tokens
 
 QUERY = "How do I fix Docker networking?"
 

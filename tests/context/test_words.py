@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from proxy.context.words import (
     PUNCTUATION_TO_SPACE,
     STOPWORDS,
+    WORD,
     dedup_words,
     idf_weights,
     keyword_overlap,
@@ -18,6 +19,7 @@ from proxy.context.words import (
     overlap_matcher,
     query_matcher,
     weighted_overlap,
+    word_runs,
 )
 
 
@@ -86,6 +88,7 @@ ASCII_PIECES = ["go", "goes", "bus", "bu", "ses", "ing", "ed", "s", "X", "_", "-
     st.frozensets(st.sampled_from(["go", "goes", "bus", "bu", "b", "x9", "é"]), max_size=4),
     st.booleans(),
 )
+@example("it goes", frozenset({"go", "goes"}), True)  # two query words fit: the longer wins
 def test_query_matcher_ascii_lookup_equals_the_regex(
     text: str, query_words: frozenset[str], stemmed: bool
 ) -> None:
@@ -95,3 +98,8 @@ def test_query_matcher_ascii_lookup_equals_the_regex(
     pattern = re.compile(rf"(?<![^\W_])({alternatives}){suffix}(?![^\W_])")
     expected = set(pattern.findall(text.casefold())) if query_words else set()
     assert query_matcher(query_words, stemmed=stemmed)(text) == expected
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
+def test_word_runs_ascii_table_equals_the_word_regex(text: str) -> None:
+    assert word_runs(text) == WORD.findall(text.casefold())

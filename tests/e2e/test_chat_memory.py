@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
-from proxy.context.tokens import count_tokens, encoding_name_for_model
+from proxy.tokenizer import count_tokens, encoding_name_for_model
 from tests.e2e.conftest import API_KEY, MemoryProxy
 
 MODEL = "gpt-4o-mini"

@@ -12,10 +12,10 @@ import pytest
 from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
 from proxy.context.records import MemoryRecord
-from proxy.context.tokens import count_all
 from proxy.errors import ConfigError, RequestError, StoreError
 from proxy.memory.retriever import Retrieval, Retriever
 from proxy.memory.store import MemoryStore, SearchQuery
+from proxy.tokenizer import count_all
 from tests.memory.support import (
     DIM,
     HashEmbedder,

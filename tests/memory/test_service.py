@@ -15,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.context.tokens import count_tokens
 from proxy.errors import EmbedderError, NotFound, RequestError
 from proxy.memory.edge import EdgeStore
 from proxy.memory.inputs import MemoryInput, SetUsefulness, Vote
@@ -27,6 +26,7 @@ from proxy.memory.service import (
     memory_object,
 )
 from proxy.memory.store import Page, SearchQuery
+from proxy.tokenizer import count_tokens
 
 DIM = 4
 UP = Vote(useful=True)

@@ -24,7 +24,6 @@ from proxy.context.billing import message_key
 from proxy.context.budget import MODEL_OVERRIDES, ModelLimit, ModelLimits, TokenBudgetCalculator
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.render import BLOCK_OPEN
-from proxy.context.tokens import count_tokens
 from proxy.memory.retriever import Retriever
 from proxy.metrics import Metrics
 from proxy.pipeline.contract import Completion
@@ -32,6 +31,8 @@ from proxy.pipeline.explain import NOTE_BOUNDS
 from proxy.pipeline.pipeline import Pipeline
 from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
+from proxy.tokenizer import count_tokens, tiktoken_tokenizer
+from tests.fakes.tokenizer import SpyTokenizer
 
 DIMS = 4
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
@@ -77,7 +78,10 @@ class FakeStore:
 
 
 def build(
-    store: Any = None, embedder: Any = None, lookups: list[tuple[str, int, int]] | None = None
+    store: Any = None,
+    embedder: Any = None,
+    lookups: list[tuple[str, int, int]] | None = None,
+    calculator: TokenBudgetCalculator | None = None,
 ) -> Pipeline:
     def spawn(coro: Coroutine[Any, Any, None]) -> None:
         coro.close()
@@ -89,7 +93,7 @@ def build(
     cache = RequestCache(LocalCache(100), on_lookup=hook)
     return Pipeline(
         MemorySettings(deadline_ms=200.0),
-        calculator=TokenBudgetCalculator(memory_cap=None),
+        calculator=calculator or TokenBudgetCalculator(memory_cap=None),
         retriever=retriever(store, embedder, cache),
         counts=cache,
         metrics=Metrics(),
@@ -188,19 +192,15 @@ async def test_a_conversation_counts_only_its_new_messages() -> None:
     assert tokens == [(3, 1)]
 
 
-async def test_a_budget_the_byte_bound_settles_counts_nothing(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import proxy.context.billing as billing
-
-    def no_tokenizer(encoding: str) -> Any:
-        raise AssertionError("the tokenizer was loaded")
-
-    monkeypatch.setattr(billing, "get_encoding", no_tokenizer)
+async def test_a_budget_the_byte_bound_settles_counts_nothing() -> None:
+    tokenizer = SpyTokenizer(tiktoken_tokenizer())
+    calculator = TokenBudgetCalculator(memory_cap=None, tokenizer=tokenizer)
     lookups: list[tuple[str, int, int]] = []
-    prepared = await build(FakeStore(), FakeEmbedder(), lookups).prepare(
+    prepared = await build(FakeStore(), FakeEmbedder(), lookups, calculator).prepare(
         TENANT, {}, body("what is my dog called?")
     )
+    # Only the memory block's framing and line were counted, no text of the request.
+    assert all("dog called" not in text and text != "user" for text in tokenizer.counted)
     assert prepared.response_headers["X-Memory-Status"] == "injected"
     assert prepared.response_headers["X-Memory-Budget"] == str(SETTINGS.max_tokens)
     assert [kind for kind, _, _ in lookups if kind == "tokens"] == []  # no count-cache trip
@@ -263,21 +263,16 @@ def test_the_block_never_exceeds_the_budget(contents: list[str], cap: int) -> No
 async def test_a_memory_line_is_rendered_once_across_requests(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import proxy.pipeline.pipeline as module
+    import proxy.context.render as module
 
     rendered: list[tuple[str, str]] = []
-    plain = module.line_renderer
+    plain = module.line_text
 
-    def counting(encoding: str) -> Any:
-        render = plain(encoding)
+    def spy(source: str, content: str) -> str:
+        rendered.append((source, content))
+        return plain(source, content)
 
-        def spy(source: str, content: str) -> tuple[str, int]:
-            rendered.append((source, content))
-            return render(source, content)
-
-        return spy
-
-    monkeypatch.setattr(module, "line_renderer", counting)
+    monkeypatch.setattr(module, "line_text", spy)
     pipeline = build(FakeStore(), FakeEmbedder())
     first = await pipeline.prepare(TENANT, {}, body("what is my dog called?"))
     second = await pipeline.prepare(TENANT, {}, body("and what does my dog eat?"))

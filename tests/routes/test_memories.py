@@ -13,11 +13,11 @@ import httpx
 import pytest
 
 from proxy.app import create_app
-from proxy.context.limits import load_model_limits
-from proxy.context.tokens import count_tokens
 from proxy.errors import StoreError
 from proxy.memory.inputs import MAX_BATCH_MEMORIES
+from proxy.model_limits import load_model_limits
 from proxy.settings import LimitsSettings, Settings, StoreSettings, load_settings, replace
+from proxy.tokenizer import count_tokens
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
 

@@ -1,0 +1,332 @@
+"""The context engine of this checkout against another one: same outputs, and time ratios.
+
+Two worker processes, one per tree, each importing its own tree's engine:
+
+1. Outputs: both run the same cases (``assemble`` on LoCoMo memory texts plus non-ASCII and
+   fence-like ones, every assembler setting, both encodings; the seed classes on loose inputs)
+   under one ``PYTHONHASHSEED`` and report a digest per case; cases whose digests differ are
+   listed. Set iteration order, hence the last bits of float sums, depends on the hash seed.
+2. Time: every measurement (``assemble`` with memoised or freshly counted lines, budgets of a
+   100-message conversation, the optimal packer, dedup) runs in batches alternating between the
+   trees, so drift on a shared machine hits both alike; p50 and p10 per tree and their ratio.
+
+    git archive <commit> | tar -x -C /tmp/engine-before
+    .venv/bin/python bench/context_pair.py --baseline-tree /tmp/engine-before
+    .venv/bin/python bench/context_pair.py --smoke    # this tree against itself, for CI
+
+A tree from before ADR 0093 has no ``BlockTokens``: the worker calls its ``assemble`` with
+``encoding=`` and a memoised ``line_renderer`` (or none, for fresh counts) instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+HASH_SEED = "1"
+LINES_KEPT = 16_384  # the pipeline's memo size
+EXTRA_TEXTS = [
+    "Café crème — naïve façade",
+    "東京で会いました。日本語のテキスト",
+    "Straße STRASSE straße",
+    "goes going gone",
+    "Ünïcödé wörds and émojis 🙂 here",
+]
+QUERIES = [
+    "When did Caroline go to the LGBTQ support group and what did she learn there?",
+    "What did Melanie paint last summer?",
+    "When is the café straße meeting?",
+    "日本語",
+    "goes",
+]
+
+
+def digest(value: Any) -> str:
+    """A short stable digest of a JSON-able value."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class Engine:
+    """One tree's engine, as the worker process imported it."""
+
+    def __init__(self) -> None:
+        import bench.context as bc
+        from proxy.context import render
+
+        self.bc = bc
+        self.render = render
+        self.new_api = hasattr(render, "BlockTokens")
+
+    def assemble_kwargs(self, encoding: str, memoised: bool) -> dict[str, Any]:
+        """How this tree's ``assemble`` takes its encoding and line counts."""
+        if self.new_api:
+            from proxy.tokenizer import tiktoken_tokenizer
+
+            count = tiktoken_tokenizer().counter(encoding)
+            kept = LINES_KEPT if memoised else 0
+            return {"tokens": self.render.BlockTokens(encoding, count, lines_kept=kept)}
+        if not memoised:
+            return {"encoding": encoding}
+        line = functools.lru_cache(maxsize=LINES_KEPT)(self.render.line_renderer(encoding))
+        return {"encoding": encoding, "line": line}
+
+    def count_all(self, text: str) -> dict[str, int]:
+        """Both stored encodings' counts of ``text``."""
+        if self.new_api:
+            from proxy.tokenizer import count_all
+        else:
+            from proxy.context.tokens import count_all  # type: ignore[attr-defined,no-redef]
+        return count_all(text)
+
+
+def output_cases(engine: Engine, cases: int) -> dict[str, str]:
+    """Digests of the engine's and the seed classes' outputs on seeded random cases."""
+    from proxy.context.assembler import AssemblerConfig, assemble
+    from proxy.context.budget import TokenBudgetCalculator
+    from proxy.context.bundle import BundleAccumulator, BundleConfig, ContextItem
+    from proxy.context.packer import GreedyKnapsackPacker, OptimalKnapsackPacker
+    from proxy.context.records import Candidate, MemoryRecord
+    from proxy.context.scorer import MemoryScorer
+    from proxy.context.synthesizer import STOPWORDS, MemorySynthesizer
+
+    bc, now = engine.bc, engine.bc.NOW
+    texts = bc.TEXTS or [bc.sentence(random.Random(1), 12)]
+    configs = [
+        AssemblerConfig(),
+        AssemblerConfig(packer="greedy"),
+        AssemblerConfig(idf_overlap=False),
+        AssemblerConfig(drop_stopwords=False, stemmed=False),
+        AssemblerConfig(bundle=BundleConfig(max_items=12, min_salience_threshold=0.35)),
+        AssemblerConfig(bundle=BundleConfig(max_items=30, min_salience_threshold=0.0)),
+    ]
+    rnd = random.Random(11)
+    out: dict[str, str] = {}
+    for case in range(cases):
+        pool = []
+        for i in range(rnd.choice([0, 1, 5, 30, 100, 150])):
+            content = rnd.choice(texts + EXTRA_TEXTS)
+            if rnd.random() < 0.05:
+                content += " </memories> \n  tail"
+            record = MemoryRecord(
+                f"m{i}",
+                "t",
+                "u",
+                rnd.choice(bc.SOURCES),
+                content,
+                now - timedelta(days=rnd.uniform(-3, 400)),
+                confidence=rnd.choice([0.8, rnd.random(), 1.3]),
+                usefulness=rnd.random(),
+                retrieval_count=rnd.randint(0, 90),
+                tokens=engine.count_all(content) if rnd.random() < 0.9 else {},
+            )
+            pool.append(Candidate(record, rnd.uniform(-0.1, 1.05)))
+        query, budget = rnd.choice(QUERIES), rnd.choice([0, 30, 200, 1000, 4500])
+        config = rnd.choice(configs)
+        kwargs = engine.assemble_kwargs(
+            rnd.choice(["o200k_base", "cl100k_base"]), rnd.random() < 0.5
+        )
+        result = assemble(pool, query, budget, now=now, config=config, **kwargs)
+        out[f"assemble {case}"] = digest(
+            [result.explain(), result.bundle_stats, result.upper_bound]
+        )
+
+        synth = MemorySynthesizer(
+            max_tokens=rnd.choice([0, 20, 100, 600, 4500]),
+            stemmed=rnd.random() < 0.3,
+            stopwords=STOPWORDS if rnd.random() < 0.5 else frozenset(),
+        )
+        size = rnd.randint(0, 10)
+        for source in bc.SOURCES:
+            synth.add_fragments(source, rnd.sample(texts + EXTRA_TEXTS, size))
+        ranked = [(f.source, f.content, f.relevance) for f in synth.ranked(query)]
+        out[f"synthesizer {case} stemmed={synth.stemmed}"] = digest(
+            [synth.synthesize(query), ranked]
+        )
+
+        memories = [
+            {
+                "content": rnd.choice(texts),
+                "similarity": rnd.choice([rnd.random(), None, "0.3", float("nan"), 1.5]),
+                "created_at": rnd.choice(
+                    [(now - timedelta(days=rnd.uniform(-5, 100))).isoformat(), None, "bad"]
+                ),
+                "usefulness_score": rnd.choice([rnd.random(), None]),
+                "confidence": rnd.choice([rnd.random(), None, -2]),
+                "retrieval_count": rnd.choice([rnd.randint(-5, 99), None, "7", 2.5]),
+            }
+            for _ in range(size * 4)
+        ]
+        scored = MemoryScorer().score(memories, now=now)
+        out[f"scorer {case}"] = digest([s.composite_score for s in scored])
+        calc = TokenBudgetCalculator()
+        cap = rnd.choice([0, 50, 400, 4500])
+        packs = [
+            GreedyKnapsackPacker(calc).pack(scored, cap),
+            OptimalKnapsackPacker().pack(scored, cap),
+        ]
+        out[f"packers {case}"] = digest(
+            [(p.total_tokens, p.total_score, p.skipped_count, p.upper_bound) for p in packs]
+        )
+        bundle_config = rnd.choice(
+            [BundleConfig(), BundleConfig.token_efficient(), BundleConfig(max_items=3)]
+        )
+        accumulator = BundleAccumulator(bundle_config, now=now)
+        items = [
+            ContextItem(str(i), "", rnd.choice([rnd.random(), 0.5, 0.05]), now - timedelta(days=i))
+            for i in range(size * 4)
+        ]
+        added = [accumulator.add(item).value for item in items]
+        dropped = [(item.id, result.value) for item, result in accumulator.dropped()]
+        bundle = [item.id for item in accumulator.to_bundle()]
+        out[f"bundle {case}"] = digest([added, bundle, dropped, accumulator.stats()])
+        body = bc.conversation(rnd, rnd.randint(1, 30))
+        body["model"] = rnd.choice(["gpt-4o", "gpt-4", "unknown", "gpt-3.5-turbo"])
+        out[f"budget {case}"] = digest(
+            [calc.calculate_request(body, "be brief"), calc.bounds(body)]
+        )
+    return out
+
+
+def timed_actions(engine: Engine) -> dict[str, Callable[[], object]]:
+    """The measurements, by name."""
+    from proxy.context.assembler import AssemblerConfig, assemble
+    from proxy.context.budget import TokenBudgetCalculator
+    from proxy.context.dedup import dedup_order
+    from proxy.context.knapsack import select_optimal
+    from proxy.context.words import dedup_words
+
+    bc = engine.bc
+    rnd = random.Random(bc.SEED)
+    pools = {n: bc.candidates(rnd, n) for n in (100, 500)}
+    actions: dict[str, Callable[[], object]] = {}
+    for n, pool in pools.items():
+        for budget in (1_000, 4_500):
+            for kind in ("optimal", "greedy"):
+                config = AssemblerConfig(packer=kind)  # type: ignore[arg-type]
+                for memo in (True, False):
+                    kwargs = engine.assemble_kwargs("o200k_base", memo)
+                    name = f"assemble {n} {budget} {kind} {'memo' if memo else 'fresh'}"
+                    actions[name] = functools.partial(
+                        assemble, pool, bc.QUERY, budget, now=bc.NOW, config=config, **kwargs
+                    )
+    body = bc.conversation(random.Random(bc.SEED), 100)
+    calc = TokenBudgetCalculator()
+    cached = list(calc.calculate_request(body).message_counts)
+    actions["budget, 100 messages, counted"] = lambda: calc.calculate_request(body)
+    actions["budget, 100 messages, cached"] = lambda: calc.calculate_request(
+        body, cached_counts=cached
+    )
+    actions["budget, 100 messages, bounds"] = lambda: calc.bounds(body)
+    instances = [bc.realistic_instance(rnd, 100) for _ in range(20)]
+    actions["optimal packer, 20 x 100 items"] = lambda: [
+        select_optimal(v, w, 4_500) for v, w in instances
+    ]
+    texts = [c.record.content for c in pools[500]]
+    sets = [dedup_words(t) for t in texts]
+    actions["dedup_words, 500 texts"] = lambda: [dedup_words(t) for t in texts]
+    actions["dedup_order, 500 sets"] = lambda: dedup_order(sets, range(len(sets)))
+    return actions
+
+
+def worker(tree: Path, cases: int) -> None:
+    """Serve one tree: print output digests, then time ``name count`` requests from stdin."""
+    sys.path.insert(0, str(tree))
+    engine = Engine()
+    print(json.dumps(output_cases(engine, cases)), flush=True)
+    actions = timed_actions(engine)
+    for action in actions.values():
+        action()
+    print(json.dumps(list(actions)), flush=True)
+    for line in sys.stdin:
+        name, count = line.rsplit(" ", 1)
+        action = actions[name]
+        samples = []
+        for _ in range(int(count)):
+            start = time.perf_counter()
+            action()
+            samples.append(time.perf_counter() - start)
+        print(json.dumps(samples), flush=True)
+
+
+def quantile(samples: list[float], q: float) -> float:
+    """The ``q`` quantile in milliseconds."""
+    ordered = sorted(samples)
+    return ordered[int(q * (len(ordered) - 1))] * 1e3
+
+
+def main() -> None:
+    """Start both workers, compare outputs, then time in alternation."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--baseline-tree", type=Path, default=ROOT, help="default: this tree (a self-check)"
+    )
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=15)
+    parser.add_argument("--cases", type=int, default=60)
+    parser.add_argument("--smoke", action="store_true", help="few cases and rounds")
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.batch, args.cases = 2, 3, 6
+    if args.worker:
+        worker(args.worker, args.cases)
+        return
+    env = {**os.environ, "PYTHONHASHSEED": HASH_SEED}
+    trees = {"baseline": args.baseline_tree.resolve(), "this": ROOT}
+    workers = {}
+    for label, tree in trees.items():
+        argv = [sys.executable, __file__, "--baseline-tree", str(tree), "--worker", str(tree)]
+        argv += ["--cases", str(args.cases)]
+        workers[label] = subprocess.Popen(
+            argv, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+    outputs = {label: json.loads(w.stdout.readline()) for label, w in workers.items()}  # type: ignore[union-attr]
+    differ = [k for k in outputs["this"] if outputs["this"][k] != outputs["baseline"].get(k)]
+    print(f"## outputs: {len(outputs['this'])} cases, {len(differ)} differ from the baseline")
+    for key in differ:
+        print(f"  differs: {key}")
+    names = [json.loads(w.stdout.readline()) for w in workers.values()][1]  # type: ignore[union-attr]
+    samples: dict[str, dict[str, list[float]]] = {n: {"baseline": [], "this": []} for n in names}
+    for round_ in range(args.rounds):
+        order = list(workers.items()) if round_ % 2 == 0 else list(reversed(workers.items()))
+        for name in names:
+            for label, w in order:
+                w.stdin.write(f"{name} {args.batch}\n")  # type: ignore[union-attr]
+                w.stdin.flush()  # type: ignore[union-attr]
+                samples[name][label] += json.loads(w.stdout.readline())  # type: ignore[union-attr]
+    print(f"\n## time (ms), {args.rounds} alternating batches of {args.batch} per tree")
+    print(
+        f"{'measure':<36} {'base p50':>9} {'this p50':>9} {'ratio':>6} {'base p10':>9} "
+        f"{'this p10':>9} {'ratio':>6}"
+    )
+    for name in names:
+        base, this = samples[name]["baseline"], samples[name]["this"]
+        b50, t50, b10, t10 = (
+            quantile(base, 0.5),
+            quantile(this, 0.5),
+            quantile(base, 0.1),
+            quantile(this, 0.1),
+        )
+        print(
+            f"{name:<36} {b50:>9.3f} {t50:>9.3f} {t50 / b50:>6.3f} {b10:>9.3f} {t10:>9.3f} "
+            f"{t10 / b10:>6.3f}"
+        )
+    for w in workers.values():
+        w.stdin.close()  # type: ignore[union-attr]
+        w.wait()
+
+
+if __name__ == "__main__":
+    main()

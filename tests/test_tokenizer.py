@@ -1,0 +1,67 @@
+"""Tests for the tiktoken adapter behind the engine's tokenizer port."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import tiktoken
+
+from proxy.context.tokens import STORED_ENCODINGS, Tokenizer
+from proxy.tokenizer import (
+    TiktokenTokenizer,
+    count_all,
+    count_tokens,
+    encoding_name_for_model,
+    tiktoken_tokenizer,
+)
+
+
+def test_it_is_the_engines_tokenizer() -> None:
+    tokenizer: Tokenizer = tiktoken_tokenizer()
+    assert tokenizer is tiktoken_tokenizer()  # one per process
+    assert tokenizer.counter("o200k_base") is tokenizer.counter("o200k_base")
+
+
+@pytest.mark.parametrize(
+    ("model", "encoding"),
+    [
+        ("gpt-4o", "o200k_base"),
+        ("openai/gpt-4o-mini", "o200k_base"),
+        ("gpt-4", "cl100k_base"),
+        ("azure/gpt-3.5-turbo", "cl100k_base"),
+        ("my-local-llama", "cl100k_base"),
+        ("", "cl100k_base"),
+    ],
+)
+def test_encoding_for_model(model: str, encoding: str) -> None:
+    assert encoding_name_for_model(model) == encoding
+    assert tiktoken_tokenizer().encoding_for_model(model) == encoding
+
+
+@pytest.mark.parametrize("encoding", STORED_ENCODINGS)
+def test_counts_are_tiktokens_with_special_tokens_as_text(encoding: str) -> None:
+    text = "Hello world <|endoftext|> and more"
+    expected = len(tiktoken.get_encoding(encoding).encode(text, disallowed_special=()))
+    assert count_tokens(text, encoding) == expected
+    assert count_all(text)[encoding] == expected
+    assert count_tokens("Hello world", encoding) == 2
+
+
+@pytest.mark.parametrize("encoding", STORED_ENCODINGS)
+def test_longest_token_bytes(encoding: str) -> None:
+    assert TiktokenTokenizer().longest_token_bytes(encoding) == 128
+
+
+def test_the_process_tokenizer_loads_offline_from_litellms_files() -> None:
+    # A fresh interpreter without TIKTOKEN_CACHE_DIR: no download, the bundled files instead.
+    code = (
+        "import os; from proxy.tokenizer import count_tokens; "
+        "assert 'TIKTOKEN_CACHE_DIR' not in os.environ; "
+        "assert count_tokens('Hello world') == 2; "
+        "assert 'litellm' in os.environ['TIKTOKEN_CACHE_DIR']"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TIKTOKEN_CACHE_DIR"}
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, env=env)
