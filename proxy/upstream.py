@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from starlette.types import Scope
@@ -31,6 +32,9 @@ from proxy.transport import (
     valid_fields,
 )
 from proxy.transport_aiohttp import AiohttpTransport
+
+if TYPE_CHECKING:
+    from proxy.tenancy import UpstreamAuth
 
 # RFC 9110 section 7.6.1 hop-by-hop headers, plus ones the transport recomputes. Any other
 # header named in a Connection header is hop-by-hop too (``connection_named``).
@@ -53,6 +57,7 @@ DROP_REQUEST_BYTES = frozenset(name.encode() for name in DROP_REQUEST)
 DROP_RESPONSE = HOP_BY_HOP | {"content-length", "date", "server"}
 DROP_RESPONSE_BYTES = frozenset(name.encode() for name in DROP_RESPONSE)
 MEMORY_HEADER_PREFIX = b"x-memory-"
+REQUEST_ID = b"x-request-id"
 CONNECTION = b"connection"
 EVENT_STREAM = b"text/event-stream"
 HEADER_TIMEOUT_MESSAGE = "The upstream did not answer in time."
@@ -117,6 +122,19 @@ def request_headers(
             out = [(n, v) for n, v in out if n not in named]
     out.extend(add)
     return out
+
+
+def upstream_headers(scope: Scope, auth: UpstreamAuth) -> Headers:
+    """The client's headers as they go upstream, with the request id and the tenant's auth.
+
+    ``auth`` is the tenant's credentials in the upstream API's form
+    (``proxy.tenancy.bearer_auth`` for OpenAI's).
+    """
+    headers = request_headers(scope["headers"], auth.withhold, auth.add)
+    request_id = scope.get("state", {}).get("request_id")
+    if request_id and not any(name == REQUEST_ID for name, _ in headers):
+        headers.append((REQUEST_ID, request_id.encode("latin-1")))
+    return headers
 
 
 def response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -19,12 +19,10 @@ from starlette.types import Receive, Scope, Send
 from proxy.errors import MemproxyError
 from proxy.hooks import Prepared
 from proxy.relay import Relay, error_response
-from proxy.routes.forward import (
-    parse_json_object,
-    receive_body,
-    upstream_headers,
-)
+from proxy.request_body import parse_json_object, receive_body
 from proxy.services import Services
+from proxy.tenancy import bearer_auth
+from proxy.upstream import upstream_headers
 
 LOGGER = logging.getLogger("memproxy.chat")
 ROUTE = "chat"
@@ -57,7 +55,7 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     try:
         url = services.upstream.url_for(scope)
         tenant = services.tenants.resolve(scope["headers"])
-        forward_headers = upstream_headers(scope, tenant)
+        forward_headers = upstream_headers(scope, bearer_auth(tenant))
         raw = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
         body = parse_json_object(raw)
         if len(raw) > YIELD_AFTER_BYTES:

@@ -39,7 +39,7 @@ from proxy.memory.service import (
     search_hit_object,
 )
 from proxy.relay import error_response
-from proxy.routes.forward import parse_json_object, read_body
+from proxy.request_body import parse_json_object, read_body
 from proxy.services import Services
 from proxy.tenancy import Tenant
 
