@@ -22,7 +22,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from proxy.errors import MemproxyError, MethodNotAllowed, RequestError
+from proxy.error_responses import error_response
+from proxy.errors import InternalError, MemproxyError, MethodNotAllowed, RequestError
 from proxy.memory.inputs import (
     SEARCH_ID,
     is_blank,
@@ -38,7 +39,6 @@ from proxy.memory.service import (
     memory_object,
     search_hit_object,
 )
-from proxy.relay import error_response
 from proxy.request_body import parse_json_object, read_body
 from proxy.services import Services
 from proxy.tenancy import Tenant
@@ -73,7 +73,7 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             return error_response(exc)
         except Exception:
             LOGGER.exception("memories API request failed")
-            return error_response(MemproxyError("Internal error in memproxy."))
+            return error_response(InternalError())
 
     run.__name__ = handler.__name__
     run.__doc__ = handler.__doc__

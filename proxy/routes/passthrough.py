@@ -6,8 +6,9 @@ from __future__ import annotations
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from proxy.error_responses import send_error
 from proxy.errors import MemproxyError
-from proxy.relay import Relay, error_response
+from proxy.relay import Relay
 from proxy.request_body import receive_body
 from proxy.services import Services
 from proxy.tenancy import bearer_auth
@@ -26,7 +27,7 @@ async def forward(scope: Scope, receive: Receive, send: Send) -> None:
         headers = upstream_headers(scope, bearer_auth(tenant))
         body = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
     except MemproxyError as exc:
-        await error_response(exc)(scope, receive, send)
+        await send_error(exc, scope, receive, send)
         return
     relay = Relay(
         services,
