@@ -9,7 +9,6 @@ from collections.abc import Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -28,6 +27,8 @@ from proxy.pipeline.explain import NOTE_BOUNDS
 from proxy.pipeline.pipeline import Pipeline
 from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
+from tests.fakes.embedder import FakeEmbedder
+from tests.fakes.store import FakeStore, SearchMode
 
 DIMS = 4
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
@@ -35,41 +36,19 @@ SETTINGS = MemorySettings()
 TENANT = Tenant("t1", SETTINGS)
 
 
-class FakeEmbedder:
-    name = "fake"
-    dimensions = DIMS
-
-    def __init__(self, fail: bool = False) -> None:
-        self.fail = fail
-        self.calls = 0
-
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        self.calls += 1
-        if self.fail:
-            raise ConnectionError("down")
-        return np.ones((len(texts), DIMS), dtype=np.float32) / 2
+BISCUIT = MemoryRecord(
+    id="m1",
+    tenant="t1",
+    user="",
+    source="learnings",
+    content="The user's dog is called Biscuit.",
+    created_at=NOW,
+)
 
 
-class FakeStore:
-    def __init__(self, mode: str = "ok") -> None:
-        self.mode = mode
-        self.searches = 0
-
-    async def search(self, tenant: str, query: Any) -> list[Candidate]:
-        self.searches += 1
-        if self.mode == "raise":
-            raise RuntimeError("boom")
-        if self.mode == "hang":
-            await asyncio.sleep(10)
-        record = MemoryRecord(
-            id="m1",
-            tenant=tenant,
-            user="",
-            source="learnings",
-            content="The user's dog is called Biscuit.",
-            created_at=NOW,
-        )
-        return [Candidate(record, 0.9)]
+def biscuit_store(search: SearchMode = "ok") -> FakeStore:
+    """A store holding one memory every query finds."""
+    return FakeStore([BISCUIT], dimensions=DIMS, search=search)
 
 
 def build(
@@ -101,7 +80,7 @@ def body(*contents: Any) -> dict[str, Any]:
 async def test_injects_into_a_new_body() -> None:
     original = body("what is my dog called?")
     before = copy.deepcopy(original)
-    prepared = await build(FakeStore(), FakeEmbedder()).prepare(TENANT, {}, original)
+    prepared = await build(biscuit_store(), FakeEmbedder(DIMS)).prepare(TENANT, {}, original)
     assert original == before
     assert prepared.body is not original
     system = prepared.body["messages"][0]
@@ -117,11 +96,11 @@ async def test_injects_into_a_new_body() -> None:
 @pytest.mark.parametrize(
     ("store", "embedder", "reason"),
     [
-        (FakeStore("raise"), FakeEmbedder(), "search_error"),
-        (FakeStore("hang"), FakeEmbedder(), "search_timeout"),
-        (FakeStore(), FakeEmbedder(fail=True), "embed_error"),
-        (None, FakeEmbedder(), "store_unavailable"),
-        (FakeStore(), None, "store_unavailable"),
+        (biscuit_store("raise"), FakeEmbedder(DIMS), "search_error"),
+        (biscuit_store("hang"), FakeEmbedder(DIMS), "search_timeout"),
+        (biscuit_store(), FakeEmbedder(DIMS, fail=True), "embed_error"),
+        (None, FakeEmbedder(DIMS), "store_unavailable"),
+        (biscuit_store(), None, "store_unavailable"),
     ],
 )
 async def test_failures_forward_the_original_body(store: Any, embedder: Any, reason: str) -> None:
@@ -138,7 +117,7 @@ async def test_failures_forward_the_original_body(store: Any, embedder: Any, rea
 
 
 async def test_the_deadline_bounds_the_whole_stage() -> None:
-    pipeline = build(FakeStore("hang"), FakeEmbedder())
+    pipeline = build(biscuit_store("hang"), FakeEmbedder(DIMS))
     pipeline.deadline_s, pipeline.search_s = 0.05, 5.0
     prepared = await pipeline.prepare(TENANT, {}, body("dog?"))
     assert prepared.response_headers["X-Memory-Status"] == "degraded"
@@ -153,7 +132,7 @@ async def test_the_deadline_bounds_the_whole_stage() -> None:
 )
 async def test_malformed_messages_are_forwarded_untouched(messages: Any) -> None:
     original = {"model": "gpt-4o", "messages": messages}
-    prepared = await build(FakeStore(), FakeEmbedder()).prepare(TENANT, {}, original)
+    prepared = await build(biscuit_store(), FakeEmbedder(DIMS)).prepare(TENANT, {}, original)
     assert prepared.body is original
     assert prepared.response_headers["X-Memory-Status"] == "empty"
 
@@ -167,7 +146,7 @@ def long_body(*contents: str) -> dict[str, Any]:
 
 async def test_a_conversation_counts_only_its_new_messages() -> None:
     lookups: list[tuple[str, int, int]] = []
-    pipeline = build(FakeStore(), FakeEmbedder(), lookups)
+    pipeline = build(biscuit_store(), FakeEmbedder(DIMS), lookups)
     first = await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?"))
     assert first.on_complete is not None
     await first.on_complete(Completion(200, False, True, "ok"))  # deferred cache writes
@@ -187,7 +166,7 @@ async def test_a_budget_the_byte_bound_settles_counts_nothing(
 
     monkeypatch.setattr(billing, "get_encoding", no_tokenizer)
     lookups: list[tuple[str, int, int]] = []
-    prepared = await build(FakeStore(), FakeEmbedder(), lookups).prepare(
+    prepared = await build(biscuit_store(), FakeEmbedder(DIMS), lookups).prepare(
         TENANT, {}, body("what is my dog called?")
     )
     assert prepared.response_headers["X-Memory-Status"] == "injected"
@@ -196,14 +175,14 @@ async def test_a_budget_the_byte_bound_settles_counts_nothing(
 
 
 async def test_no_messages_or_mode_off_do_no_backend_work() -> None:
-    store, embedder = FakeStore(), FakeEmbedder()
+    store, embedder = biscuit_store(), FakeEmbedder(DIMS)
     pipeline = build(store, embedder)
     off = await pipeline.prepare(TENANT, {"x-memory-mode": "off"}, body("dog?"))
     assert off.response_headers["X-Memory-Status"] == "off"
     empty = await pipeline.prepare(TENANT, {}, {"model": "gpt-4o", "messages": []})
     assert empty.response_headers["X-Memory-Status"] == "empty"
     assert store.searches == 0
-    assert embedder.calls == 0
+    assert embedder.calls == []
 
 
 class ContentStore:
@@ -235,7 +214,7 @@ class ContentStore:
     st.integers(min_value=0, max_value=400),
 )
 def test_the_block_never_exceeds_the_budget(contents: list[str], cap: int) -> None:
-    pipeline = build(ContentStore(contents), FakeEmbedder())
+    pipeline = build(ContentStore(contents), FakeEmbedder(DIMS))
     headers = {"x-memory-max-tokens": str(cap)}
     prepared = asyncio.run(pipeline.prepare(TENANT, headers, body("tell me everything")))
     status = prepared.response_headers["X-Memory-Status"]
@@ -267,7 +246,7 @@ async def test_a_memory_line_is_rendered_once_across_requests(
         return spy
 
     monkeypatch.setattr(module, "line_renderer", counting)
-    pipeline = build(FakeStore(), FakeEmbedder())
+    pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
     first = await pipeline.prepare(TENANT, {}, body("what is my dog called?"))
     second = await pipeline.prepare(TENANT, {}, body("and what does my dog eat?"))
     assert rendered == [("learnings", "The user's dog is called Biscuit.")]
@@ -297,8 +276,8 @@ def running_pipeline(*, cache: bool = True, deadline_ms: float = 200.0) -> Pipel
     return Pipeline(
         MemorySettings(deadline_ms=deadline_ms),
         calculator=TokenBudgetCalculator(LIMITS, memory_cap=None),
-        store=FakeStore(),
-        embedder=FakeEmbedder(),
+        store=biscuit_store(),
+        embedder=FakeEmbedder(DIMS),
         cache=RequestCache(LocalCache(100)) if cache else None,
         metrics=Metrics(),
         spawn=spawn,
