@@ -16,7 +16,7 @@ memory (VmRSS, and its anonymous part RssAnon) and open file count (/proc/PID/fd
 After the warm-up (a fifth of the phase, at least 20 s) both slopes are fitted by least
 squares. The judged one is RssAnon: VmRSS also counts the embedded store's memory-mapped WAL
 and segment files, which grow with every retrieval-count update (page cache the kernel can
-reclaim, see adr/0081); both are reported.
+reclaim, see docs/benchmarks.md, "Soak"); both are reported.
 
 Pass: RssAnon growth < 5 MiB/min after warm-up (not judged by ``--smoke``: too short), no errors
 (every stream 200 and ending in ``[DONE]``), open files stable (the last sample within 16 of
