@@ -79,7 +79,7 @@ MEMORY_ID = {
 
 
 def memories_paths() -> dict[str, Any]:
-    """The memories API of DESIGN.md."""
+    """The memories API (README, "Memories API and CLI")."""
     user = {"type": "string", "maxLength": MAX_USER_CHARS}
     return {
         "/v1/memories": {

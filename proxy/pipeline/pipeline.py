@@ -2,7 +2,7 @@
 
 One call of ``prepare`` per request (``proxy/hooks.py``). Everything it needs is built once in
 the lifespan (``proxy/backends.py``): no imports, settings parsing or litellm on the request
-path. Failure policy (DESIGN.md): the whole memory stage runs under ``memory.deadline_ms`` and
+path. Failure policy (README): the whole memory stage runs under ``memory.deadline_ms`` and
 the embed and search stages under their own timeouts; any failure forwards the client's request
 unchanged (its original bytes) with ``X-Memory-Status: degraded`` and counts the reason in
 ``memproxy_memory_degraded_total``. A skipped cache alone also marks the request degraded, but

@@ -1,4 +1,4 @@
-"""The memories API (DESIGN.md): thin handlers that parse, call ``MemoryService`` and shape.
+"""The memories API (README): thin handlers that parse, call ``MemoryService`` and shape.
 
 Every call is scoped to the caller's tenant (its key, ``proxy/tenancy.py``); ids are looked up by
 (tenant, id), so another tenant's id is simply "not found" (404), never a hint that it exists.
