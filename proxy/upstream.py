@@ -137,6 +137,14 @@ def upstream_headers(scope: Scope, auth: UpstreamAuth) -> Headers:
     return headers
 
 
+def first_header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """The first value of header ``name`` (lower-case) in raw ``headers``, or ``None``."""
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
+
+
 def response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """Upstream response headers safe to relay to the client (hop-by-hop ones removed)."""
     out = []
@@ -191,10 +199,7 @@ class UpstreamResponse:
 
     def raw_headers_get(self, name: bytes) -> bytes | None:
         """The first raw header value named ``name`` (lower-case), or ``None``."""
-        for key, value in self.raw_headers:
-            if key.lower() == name:
-                return value
-        return None
+        return first_header(self.raw_headers, name)
 
     def _wait(self) -> float:
         return min(self._idle, self._deadline - asyncio.get_running_loop().time())

@@ -14,6 +14,7 @@ from typing import Any
 
 from proxy.content_encoding import DecodeError, decode_body
 from proxy.hooks import Completion
+from proxy.upstream import first_header
 
 LOGGER = logging.getLogger("memproxy.relay")
 CONTENT_ENCODING = b"content-encoding"
@@ -41,10 +42,7 @@ class Answer:
 
     def header(self, name: bytes) -> bytes | None:
         """The first upstream header named ``name`` (lower-case), or ``None``."""
-        for key, value in self.headers:
-            if key.lower() == name:
-                return value
-        return None
+        return first_header(self.headers, name)
 
     def decoded(self) -> bytes:
         """The body with its ``Content-Encoding`` undone; empty if it cannot be.
