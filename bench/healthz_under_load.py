@@ -47,8 +47,7 @@ if __package__ in (None, ""):
 
 from bench.lib import stats
 from bench.lib.locomo_data import turn_content
-from bench.lib.servers import ROOT, ServerProcess, memproxy, served_from
-from bench.overhead import fake_process
+from bench.lib.servers import ROOT, ServerProcess, fake_upstream, memproxy, served_from
 
 DEFAULT_DATA = ROOT.parent / "shared" / "bench" / "locomo" / "locomo_dev.json"
 TARGET_P99_MS = 50.0
@@ -259,7 +258,7 @@ def main() -> None:
     args = parser.parse_args()
     cases = bodies(args.data, args.smoke)
     with tempfile.TemporaryDirectory(prefix="memproxy-healthz-") as tmp, ExitStack() as stack:
-        fake = stack.enter_context(fake_process(chunks=5))
+        fake = stack.enter_context(fake_upstream(chunks=5, compress=True, name="fake"))
         upstream = fake.base_url + "/v1"
         servers = {"after": memproxy(upstream, Path(tmp, "after"))}
         if not args.smoke:  # what any proxy pays for such a body: parse and forward it

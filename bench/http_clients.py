@@ -27,7 +27,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib import loadgen, stats
-from bench.lib.servers import ServerProcess, free_port, python_env
+from bench.lib.servers import ServerProcess, fake_upstream, free_port, python_env
 
 # pyreqwest is measured when installed (``uv pip install pyreqwest``); it is no dependency.
 CLIENTS = ("httpx", "httpx-aiohttp", "aiohttp", "pyreqwest")
@@ -162,13 +162,6 @@ def serve(client_name: str, upstream: str, port: int) -> None:
     )
 
 
-def fake_process() -> ServerProcess:
-    """The test suite's fake upstream, request log off, as a subprocess."""
-    port = free_port()
-    argv = [sys.executable, "-m", "tests.fakes.upstream", "--port", str(port), "--no-record"]
-    return ServerProcess("fake", argv, port=port, ready_path="/healthz", env=python_env())
-
-
 def proxy_process(client_name: str, upstream: str) -> ServerProcess:
     """One proxy variant as a subprocess."""
     port = free_port()
@@ -195,7 +188,7 @@ def main() -> None:
         serve(args.serve, args.upstream, args.port)
         return
     seconds, rounds = (0.5, 1) if args.smoke else (args.seconds, args.rounds)
-    with fake_process() as fake:
+    with fake_upstream(chunks=5, compress=True, name="fake") as fake:
         upstream = fake.base_url + "/v1"
         proxies = [proxy_process(name, upstream) for name in available()]
         try:

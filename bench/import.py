@@ -48,6 +48,7 @@ DEFAULT_BATCH = 500
 DEFAULT_CONCURRENCY = 2
 # The API is never asked to reach the upstream here; any URL will do.
 UNUSED_UPSTREAM = "http://127.0.0.1:9/v1"
+API_KEY = {"Authorization": "Bearer sk-bench-import"}  # its own passthrough tenant
 
 
 def bench_service(
@@ -106,7 +107,9 @@ def bench_cli(
     source = work / "memories.jsonl"
     source.write_text("".join(json.dumps(item) + "\n" for item in items))
     env = python_env(MEMPROXY_DATA_DIR=str(data_dir))
+    # No shared keyless tenant (adr/0086): the CLI names its tenant, the API sends a key.
     argv = [sys.executable, "-m", "proxy", "memories", "import", str(source), "--quiet"]
+    argv += ["--tenant", "bench"]
     started = time.perf_counter()
     done = subprocess.run(
         [*argv, "--batch-size", str(batch)], env=env, cwd=ROOT, capture_output=True, check=False
@@ -131,7 +134,7 @@ def bench_api(
     chunks = [items[i : i + batch] for i in range(0, len(items), batch)]
     with (
         memproxy(UNUSED_UPSTREAM, data_dir) as server,
-        httpx.Client(base_url=server.base_url, timeout=300) as client,
+        httpx.Client(base_url=server.base_url, headers=API_KEY, timeout=300) as client,
     ):
         client.post("/v1/memories", json={"content": "warm up"}).raise_for_status()
 

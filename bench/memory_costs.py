@@ -137,7 +137,7 @@ def search_parts(
     """``edge_query.search_hits`` + record reads, step by step; returns hits, ms, facts.
 
     A copy of the store's steps with clocks between them (the store has no hooks for that);
-    ``tests/bench/test_memory_costs.py`` checks it still finds exactly what the store finds.
+    ``bench/tests/test_memory_costs.py`` checks it still finds exactly what the store finds.
     """
     store = scope.store
     shard = store._shard  # the bench times the store's own steps

@@ -41,21 +41,13 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib import loadgen, stats
-from bench.lib.servers import ServerProcess, free_port, memproxy, python_env, served_from
+from bench.lib.servers import ServerProcess, fake_upstream, memproxy, served_from
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 TARGET_ADDED_P50_MS = 1.0
 TARGET_THROUGHPUT_SHARE = 0.40
 CONCURRENCIES = (1, 50)
-
-
-def fake_process(chunks: int) -> ServerProcess:
-    """The test suite's fake upstream (request log off) as a subprocess."""
-    port = free_port()
-    argv = [sys.executable, "-m", "tests.fakes.upstream", "--port", str(port), "--no-record"]
-    argv += ["--chunks", str(chunks)]
-    return ServerProcess("fake", argv, port=port, ready_path="/healthz", env=python_env())
 
 
 def client_config(tmp: Path, client: str) -> str:
@@ -210,7 +202,7 @@ def main() -> None:
         file=sys.stderr,
     )
     with tempfile.TemporaryDirectory(prefix="memproxy-bench-") as tmp, ExitStack() as stack:
-        fake = stack.enter_context(fake_process(args.chunks))
+        fake = stack.enter_context(fake_upstream(chunks=args.chunks, compress=True, name="fake"))
         upstream = fake.base_url + "/v1"
         servers: dict[str, ServerProcess] = {"direct": fake}
         servers["memproxy"] = memproxy(

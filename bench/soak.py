@@ -16,7 +16,7 @@ memory (VmRSS, and its anonymous part RssAnon) and open file count (/proc/PID/fd
 After the warm-up (a fifth of the phase, at least 20 s) both slopes are fitted by least
 squares. The judged one is RssAnon: VmRSS also counts the embedded store's memory-mapped WAL
 and segment files, which grow with every retrieval-count update (page cache the kernel can
-reclaim, see adr/0081); both are reported.
+reclaim, see docs/benchmarks.md, "Soak"); both are reported.
 
 Pass: RssAnon growth < 5 MiB/min after warm-up (not judged by ``--smoke``: too short), no errors
 (every stream 200 and ending in ``[DONE]``), open files stable (the last sample within 16 of
@@ -53,7 +53,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib import realtext
-from bench.lib.servers import ROOT, ServerProcess, free_port, memproxy, python_env
+from bench.lib.servers import ServerProcess, fake_upstream, free_port, memproxy, python_env
 
 GROWTH_LIMIT_MIB_PER_MIN = 5.0
 FD_SLACK = 16
@@ -398,15 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seconds = SMOKE_SECONDS if args.smoke else args.minutes * 60
     every = SMOKE_SAMPLE_EVERY_S if args.smoke else SAMPLE_EVERY_S
     phases = ("healthy", "failing") if args.phase == "both" else (args.phase,)
-    port = free_port()
-    fake = ServerProcess(
-        "fake-soak",
-        [sys.executable, "-m", "tests.fakes.upstream", "--port", str(port), "--no-record"],
-        port=port,
-        ready_path="/healthz",
-        env=python_env(),
-        cwd=ROOT,
-    )
+    fake = fake_upstream(compress=True, name="fake-soak")
     results = []
     with tempfile.TemporaryDirectory() as tmp, fake:
         for name in phases:

@@ -1,6 +1,6 @@
 """Memory store benchmark: filtered search latency, import throughput, hybrid evidence recall.
 
-Three questions about ``proxy.memory.edge.EdgeStore`` (ADRs 0010-0013):
+Three questions about ``proxy.memory.edge.EdgeStore`` (ADRs 0010-0012, docs/benchmarks.md):
 
 1. Search: filtered top-50 p50/p99 *including the query embedding* (the real ``StaticEmbedder``)
    at 100k memories in one tenant and at 1M memories over 1,000 tenants. By default the

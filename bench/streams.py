@@ -11,8 +11,9 @@ has memories, so each request runs retrieval and injection); the figure reported
     .venv/bin/python bench/streams.py --smoke         # seconds, for CI
     .venv/bin/python bench/streams.py --memory off    # the proxy without the memory pipeline
 
-The fake upstream (``tests/fakes/upstream.py``) and memproxy (``python -m proxy serve``) run as
-separate processes; the machine is shared, so figures carry that noise.
+The fake upstream (``bench/lib/fake_upstream.py``, gzip when the client accepts it, as OpenAI)
+and memproxy (``python -m proxy serve``) run as separate processes; the machine is shared, so
+figures carry that noise.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import orjson
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fakes.upstream import stream_events
+from bench.lib.fake_upstream import stream_events
 
 STREAMS, CHUNKS, INTERVAL_MS = 256, 64, 20.0
 SMOKE = (16, 8, 10.0)
@@ -61,7 +62,7 @@ class StreamResult:
             return [f"{self.model}: {self.error}"]
         if self.status != 200:
             return [f"{self.model}: status {self.status}"]
-        expected = b"".join(stream_events(self.model, 1, chunks, False, False))
+        expected = b"".join(stream_events(self.model, chunks))
         if self.body == expected:
             return []
         got = self.body.split(EVENT_END)
@@ -206,7 +207,7 @@ def with_deadline(env: dict[str, str], config: Any, deadline_ms: float | None) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run direct and through memproxy; print JSON; exit 1 on any fidelity problem."""
-    from bench.lib.servers import ROOT, ServerProcess, free_port, memproxy, python_env
+    from bench.lib.servers import fake_upstream, memproxy
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, default=STREAMS)
@@ -224,15 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     streams, chunks, interval = (
         SMOKE if args.smoke else (args.streams, args.chunks, args.interval_ms)
     )
-    port = free_port()
-    fake = ServerProcess(
-        "fake-streams",
-        [sys.executable, "-m", "tests.fakes.upstream", "--port", str(port), "--no-record"],
-        port=port,
-        ready_path="/healthz",
-        env=python_env(),
-        cwd=ROOT,
-    )
+    fake = fake_upstream(compress=True, name="fake-streams")
     env = {
         "MEMPROXY_MEMORY_ENABLED": "true" if args.memory == "on" else "false",
         "MEMPROXY_ACCESS_LOG": "false",

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
-import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -24,7 +23,8 @@ from starlette.responses import Response
 from proxy.bundled_data import use_bundled_data
 from proxy.cache.protocol import MemoryCache
 from proxy.composition import Provided, open_services
-from proxy.errors import MemproxyError, NotFound, RequestError
+from proxy.error_responses import error_response
+from proxy.errors import InternalError, MemproxyError, NotFound, RequestError
 from proxy.fastpath import MemproxyApp
 from proxy.gc_tuning import tune_gc_for_serving
 from proxy.logs import configure_logging
@@ -41,13 +41,9 @@ from proxy.upstream import UpstreamClient
 LOGGER = logging.getLogger("memproxy")
 
 
-def _json_error(status: int, body: Mapping[str, object]) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
-
-
 async def _on_memproxy_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, MemproxyError)
-    return _json_error(exc.status, exc.to_body())
+    return error_response(exc)
 
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
@@ -58,16 +54,15 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
             check_target(request.scope)
             error = NotFound(f"Unknown path {request.url.path}.")
         except RequestError as bad:
-            return _json_error(bad.status, bad.to_body())
+            return error_response(bad)
     else:
         error = RequestError(str(exc.detail), code=f"http_{exc.status_code}")
-    body = error.to_body()
-    return _json_error(exc.status_code, body)
+    return error_response(error, status=exc.status_code)
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     LOGGER.exception("unhandled error")
-    return _json_error(500, MemproxyError("Internal error in memproxy.").to_body())
+    return error_response(InternalError())
 
 
 def create_app(

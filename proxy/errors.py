@@ -2,8 +2,10 @@
 
 Every error the proxy raises on purpose derives from ``MemproxyError``. Each carries what
 OpenAI's error shape needs (``message``, ``type``, ``param``, ``code``) and the HTTP status,
-so a route turns any of them into a response with ``to_body()``:
+so any of them becomes a response (``proxy/error_responses.py``; ``to_body()`` is OpenAI's
+shape):
 
+- ``InternalError`` (500)  a bug; the answer to an unexpected exception.
 - ``ConfigError``          bad configuration; raised at start, never while serving.
 - ``RequestError`` (400)   the client's request is malformed or out of range.
   - ``PayloadTooLarge`` (413), ``NotFound`` (404), ``MethodNotAllowed`` (405),
@@ -52,6 +54,13 @@ class MemproxyError(Exception):
                 "code": self.code,
             }
         }
+
+
+class InternalError(MemproxyError):
+    """A bug in memproxy: answered 500 without details (the traceback goes to the log)."""
+
+    def __init__(self, message: str = "Internal error in memproxy.") -> None:
+        super().__init__(message)
 
 
 class ConfigError(MemproxyError):

@@ -17,16 +17,15 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from proxy.errors import MemproxyError
+from proxy.error_responses import send_error
+from proxy.errors import InternalError
 from proxy.metrics import Metrics
 from proxy.middleware import RequestContextMiddleware
 
 LOGGER = logging.getLogger("memproxy")
-JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 class ErrorGuard:
@@ -50,10 +49,7 @@ class ErrorGuard:
         except Exception:
             LOGGER.exception("unhandled error")
             if not started:
-                body = orjson.dumps(MemproxyError("Internal error in memproxy.").to_body())
-                headers = [*JSON_HEADERS, (b"content-length", str(len(body)).encode())]
-                await send({"type": "http.response.start", "status": 500, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
+                await send_error(InternalError(), scope, receive, send)
             raise
 
 

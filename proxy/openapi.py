@@ -143,7 +143,7 @@ MEMORY_ID = {
 
 
 def memories_paths(bodies: dict[str, Any]) -> dict[str, Any]:
-    """The memories API."""
+    """The memories API (README, "Memories API and CLI")."""
     return {
         "/v1/memories": {
             "post": {

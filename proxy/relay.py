@@ -11,8 +11,10 @@
   stream is compressed: it cannot be spliced in), then ends the HTTP response *without* its
   terminating chunk (the server drops the connection): neither an SDK nor a raw HTTP client can
   mistake it for a clean finish.
-- A compressed answer (``Content-Encoding``) reaches the client exactly as the upstream sent it;
-  the completion hook gets it decoded, within a size bound (``proxy/content_encoding.py``).
+- A compressed answer (``Content-Encoding``) reaches the client exactly as the upstream sent it.
+- The relay reads nothing of the answer: once it is done, an ``on_answer`` hook gets the bytes
+  as relayed and the upstream's headers (``proxy.apis.answer.Answer``); the route's API module
+  reads them (``proxy/apis/``). Errors of ours are written in the route's ``ErrorShape``.
 """
 
 from __future__ import annotations
@@ -20,17 +22,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from proxy.content_encoding import DecodeError, decode_body, is_identity
+from proxy.apis.answer import CONTENT_ENCODING, Answer, AnswerHook
+from proxy.content_encoding import is_identity
+from proxy.error_responses import OPENAI, ErrorShape, send_error
 from proxy.errors import MemproxyError, UpstreamTimeout
-from proxy.pipeline.contract import Completion
-from proxy.sse import assistant_text
 from proxy.upstream import UpstreamResponse, response_headers
 
 if TYPE_CHECKING:
@@ -38,22 +39,8 @@ if TYPE_CHECKING:
 
 LOGGER = logging.getLogger("memproxy.relay")
 STREAM_HEADERS = [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
-JSON_CONTENT_TYPE = (b"content-type", b"application/json")
 NO_BODY_STATUSES = frozenset({204, 304})
-CONTENT_ENCODING = b"content-encoding"
 WATCH_AFTER_S = 0.05
-
-CompletionHook = Callable[[Completion], Awaitable[None]]
-
-
-def error_response(exc: MemproxyError, headers: Mapping[str, str] | None = None) -> Response:
-    """An error of ours as a response in OpenAI's shape."""
-    return Response(
-        orjson.dumps(exc.to_body()),
-        status_code=exc.status,
-        headers=dict(headers or {}),
-        media_type="application/json",
-    )
 
 
 class Relay(Response):
@@ -69,7 +56,8 @@ class Relay(Response):
         body: bytes,
         route: str,
         extra_headers: Mapping[str, str] | None = None,
-        on_complete: CompletionHook | None = None,
+        on_answer: AnswerHook | None = None,
+        errors: ErrorShape = OPENAI,
         started: float | None = None,
     ) -> None:
         self.services = services
@@ -78,8 +66,10 @@ class Relay(Response):
         self.headers_out = headers
         self.body_out = body
         self.route = route
+        self.extra_headers = extra_headers
         self.extra = [(k.lower().encode(), v.encode()) for k, v in (extra_headers or {}).items()]
-        self.on_complete = on_complete
+        self.on_answer = on_answer
+        self.errors = errors
         self.started = started if started is not None else time.perf_counter()
         self.status_code = 0
         self._finished = False
@@ -112,7 +102,7 @@ class Relay(Response):
 
         timer = loop.call_later(WATCH_AFTER_S, start_watcher)
         upstream: UpstreamResponse | None = None
-        chunks: list[bytes] | None = [] if self.on_complete else None
+        chunks: list[bytes] | None = [] if self.on_answer else None
         completion_ok = False
         streamed = False
         metrics = self.services.metrics
@@ -124,14 +114,14 @@ class Relay(Response):
                 metrics.upstream_errors.labels(kind).inc()
                 LOGGER.warning("upstream request failed: %s", exc.message)
                 self.status_code = exc.status
-                await send_error(exc, send, self.extra)
+                await self._send_error(exc, scope, receive, send)
                 return
             self.status_code = upstream.status
             streamed = upstream.is_event_stream
             if streamed:
                 completion_ok = await self._stream(upstream, send, chunks)
             else:
-                completion_ok = await self._whole(upstream, send, chunks)
+                completion_ok = await self._whole(upstream, scope, receive, send, chunks)
         except asyncio.CancelledError:
             if not (disconnected and task.uncancel() == 0):
                 raise
@@ -143,9 +133,15 @@ class Relay(Response):
                 watcher.cancel()
             if upstream is not None:
                 upstream.close()
-        if self.on_complete is not None and chunks is not None:
-            encoding = upstream.raw_headers_get(CONTENT_ENCODING) if upstream is not None else None
-            self.services.spawn(self._complete(streamed, completion_ok, chunks, encoding))
+        if self.on_answer is not None and chunks is not None:
+            answer = Answer(
+                status=self.status_code,
+                streamed=streamed,
+                ok=completion_ok,
+                chunks=chunks,
+                headers=upstream.raw_headers if upstream is not None else (),
+            )
+            self.services.spawn(self.on_answer(answer))
 
     async def _open(self) -> UpstreamResponse:
         sent = time.perf_counter()
@@ -183,7 +179,7 @@ class Relay(Response):
             metrics.upstream_errors.labels(kind).inc()
             LOGGER.warning("upstream stream failed: %s", exc.message)
             if is_identity(upstream.raw_headers_get(CONTENT_ENCODING)):
-                event = b"data: " + orjson.dumps(exc.to_body()) + b"\n\n"
+                event = self.errors.event(exc)
                 await send({"type": "http.response.body", "body": event, "more_body": True})
             # else: plain bytes spliced into a compressed body would only make the client fail
             # to decode it; the abort alone says the stream broke.
@@ -196,13 +192,18 @@ class Relay(Response):
         return True
 
     async def _whole(
-        self, upstream: UpstreamResponse, send: Send, chunks: list[bytes] | None
+        self,
+        upstream: UpstreamResponse,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        chunks: list[bytes] | None,
     ) -> bool:
         try:
             body = await upstream.read()
         except MemproxyError as exc:
             self.status_code = exc.status
-            await send_error(exc, send, self.extra)
+            await self._send_error(exc, scope, receive, send)
             return False
         headers = response_headers(upstream.raw_headers)
         if self.method == "HEAD":
@@ -225,42 +226,8 @@ class Relay(Response):
             chunks.append(body)
         return 200 <= upstream.status < 300
 
-    async def _complete(
-        self, streamed: bool, ok: bool, chunks: list[bytes], encoding: bytes | None
+    async def _send_error(
+        self, exc: MemproxyError, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        """Hand the hook what the client got, decoded: the client had the bytes as sent."""
-        assert self.on_complete is not None
-        raw = b"".join(chunks)
-        try:
-            raw = decode_body(raw, encoding)
-        except DecodeError as exc:
-            # The answer cannot be read (the client still got it untouched): the hook gets no
-            # text, rather than garbage parsed as text.
-            LOGGER.warning("upstream answer not readable for the completion hook: %s", exc)
-            raw = b""
-        body = None
-        if not streamed and ok:
-            try:
-                parsed = orjson.loads(raw)
-                body = parsed if isinstance(parsed, dict) else None
-            except orjson.JSONDecodeError:
-                body = None
-        completion = Completion(
-            status=self.status_code,
-            streamed=streamed,
-            ok=ok,
-            text=assistant_text(raw, streamed=streamed, body=body),
-            body=body,
-        )
-        try:
-            await self.on_complete(completion)
-        except Exception:
-            LOGGER.exception("on_complete hook failed")
-
-
-async def send_error(exc: MemproxyError, send: Send, extra: list[tuple[bytes, bytes]]) -> None:
-    """Send an error of ours as a whole response (before anything else was sent)."""
-    body = orjson.dumps(exc.to_body())
-    headers = [JSON_CONTENT_TYPE, (b"content-length", str(len(body)).encode()), *extra]
-    await send({"type": "http.response.start", "status": exc.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+        """Answer an error of ours (nothing was sent yet), with the route's extra headers."""
+        await send_error(exc, scope, receive, send, self.extra_headers, shape=self.errors)

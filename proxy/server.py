@@ -23,7 +23,7 @@ connection (ADR-0083):
   a connection reset (closing a socket with unread input makes the kernel send RST);
 - metrics: open connections, and requests refused by reason.
 
-Errors the server writes itself are in OpenAI's shape, like the app's.
+Errors the server writes itself are rendered like the app's (``proxy/error_responses.py``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import logging
 from typing import Any, cast
 
 import httptools
-import orjson
 import uvicorn
 from uvicorn._types import ASGI3Application
 from uvicorn.config import STARTUP_FAILURE, Config
@@ -45,6 +44,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from uvicorn.server import ServerState
 from uvicorn.supervisors import Multiprocess
 
+from proxy.error_responses import error_bytes
 from proxy.errors import HeadTooLarge, RequestError, RequestTimeout
 from proxy.metrics import Metrics
 from proxy.settings import HttpServerSettings, ServerSettings
@@ -382,17 +382,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             self.raw.close()
 
     def _write_error(self, error: RequestError) -> None:
-        body = orjson.dumps(error.to_body())
-        parts = [STATUS_LINE[error.status]]
-        for name, value in self.server_state.default_headers:
-            parts += [name, b": ", value, b"\r\n"]
-        parts += [
-            b"content-type: application/json\r\ncontent-length: ",
-            str(len(body)).encode(),
-            b"\r\nconnection: close\r\n\r\n",
-            body,
-        ]
-        self.raw.write(b"".join(parts))
+        headers = [*self.server_state.default_headers, (b"connection", b"close")]
+        self.raw.write(error_bytes(error, STATUS_LINE[error.status], headers))
 
     # Timers
 

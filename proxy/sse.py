@@ -1,8 +1,11 @@
-"""Reading OpenAI chat responses after the fact (for completion hooks), never on the hot path."""
+"""Reading a whole SSE body after the fact (for completion hooks), never on the hot path.
+
+The relay passes streams through untouched; the API modules (``proxy/apis/``) parse what was
+relayed with ``iter_events``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -27,22 +30,3 @@ def iter_events(raw: bytes) -> list[dict[str, Any]]:
         if isinstance(parsed, dict):
             events.append(parsed)
     return events
-
-
-def assistant_text(raw: bytes, *, streamed: bool, body: Mapping[str, Any] | None) -> str:
-    """The assistant text of choice 0, from a stream's deltas or a whole response body."""
-    if not streamed:
-        choices = (body or {}).get("choices") or []
-        for choice in choices:
-            if isinstance(choice, dict) and choice.get("index", 0) == 0:
-                content = (choice.get("message") or {}).get("content")
-                return content if isinstance(content, str) else ""
-        return ""
-    parts = []
-    for event in iter_events(raw):
-        for choice in event.get("choices") or []:
-            if isinstance(choice, dict) and choice.get("index", 0) == 0:
-                content = (choice.get("delta") or {}).get("content")
-                if isinstance(content, str):
-                    parts.append(content)
-    return "".join(parts)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from starlette.types import Scope
@@ -31,6 +32,9 @@ from proxy.transport import (
     valid_fields,
 )
 from proxy.transport_aiohttp import AiohttpTransport
+
+if TYPE_CHECKING:
+    from proxy.tenancy import UpstreamAuth
 
 # RFC 9110 section 7.6.1 hop-by-hop headers, plus ones the transport recomputes. Any other
 # header named in a Connection header is hop-by-hop too (``connection_named``).
@@ -53,6 +57,7 @@ DROP_REQUEST_BYTES = frozenset(name.encode() for name in DROP_REQUEST)
 DROP_RESPONSE = HOP_BY_HOP | {"content-length", "date", "server"}
 DROP_RESPONSE_BYTES = frozenset(name.encode() for name in DROP_RESPONSE)
 MEMORY_HEADER_PREFIX = b"x-memory-"
+REQUEST_ID = b"x-request-id"
 CONNECTION = b"connection"
 EVENT_STREAM = b"text/event-stream"
 HEADER_TIMEOUT_MESSAGE = "The upstream did not answer in time."
@@ -119,6 +124,27 @@ def request_headers(
     return out
 
 
+def upstream_headers(scope: Scope, auth: UpstreamAuth) -> Headers:
+    """The client's headers as they go upstream, with the request id and the tenant's auth.
+
+    ``auth`` is the tenant's credentials in the upstream API's form
+    (``proxy.tenancy.bearer_auth`` for OpenAI's).
+    """
+    headers = request_headers(scope["headers"], auth.withhold, auth.add)
+    request_id = scope.get("state", {}).get("request_id")
+    if request_id and not any(name == REQUEST_ID for name, _ in headers):
+        headers.append((REQUEST_ID, request_id.encode("latin-1")))
+    return headers
+
+
+def first_header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """The first value of header ``name`` (lower-case) in raw ``headers``, or ``None``."""
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
+
+
 def response_headers(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """Upstream response headers safe to relay to the client (hop-by-hop ones removed)."""
     out = []
@@ -173,10 +199,7 @@ class UpstreamResponse:
 
     def raw_headers_get(self, name: bytes) -> bytes | None:
         """The first raw header value named ``name`` (lower-case), or ``None``."""
-        for key, value in self.raw_headers:
-            if key.lower() == name:
-                return value
-        return None
+        return first_header(self.raw_headers, name)
 
     def _wait(self) -> float:
         return min(self._idle, self._deadline - asyncio.get_running_loop().time())

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+import starlette
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 
@@ -81,6 +84,44 @@ async def test_chat_errors_keep_openai_shape(fake: FakeServer) -> None:
     assert status == 400
     assert headers["x-request-id"] == "rid-1"
     assert orjson.loads(body)["error"]["code"] == "invalid_json"
+
+
+STARLETTE = Path(starlette.__file__).parent
+
+
+class CallerRecorder:
+    """A pipeline that records which Starlette modules are on the stack when it is called."""
+
+    def __init__(self) -> None:
+        self.starlette_modules: set[str] = set()
+        self.calls = 0
+
+    async def prepare(self, tenant: Tenant, headers: Headers, body: dict[str, Any]) -> Prepared:
+        self.calls += 1
+        frame = inspect.currentframe()
+        while frame is not None:
+            path = Path(frame.f_code.co_filename)
+            if path.is_relative_to(STARLETTE):
+                self.starlette_modules.add(path.relative_to(STARLETTE).as_posix())
+            frame = frame.f_back
+        return Prepared(body=body)
+
+
+@pytest.mark.parametrize("root_path", ["", "/mounted"])
+async def test_chat_reaches_the_endpoint_without_starlettes_router_and_middleware(
+    fake: FakeServer, root_path: str
+) -> None:
+    recorder = CallerRecorder()
+    app = create_app(proxy_settings(fake.url), pipeline=recorder)
+    async with running(app):
+        status, _, _ = await call(app, "POST", root_path + "/v1/chat/completions", CHAT, root_path)
+    assert (status, recorder.calls) == (200, 1)
+    layers = {"routing.py", "middleware/errors.py", "middleware/exceptions.py"}
+    if root_path:
+        # Mounted under a root_path the request takes Starlette's way: the check sees its layers.
+        assert layers <= recorder.starlette_modules
+    else:
+        assert not layers & recorder.starlette_modules
 
 
 class ExplodingPipeline:

@@ -15,6 +15,7 @@ from proxy.upstream import (
     redact_url,
     request_headers,
     response_headers,
+    upstream_headers,
 )
 
 KEYS_TENANT = Tenant(
@@ -100,6 +101,20 @@ def test_keys_mode_drops_what_would_choose_the_operators_billing_or_leak_keys() 
     assert (b"openai-organization", b"org-client") in request_headers(
         raw, client.withhold, client.add
     )
+
+
+@pytest.mark.parametrize("client_sent_one", [False, True])
+def test_upstream_headers_carry_the_request_id_once_and_the_tenants_auth(
+    client_sent_one: bool,
+) -> None:
+    sent = [(b"x-request-id", b"rid-client")] if client_sent_one else []
+    scope = {"headers": [*RAW_REQUEST, *sent], "state": {"request_id": "rid-1"}}
+    out = upstream_headers(scope, bearer_auth(KEYS_TENANT))
+    ids = [value for name, value in out if name == b"x-request-id"]
+    assert ids == ([b"rid-client"] if client_sent_one else [b"rid-1"])
+    assert (b"authorization", b"Bearer sk-operator") in out
+    assert (b"authorization", b"Bearer client") not in out
+    assert upstream_headers({"headers": []}, bearer_auth(PASSTHROUGH_TENANT)) == []
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,16 @@
 """A lean fake OpenAI upstream for benchmarks: fixed answers, optional delay, SSE streaming.
 
 It is built on aiohttp's server because on a 2-core machine every CPU cycle the fake spends is
-taken from the proxy under test; the answers are pre-encoded once at start-up.
+taken from the proxy under test; the answers are encoded once per model and shape, then reused.
+Events are deterministic (fixed ``id`` and ``created``), so a stream asked of the fake directly
+and through memproxy must arrive as the same bytes.
 
-Run: ``python bench/lib/fake_upstream.py --port 9000 [--delay-ms 0] [--chunks 8]``.
+Per request, ``X-Fake-Chunks`` (content pieces) and ``X-Fake-Interval-Ms`` (pause between
+events) override the command line. With ``--compress`` an answer is gzipped when the request's
+``Accept-Encoding`` allows it, as OpenAI does; a stream is then flushed event by event.
+
+Run: ``python bench/lib/fake_upstream.py --port 9000 [--delay-ms 0] [--chunks 8]
+[--interval-ms 0] [--compress]``.
 """
 
 from __future__ import annotations
@@ -11,12 +18,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import time
+import zlib
+from dataclasses import dataclass
 
 from aiohttp import web
 
 MODEL = "fake-model"
 ANSWER_WORDS = ("memproxy", "benchmark", "answer", "from", "the", "fake", "upstream", "model")
+CREATED = 1_700_000_000
+GZIP_WBITS = 16 + zlib.MAX_WBITS
+
+
+def answer_text(chunks: int) -> str:
+    """The assistant text of an answer of ``chunks`` pieces."""
+    return " ".join(ANSWER_WORDS[i % len(ANSWER_WORDS)] for i in range(chunks))
 
 
 def completion_body(model: str, text: str) -> bytes:
@@ -25,7 +40,7 @@ def completion_body(model: str, text: str) -> bytes:
         {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
-            "created": int(time.time()),
+            "created": CREATED,
             "model": model,
             "choices": [
                 {
@@ -44,7 +59,7 @@ def chunk_event(model: str, delta: dict[str, str], finish: str | None) -> bytes:
     chunk = {
         "id": "chatcmpl-fake",
         "object": "chat.completion.chunk",
-        "created": int(time.time()),
+        "created": CREATED,
         "model": model,
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
@@ -61,29 +76,66 @@ def stream_events(model: str, chunks: int) -> list[bytes]:
     return events
 
 
-def build_app(delay_ms: float, chunks: int) -> web.Application:
+def gzipped(pieces: list[bytes]) -> list[bytes]:
+    """``pieces`` as one gzip stream, each flushed so a client can decode it on arrival."""
+    coder = zlib.compressobj(wbits=GZIP_WBITS)
+    out = [coder.compress(piece) + coder.flush(zlib.Z_SYNC_FLUSH) for piece in pieces]
+    out.append(coder.flush(zlib.Z_FINISH))
+    return out
+
+
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    """Whether an ``Accept-Encoding`` value allows gzip (``q=0`` refuses it)."""
+    for part in (accept_encoding or "").split(","):
+        coding, _, params = part.partition(";")
+        if coding.strip().lower() in ("gzip", "*"):
+            return params.replace(" ", "").lower() not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+    return False
+
+
+@dataclass(frozen=True)
+class FakeConfig:
+    """Server-wide behaviour; ``X-Fake-*`` headers override chunks and interval per request."""
+
+    delay_ms: float = 0.0
+    chunks: int = 8
+    interval_ms: float = 0.0
+    compress: bool = False
+
+
+def build_app(config: FakeConfig) -> web.Application:
     """Return the aiohttp app answering chat completions, models and health."""
-    delay = delay_ms / 1000.0
-    text = " ".join(ANSWER_WORDS[i % len(ANSWER_WORDS)] for i in range(chunks))
-    body_cache: dict[str, bytes] = {}
-    events_cache: dict[str, list[bytes]] = {}
+    delay = config.delay_ms / 1000.0
+    bodies: dict[tuple[str, int, bool], bytes] = {}
+    streams: dict[tuple[str, int, bool], list[bytes]] = {}
 
     async def chat(request: web.Request) -> web.StreamResponse:
         payload = json.loads(await request.read())
         model = str(payload.get("model") or MODEL)
+        chunks = int(request.headers.get("X-Fake-Chunks", config.chunks))
+        interval = float(request.headers.get("X-Fake-Interval-Ms", config.interval_ms)) / 1000
+        gzip = config.compress and accepts_gzip(request.headers.get("Accept-Encoding"))
+        headers = {"Content-Encoding": "gzip"} if gzip else {}
+        if config.compress:
+            headers["Vary"] = "Accept-Encoding"
+        key = (model, chunks, gzip)
         if delay:
             await asyncio.sleep(delay)
         if not payload.get("stream"):
-            body = body_cache.get(model) or body_cache.setdefault(
-                model, completion_body(model, text)
-            )
-            return web.Response(body=body, content_type="application/json")
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            body = bodies.get(key)
+            if body is None:
+                body = completion_body(model, answer_text(chunks))
+                body = bodies[key] = b"".join(gzipped([body])) if gzip else body
+            return web.Response(body=body, content_type="application/json", headers=headers)
+        events = streams.get(key)
+        if events is None:
+            plain = stream_events(model, chunks)
+            events = streams[key] = gzipped(plain) if gzip else plain
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **headers})
         await response.prepare(request)
-        events = events_cache.get(model) or events_cache.setdefault(
-            model, stream_events(model, chunks)
-        )
-        for event in events:
+        for i, event in enumerate(events):
+            if interval and 0 < i < len(events) - (1 if gzip else 0):
+                await asyncio.sleep(interval)
             await response.write(event)
         await response.write_eof()
         return response
@@ -110,14 +162,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--chunks", type=int, default=8)
+    parser.add_argument("--interval-ms", type=float, default=0.0)
+    parser.add_argument("--compress", action="store_true", help="gzip when the client accepts it")
     args = parser.parse_args()
-    web.run_app(
-        build_app(args.delay_ms, args.chunks),
-        host=args.host,
-        port=args.port,
-        access_log=None,
-        print=None,
-    )
+    config = FakeConfig(args.delay_ms, args.chunks, args.interval_ms, args.compress)
+    web.run_app(build_app(config), host=args.host, port=args.port, access_log=None, print=None)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Closed-loop HTTP load for chat completions: an aiohttp engine plus ``hey`` and ``wrk`` wrappers.
 
 On a 2-core machine the load generator competes with the server under test for CPU, so the
-engine matters (see ``python bench/lib/loadgen.py --compare`` and ADR 0060). The aiohttp engine is
-the only one that measures time to first chunk of a streamed answer; hey gives every request's
-latency (CSV), wrk only its own percentiles.
+engine matters (see ``python bench/lib/loadgen.py --compare`` and docs/benchmarks.md, "The
+load generator"). The aiohttp engine is the only one that measures time to first chunk of a
+streamed answer; hey gives every request's latency (CSV), wrk only its own percentiles.
 
 Targets are interleaved: each round runs every (target, concurrency, stream) cell for a few
 seconds, and the target order rotates between rounds, so drift from other work on the machine

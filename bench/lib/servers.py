@@ -144,9 +144,17 @@ def python_env(**extra: str) -> dict[str, str]:
 
 
 def fake_upstream(
-    port: int | None = None, *, delay_ms: float = 0.0, chunks: int = 8
+    port: int | None = None,
+    *,
+    delay_ms: float = 0.0,
+    chunks: int = 8,
+    compress: bool = False,
+    name: str = "fake-upstream",
 ) -> ServerProcess:
-    """Return (not started) the bench's lean fake OpenAI upstream on ``port``."""
+    """Return (not started) the bench's lean fake OpenAI upstream on ``port``.
+
+    ``compress``: gzip answers when the client accepts it, as OpenAI does.
+    """
     port = port or free_port()
     argv = [
         sys.executable,
@@ -158,7 +166,9 @@ def fake_upstream(
         "--chunks",
         str(chunks),
     ]
-    return ServerProcess("fake-upstream", argv, port=port, ready_path="/healthz", env=python_env())
+    if compress:
+        argv.append("--compress")
+    return ServerProcess(name, argv, port=port, ready_path="/healthz", env=python_env())
 
 
 def memproxy(

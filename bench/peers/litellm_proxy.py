@@ -32,7 +32,8 @@ from bench.lib.servers import ROOT, ServerProcess, free_port
 VENV_DIR = ROOT / "bench" / ".venvs" / "litellm"
 INSTALL_RECORD = "install.json"
 # opentelemetry-sdk: without it LiteLLM 1.106 retries a failing import on every request (~10 ms
-# each, 30 -> 55 req/s at concurrency 1; ADR 0061). Installing it is the fair, lean setup.
+# each, 30 -> 55 req/s at concurrency 1; docs/benchmarks.md, "The LiteLLM peer"). Installing
+# it is the fair, lean setup.
 DEFAULT_SPECS = ("litellm[proxy]", "opentelemetry-sdk")
 PEER_MODEL = "fake-model"
 READY_PATH = "/health/liveliness"

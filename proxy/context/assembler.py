@@ -128,7 +128,7 @@ class MemoryExplanation:
         return self.candidate.record.id
 
     def to_dict(self) -> dict[str, Any]:
-        """The explain-mode view (DESIGN.md's memory entry plus ranking figures)."""
+        """The explain-mode view (the documented memory entry plus ranking figures)."""
         record = self.candidate.record
         s = self.scored
         return {
@@ -178,7 +178,7 @@ class Assembly:
         return [m.candidate for m in self.packed]
 
     def explain(self) -> dict[str, Any]:
-        """The explain-mode figures (DESIGN.md's ``candidates``, ``memories``, ``block``, plus
+        """The explain-mode figures (the documented ``candidates``, ``memories``, ``block``, plus
         every candidate's fate and the packing figures)."""
         return {
             "candidates": len(self.candidates),

@@ -1,4 +1,4 @@
-"""Explain mode: what would be injected, in DESIGN.md's exact shape, without an upstream call.
+"""Explain mode: what would be injected, in its documented shape (README), without an upstream call.
 
 When something needs saying (a budget counted only as an upper bound, memories that could not be
 injected, messages that cannot be shown), the document gets a ``notes`` list of sentences; it is

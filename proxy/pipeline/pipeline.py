@@ -4,9 +4,9 @@ One call of ``prepare`` per request (``contract.py``). Everything it needs is bu
 lifespan (``proxy/composition.py``): no imports, settings parsing or litellm on the request
 path. Memories come through the one read path (``proxy/memory/retriever.py``: cache, embed,
 search), captured turns go through the one write path (``MemoryService.write``). Failure
-policy: the whole memory stage runs under ``memory.deadline_ms`` and the retriever's embed and
-search stages under their own timeouts; any failure forwards the client's request unchanged (its
-original bytes) with ``X-Memory-Status: degraded`` and counts the reason in
+policy (README): the whole memory stage runs under ``memory.deadline_ms`` and the retriever's
+embed and search stages under their own timeouts; any failure forwards the client's request
+unchanged (its original bytes) with ``X-Memory-Status: degraded`` and counts the reason in
 ``memproxy_memory_degraded_total``. A cache call of this request that was not served
 (``proxy/cache/outcome.py``) alone also marks it degraded, but memories found without it are
 still injected. Bad ``X-Memory-*`` headers are the client's mistake: 400 in OpenAI's shape,

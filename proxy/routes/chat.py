@@ -15,15 +15,16 @@ from starlette.datastructures import Headers
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from proxy.apis.answer import completion_hook
+from proxy.apis.openai_chat import read_completion
+from proxy.error_responses import send_error
 from proxy.errors import MemproxyError
 from proxy.pipeline.contract import Prepared
-from proxy.relay import Relay, error_response
-from proxy.routes.forward import (
-    parse_json_object,
-    receive_body,
-    upstream_headers,
-)
+from proxy.relay import Relay
+from proxy.request_body import parse_json_object, receive_body
 from proxy.services import Services
+from proxy.tenancy import bearer_auth
+from proxy.upstream import upstream_headers
 
 LOGGER = logging.getLogger("memproxy.chat")
 ROUTE = "chat"
@@ -56,7 +57,7 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
     try:
         url = services.upstream.url_for(scope)
         tenant = services.tenants.resolve(scope["headers"])
-        forward_headers = upstream_headers(scope, tenant)
+        forward_headers = upstream_headers(scope, bearer_auth(tenant))
         raw = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
         body = parse_json_object(raw)
         if len(raw) > YIELD_AFTER_BYTES:
@@ -65,13 +66,15 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
         # The single plug-in point of the memory pipeline (see proxy/pipeline/contract.py).
         prepared = await services.pipeline.prepare(tenant, headers, body)
     except MemproxyError as exc:
-        await error_response(exc)(scope, receive, send)
+        await send_error(exc, scope, receive, send)
         return
     if prepared.reply is not None:
         prepared.reply.headers.update(prepared.response_headers)
         await prepared.reply(scope, receive, send)
         return
     forwarded = forwarded_bytes(raw, body, prepared)
+    on_complete = prepared.on_complete
+    on_answer = completion_hook(read_completion, on_complete) if on_complete else None
     relay = Relay(
         services,
         method="POST",
@@ -80,7 +83,7 @@ async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
         body=forwarded,
         route=ROUTE,
         extra_headers=prepared.response_headers,
-        on_complete=prepared.on_complete,
+        on_answer=on_answer,
         started=started,
     )
     await relay(scope, receive, send)

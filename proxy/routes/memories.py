@@ -1,4 +1,4 @@
-"""The memories API (DESIGN.md): thin handlers that parse, call ``MemoryService`` and shape.
+"""The memories API (README): thin handlers that parse, call ``MemoryService`` and shape.
 
 Every call is scoped to the caller's tenant (its key, ``proxy/tenancy.py``); ids are looked up by
 (tenant, id), so another tenant's id is simply "not found" (404), never a hint that it exists.
@@ -21,7 +21,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from proxy.errors import MemproxyError, MethodNotAllowed
+from proxy.error_responses import error_response
+from proxy.errors import InternalError, MemproxyError, MethodNotAllowed
 from proxy.memory.inputs import SEARCH_ID, InputLimits
 from proxy.memory.parsing import (
     parse_feedback,
@@ -31,8 +32,7 @@ from proxy.memory.parsing import (
     parse_write_body,
 )
 from proxy.memory.service import memory_object, search_hit_object
-from proxy.relay import error_response
-from proxy.routes.forward import parse_json_object, read_body
+from proxy.request_body import parse_json_object, read_body
 from proxy.services import Services
 from proxy.tenancy import Tenant
 
@@ -62,7 +62,7 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             return error_response(exc)
         except Exception:
             LOGGER.exception("memories API request failed")
-            return error_response(MemproxyError("Internal error in memproxy."))
+            return error_response(InternalError())
 
     run.__name__ = handler.__name__
     run.__doc__ = handler.__doc__

@@ -6,10 +6,13 @@ from __future__ import annotations
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from proxy.error_responses import send_error
 from proxy.errors import MemproxyError
-from proxy.relay import Relay, error_response
-from proxy.routes.forward import receive_body, upstream_headers
+from proxy.relay import Relay
+from proxy.request_body import receive_body
 from proxy.services import Services
+from proxy.tenancy import bearer_auth
+from proxy.upstream import upstream_headers
 
 ROUTE = "passthrough"
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
@@ -21,10 +24,10 @@ async def forward(scope: Scope, receive: Receive, send: Send) -> None:
     try:
         url = services.upstream.url_for(scope)
         tenant = services.tenants.resolve(scope["headers"])
-        headers = upstream_headers(scope, tenant)
+        headers = upstream_headers(scope, bearer_auth(tenant))
         body = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
     except MemproxyError as exc:
-        await error_response(exc)(scope, receive, send)
+        await send_error(exc, scope, receive, send)
         return
     relay = Relay(
         services,

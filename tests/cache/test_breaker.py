@@ -7,14 +7,7 @@ import logging
 import pytest
 
 from proxy.cache.breaker import CircuitBreaker
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes.clock import FakeClock
 
 
 def make(

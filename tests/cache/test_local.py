@@ -5,21 +5,12 @@ from __future__ import annotations
 import pytest
 
 from proxy.cache.local import LocalCache
-
-
-class FakeClock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes.clock import FakeClock
 
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1000.0)
 
 
 async def test_entry_expires_exactly_at_its_ttl(clock: FakeClock) -> None:

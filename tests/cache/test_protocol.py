@@ -12,19 +12,12 @@ import pytest
 
 from proxy.cache import Cache, LocalCache, RedisCache, cache_outcome
 from proxy.cache.redis_cache import connect
+from tests.fakes.clock import FakeClock
 from tests.redis_server import RedisServer
 
 # Semantics, not speed, are under test here: a generous deadline keeps a busy machine from
 # turning a slow answer into a miss.
 CONTRACT_TIMEOUT_MS = 2000.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass

@@ -12,6 +12,7 @@ import pytest
 from proxy.cache import CacheTTLs, LocalCache, RedisCache, RequestCache, codec, keys
 from proxy.cache.redis_cache import connect
 from proxy.context.records import Candidate, MemoryRecord
+from tests.fakes.embedder import FakeEmbedder
 from tests.redis_server import RedisServer
 
 DIM = 8
@@ -31,21 +32,6 @@ def hit(tenant: str, memory_id: str, similarity: float = 0.8) -> Candidate:
     return Candidate(record=record, similarity=similarity)
 
 
-class CountingEmbedder:
-    """An embedder that records what it was asked to embed."""
-
-    name = "test-embedder"
-    dimensions = DIM
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        self.calls.append(list(texts))
-        rng = np.random.default_rng(abs(hash(tuple(texts))) % 2**32)
-        return rng.standard_normal((len(texts), DIM)).astype(np.float32)
-
-
 @pytest.fixture(params=["local", "fakeredis"])
 async def rc(request: pytest.FixtureRequest) -> AsyncIterator[RequestCache]:
     cache = (
@@ -59,7 +45,7 @@ async def rc(request: pytest.FixtureRequest) -> AsyncIterator[RequestCache]:
 
 
 async def test_embedding_is_computed_once_per_text(rc: RequestCache) -> None:
-    embedder = CountingEmbedder()
+    embedder = FakeEmbedder(DIM)
     first = await rc.embed("acme", embedder, "what is my cat's name?")
     second = await rc.embed("acme", embedder, "what is my cat's name?")
     assert embedder.calls == [["what is my cat's name?"]]

@@ -1,4 +1,4 @@
-"""Fail-open: a failing or hanging memory backend never fails a chat request (DESIGN.md)."""
+"""Fail-open: a failing or hanging memory backend never fails a chat request (README)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Fixtures shared by the memory store tests: one contract, two stores."""
+"""Fixtures shared by the memory store tests: one contract, two stores and the shared fake.
+
+The fake (``tests/fakes/store.py``) runs the contract too, so the store the other tests use
+cannot drift from the real ones. It searches dense only and keeps nothing across a restart: the
+tests of hybrid search and restarts (``open_store``) run on the real stores alone.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,17 @@ import pytest
 from proxy.memory.edge import EdgeStore
 from proxy.memory.qdrant import QdrantStore
 from proxy.memory.store import MemoryStore
+from tests.fakes.store import FakeStore
 from tests.memory.support import DIM, StoreFactory
+
+
+async def open_kind(kind: str, path: Path, dimensions: int, hybrid: bool) -> MemoryStore:
+    """Open a store of ``kind`` (edge, qdrant, fake) on ``path``."""
+    if kind == "fake":
+        return FakeStore(dimensions=dimensions)
+    if kind == "edge":
+        return await EdgeStore.open(path / "edge", dimensions=dimensions, hybrid=hybrid)
+    return await QdrantStore.open(path=str(path / "qdrant"), dimensions=dimensions, hybrid=hybrid)
 
 
 @pytest.fixture(params=["edge", "qdrant"])
@@ -23,13 +38,7 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     opened: list[MemoryStore] = []
 
     async def factory(dimensions: int = DIM, hybrid: bool = False) -> MemoryStore:
-        store: MemoryStore
-        if request.param == "edge":
-            store = await EdgeStore.open(tmp_path / "edge", dimensions=dimensions, hybrid=hybrid)
-        else:
-            store = await QdrantStore.open(
-                path=str(tmp_path / "qdrant"), dimensions=dimensions, hybrid=hybrid
-            )
+        store = await open_kind(request.param, tmp_path, dimensions, hybrid)
         opened.append(store)
         return store
 
@@ -38,7 +47,19 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
         await store.close()  # idempotent: tests may have closed it already
 
 
-@pytest.fixture(params=[False, True], ids=["dense", "hybrid"])
-async def store(request: pytest.FixtureRequest, open_store: StoreFactory) -> MemoryStore:
+@pytest.fixture(
+    params=[
+        ("edge", False),
+        ("edge", True),
+        ("qdrant", False),
+        ("qdrant", True),
+        ("fake", False),
+    ],
+    ids=["edge-dense", "edge-hybrid", "qdrant-dense", "qdrant-hybrid", "fake"],
+)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
     """An open, empty store of each kind, searching dense-only and hybrid."""
-    return await open_store(hybrid=request.param)
+    kind, hybrid = request.param
+    opened = await open_kind(kind, tmp_path, DIM, hybrid)
+    yield opened
+    await opened.close()

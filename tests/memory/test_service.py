@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import builtins
-from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.context.records import Candidate, MemoryRecord
+from proxy.context.records import MemoryRecord
 from proxy.errors import EmbedderError, NotFound, RequestError
 from proxy.memory.edge import EdgeStore
 from proxy.memory.inputs import MemoryInput, SetUsefulness, Vote
@@ -25,114 +22,18 @@ from proxy.memory.service import (
     feedback_usefulness,
     memory_object,
 )
-from proxy.memory.store import Page, SearchQuery
 from proxy.tokenizer import count_tokens
+from tests.fakes.cache import FakeCache
+from tests.fakes.embedder import FakeEmbedder
+from tests.fakes.store import FakeStore
 
 DIM = 4
 UP = Vote(useful=True)
 NOW = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
-class FakeEmbedder:
-    """Deterministic vectors; can be told to fail."""
-
-    name = "fake"
-    dimensions = DIM
-
-    def __init__(self, fail: bool = False) -> None:
-        self.fail = fail
-        self.calls: list[list[str]] = []
-
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        self.calls.append(list(texts))
-        if self.fail:
-            raise RuntimeError("model crashed")
-        rows = np.ones((len(texts), DIM), dtype=np.float32)
-        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
-
-
-class FakeStore:
-    """An in-memory store keyed by (tenant, id), recording every add."""
-
-    def __init__(self) -> None:
-        self.data: dict[tuple[str, str], MemoryRecord] = {}
-        self.adds: list[tuple[list[MemoryRecord], np.ndarray]] = []
-        self.queries: list[SearchQuery] = []
-
-    async def add(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
-        self.adds.append((list(records), vectors))
-        for record in records:
-            self.data[(record.tenant, record.id)] = record
-
-    async def get(self, tenant: str, memory_id: str) -> MemoryRecord | None:
-        return self.data.get((tenant, memory_id))
-
-    async def list(
-        self, tenant: str, *, user: str | None, source: str | None, limit: int, after: str | None
-    ) -> Page:
-        records = sorted((r for (t, _), r in self.data.items() if t == tenant), key=lambda r: r.id)
-        return Page(
-            records[:limit], len(records) > limit, records[:limit][-1].id if records else None
-        )
-
-    async def delete(self, tenant: str, memory_id: str) -> bool:
-        return self.data.pop((tenant, memory_id), None) is not None
-
-    async def delete_user(self, tenant: str, user: str) -> int:
-        gone = [k for k, r in self.data.items() if k[0] == tenant and r.user == user]
-        for key in gone:
-            del self.data[key]
-        return len(gone)
-
-    async def search(self, tenant: str, query: SearchQuery) -> builtins.list[Candidate]:
-        self.queries.append(query)
-        return [Candidate(r, 0.5) for (t, _), r in self.data.items() if t == tenant][: query.top_k]
-
-    async def set_usefulness(
-        self, tenant: str, memory_id: str, usefulness: float
-    ) -> MemoryRecord | None:
-        from dataclasses import replace
-
-        record = self.data.get((tenant, memory_id))
-        if record is None:
-            return None
-        self.data[(tenant, memory_id)] = replace(record, usefulness=usefulness)
-        return self.data[(tenant, memory_id)]
-
-    async def update_usefulness(
-        self, tenant: str, memory_id: str, update: Callable[[float], float]
-    ) -> MemoryRecord | None:
-        record = self.data.get((tenant, memory_id))
-        if record is None:
-            return None
-        return await self.set_usefulness(tenant, memory_id, update(record.usefulness))
-
-
-class FakeCache:
-    """Counts generation bumps and embedding lookups; caches no search results."""
-
-    def __init__(self) -> None:
-        self.bumps: list[str] = []
-        self.embeds = 0
-
-    async def bump_generation(self, tenant: str) -> int:
-        self.bumps.append(tenant)
-        return len(self.bumps)
-
-    async def embed(self, tenant: str, embedder: Any, text: str) -> np.ndarray:
-        self.embeds += 1
-        result: np.ndarray = (await embedder.embed([text]))[0]
-        return result
-
-    async def retrieval_key(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    async def get_retrieval(self, key: None) -> None:
-        return None
-
-
 def make(**kwargs: Any) -> tuple[MemoryService, FakeStore, FakeEmbedder, FakeCache]:
-    store, embedder, cache = FakeStore(), FakeEmbedder(**kwargs), FakeCache()
+    store, embedder, cache = FakeStore(dimensions=DIM), FakeEmbedder(DIM, **kwargs), FakeCache()
     service = MemoryService(store, embedder, cache, max_content_chars=50, clock=lambda: NOW)
     return service, store, embedder, cache
 
@@ -206,7 +107,7 @@ async def test_empty_write_and_missing_tenant() -> None:
 async def test_simultaneous_votes_on_one_memory_all_count(tmp_path: Path) -> None:
     store = await EdgeStore.open(tmp_path, dimensions=DIM)
     try:
-        service = MemoryService(store, FakeEmbedder(), FakeCache(), clock=lambda: NOW)
+        service = MemoryService(store, FakeEmbedder(DIM), FakeCache(), clock=lambda: NOW)
         await service.add("t1", [{"content": "x", "id": "m"}])
         await asyncio.gather(*(service.feedback("t1", "m", UP) for _ in range(5)))
         expected = 0.5
@@ -236,7 +137,8 @@ async def test_get_delete_and_feedback_are_tenant_scoped() -> None:
 
 async def test_search_uses_the_cached_query_embedding_and_scopes() -> None:
     service, store, _, cache = make()
-    await service.add("t1", [{"content": "x"}])
+    # A playbook memory: the store honours the source filter (the old fake ignored it).
+    await service.add("t1", [{"content": "x", "source": "playbook"}])
     hits = await service.search("t1", "x", user="u", top_k=3, sources=["playbook"])
     assert len(hits) == 1
     assert cache.embeds == 1

@@ -6,6 +6,7 @@ import asyncio
 import copy
 import threading
 from collections.abc import Coroutine, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,6 +33,8 @@ from proxy.pipeline.pipeline import Pipeline
 from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
 from proxy.tokenizer import count_tokens, tiktoken_tokenizer
+from tests.fakes.embedder import FakeEmbedder
+from tests.fakes.store import FakeStore, SearchMode
 from tests.fakes.tokenizer import SpyTokenizer
 
 DIMS = 4
@@ -40,41 +43,19 @@ SETTINGS = MemorySettings()
 TENANT = Tenant("t1", SETTINGS)
 
 
-class FakeEmbedder:
-    name = "fake"
-    dimensions = DIMS
-
-    def __init__(self, fail: bool = False) -> None:
-        self.fail = fail
-        self.calls = 0
-
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        self.calls += 1
-        if self.fail:
-            raise ConnectionError("down")
-        return np.ones((len(texts), DIMS), dtype=np.float32) / 2
+BISCUIT = MemoryRecord(
+    id="m1",
+    tenant="t1",
+    user="",
+    source="learnings",
+    content="The user's dog is called Biscuit.",
+    created_at=NOW,
+)
 
 
-class FakeStore:
-    def __init__(self, mode: str = "ok") -> None:
-        self.mode = mode
-        self.searches = 0
-
-    async def search(self, tenant: str, query: Any) -> list[Candidate]:
-        self.searches += 1
-        if self.mode == "raise":
-            raise RuntimeError("boom")
-        if self.mode == "hang":
-            await asyncio.sleep(10)
-        record = MemoryRecord(
-            id="m1",
-            tenant=tenant,
-            user="",
-            source="learnings",
-            content="The user's dog is called Biscuit.",
-            created_at=NOW,
-        )
-        return [Candidate(record, 0.9)]
+def biscuit_store(search: SearchMode = "ok") -> FakeStore:
+    """A store holding one memory every query finds."""
+    return FakeStore([BISCUIT], dimensions=DIMS, search=search)
 
 
 def build(
@@ -116,7 +97,7 @@ def body(*contents: Any) -> dict[str, Any]:
 async def test_injects_into_a_new_body() -> None:
     original = body("what is my dog called?")
     before = copy.deepcopy(original)
-    prepared = await build(FakeStore(), FakeEmbedder()).prepare(TENANT, {}, original)
+    prepared = await build(biscuit_store(), FakeEmbedder(DIMS)).prepare(TENANT, {}, original)
     assert original == before
     assert prepared.body is not original
     system = prepared.body["messages"][0]
@@ -132,11 +113,11 @@ async def test_injects_into_a_new_body() -> None:
 @pytest.mark.parametrize(
     ("store", "embedder", "reason"),
     [
-        (FakeStore("raise"), FakeEmbedder(), "search_error"),
-        (FakeStore("hang"), FakeEmbedder(), "search_timeout"),
-        (FakeStore(), FakeEmbedder(fail=True), "embed_error"),
-        (None, FakeEmbedder(), "store_unavailable"),
-        (FakeStore(), None, "store_unavailable"),
+        (biscuit_store("raise"), FakeEmbedder(DIMS), "search_error"),
+        (biscuit_store("hang"), FakeEmbedder(DIMS), "search_timeout"),
+        (biscuit_store(), FakeEmbedder(DIMS, fail=True), "embed_error"),
+        (None, FakeEmbedder(DIMS), "store_unavailable"),
+        (biscuit_store(), None, "store_unavailable"),
     ],
 )
 async def test_failures_forward_the_original_body(store: Any, embedder: Any, reason: str) -> None:
@@ -153,7 +134,7 @@ async def test_failures_forward_the_original_body(store: Any, embedder: Any, rea
 
 
 async def test_the_deadline_bounds_the_whole_stage() -> None:
-    pipeline = build(FakeStore("hang"), FakeEmbedder())
+    pipeline = build(biscuit_store("hang"), FakeEmbedder(DIMS))
     pipeline.deadline_s, pipeline.search_s = 0.05, 5.0
     prepared = await pipeline.prepare(TENANT, {}, body("dog?"))
     assert prepared.response_headers["X-Memory-Status"] == "degraded"
@@ -168,7 +149,7 @@ async def test_the_deadline_bounds_the_whole_stage() -> None:
 )
 async def test_malformed_messages_are_forwarded_untouched(messages: Any) -> None:
     original = {"model": "gpt-4o", "messages": messages}
-    prepared = await build(FakeStore(), FakeEmbedder()).prepare(TENANT, {}, original)
+    prepared = await build(biscuit_store(), FakeEmbedder(DIMS)).prepare(TENANT, {}, original)
     assert prepared.body is original
     assert prepared.response_headers["X-Memory-Status"] == "empty"
 
@@ -182,7 +163,7 @@ def long_body(*contents: str) -> dict[str, Any]:
 
 async def test_a_conversation_counts_only_its_new_messages() -> None:
     lookups: list[tuple[str, int, int]] = []
-    pipeline = build(FakeStore(), FakeEmbedder(), lookups)
+    pipeline = build(biscuit_store(), FakeEmbedder(DIMS), lookups)
     first = await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?"))
     assert first.on_complete is not None
     await first.on_complete(Completion(200, False, True, "ok"))  # deferred cache writes
@@ -196,7 +177,7 @@ async def test_a_budget_the_byte_bound_settles_counts_nothing() -> None:
     tokenizer = SpyTokenizer(tiktoken_tokenizer())
     calculator = TokenBudgetCalculator(memory_cap=None, tokenizer=tokenizer)
     lookups: list[tuple[str, int, int]] = []
-    prepared = await build(FakeStore(), FakeEmbedder(), lookups, calculator).prepare(
+    prepared = await build(biscuit_store(), FakeEmbedder(DIMS), lookups, calculator).prepare(
         TENANT, {}, body("what is my dog called?")
     )
     # Only the memory block's framing and line were counted, no text of the request.
@@ -207,14 +188,14 @@ async def test_a_budget_the_byte_bound_settles_counts_nothing() -> None:
 
 
 async def test_no_messages_or_mode_off_do_no_backend_work() -> None:
-    store, embedder = FakeStore(), FakeEmbedder()
+    store, embedder = biscuit_store(), FakeEmbedder(DIMS)
     pipeline = build(store, embedder)
     off = await pipeline.prepare(TENANT, {"x-memory-mode": "off"}, body("dog?"))
     assert off.response_headers["X-Memory-Status"] == "off"
     empty = await pipeline.prepare(TENANT, {}, {"model": "gpt-4o", "messages": []})
     assert empty.response_headers["X-Memory-Status"] == "empty"
     assert store.searches == 0
-    assert embedder.calls == 0
+    assert embedder.calls == []
 
 
 class ContentStore:
@@ -246,7 +227,7 @@ class ContentStore:
     st.integers(min_value=0, max_value=400),
 )
 def test_the_block_never_exceeds_the_budget(contents: list[str], cap: int) -> None:
-    pipeline = build(ContentStore(contents), FakeEmbedder())
+    pipeline = build(ContentStore(contents), FakeEmbedder(DIMS))
     headers = {"x-memory-max-tokens": str(cap)}
     prepared = asyncio.run(pipeline.prepare(TENANT, headers, body("tell me everything")))
     status = prepared.response_headers["X-Memory-Status"]
@@ -273,7 +254,7 @@ async def test_a_memory_line_is_rendered_once_across_requests(
         return plain(source, content)
 
     monkeypatch.setattr(module, "line_text", spy)
-    pipeline = build(FakeStore(), FakeEmbedder())
+    pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
     first = await pipeline.prepare(TENANT, {}, body("what is my dog called?"))
     second = await pipeline.prepare(TENANT, {}, body("and what does my dog eat?"))
     assert rendered == [("learnings", "The user's dog is called Biscuit.")]
@@ -304,7 +285,7 @@ def running_pipeline(*, cache: bool = True, deadline_ms: float = 200.0) -> Pipel
     return Pipeline(
         MemorySettings(deadline_ms=deadline_ms),
         calculator=TokenBudgetCalculator(LIMITS, memory_cap=None),
-        retriever=retriever(FakeStore(), FakeEmbedder(), counts),
+        retriever=retriever(biscuit_store(), FakeEmbedder(DIMS), counts),
         counts=counts,
         metrics=Metrics(),
         spawn=spawn,
@@ -471,7 +452,11 @@ async def test_a_cache_failure_degrades_only_the_request_whose_calls_failed() ->
     pipeline = Pipeline(
         MemorySettings(deadline_ms=2_000.0),
         calculator=TokenBudgetCalculator(memory_cap=None),
-        retriever=Retriever(FakeStore(), GatedEmbedder(held="good"), cache),
+        retriever=Retriever(
+            FakeStore([replace(BISCUIT, tenant="good"), replace(BISCUIT, tenant="bad")]),
+            GatedEmbedder(held="good"),
+            cache,
+        ),
         counts=cache,
         metrics=Metrics(),
         spawn=lambda coro: coro.close(),

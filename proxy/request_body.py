@@ -1,8 +1,8 @@
-"""Helpers shared by the forwarding routes: bounded body reading and upstream headers.
+"""Reading a request body at the ASGI edge: bounded by the body limit, parsed as a JSON object.
 
-The forwarding routes are raw ASGI endpoints (no ``Request`` object): ``receive_body`` and
-``upstream_headers`` work on the ASGI scope and ``receive`` directly. ``read_body`` is the same
-for Starlette ``Request`` handlers (the memories API).
+The forwarding routes are raw ASGI endpoints (no ``Request`` object): ``receive_body`` works on
+the ASGI scope and ``receive`` directly; ``read_body`` is the same for Starlette ``Request``
+handlers (the memories API).
 """
 
 from __future__ import annotations
@@ -11,16 +11,12 @@ import logging
 from typing import Any
 
 import orjson
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.types import Receive, Scope
 
 from proxy.errors import ClientDisconnected, PayloadTooLarge, RequestError
-from proxy.tenancy import Tenant, bearer_auth
-from proxy.transport import Headers
-from proxy.upstream import request_headers
 
 CONTENT_LENGTH = b"content-length"
-REQUEST_ID = b"x-request-id"
 LOGGER = logging.getLogger("memproxy")
 
 
@@ -57,21 +53,8 @@ async def receive_body(scope: Scope, receive: Receive, limit: int) -> bytes:
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """Read the request body, refusing (413) anything over ``limit`` bytes, declared or sent."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
-    parts = []
-    size = 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes.")
-            parts.append(chunk)
-    except ClientDisconnect:
-        raise client_left(size, declared) from None
-    return b"".join(parts)
+    """``receive_body`` for a Starlette ``Request`` whose body has not been read yet."""
+    return await receive_body(request.scope, request.receive, limit)
 
 
 def client_left(received: int, declared: str | None) -> ClientDisconnected:
@@ -81,7 +64,7 @@ def client_left(received: int, declared: str | None) -> ClientDisconnected:
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """Parse a JSON object body or raise a 400 in OpenAI's shape."""
+    """Parse a JSON object body or raise a 400 (``invalid_json``)."""
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -91,13 +74,3 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise RequestError("The request body must be a JSON object.", code="invalid_json")
     return body
-
-
-def upstream_headers(scope: Scope, tenant: Tenant) -> Headers:
-    """The client's headers as they go upstream, with the request id and the tenant's auth."""
-    auth = bearer_auth(tenant)
-    headers = request_headers(scope["headers"], auth.withhold, auth.add)
-    request_id = scope.get("state", {}).get("request_id")
-    if request_id and not any(name == REQUEST_ID for name, _ in headers):
-        headers.append((REQUEST_ID, request_id.encode("latin-1")))
-    return headers

@@ -5,13 +5,10 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.lib import realtext
 

@@ -3,13 +3,10 @@ finds, or its per-part timings describe some other search."""
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import memory_costs
 from bench import pipeline as bench_pipeline

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import sys
+import zlib
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.lib import loadgen, memories, stats
+from bench.lib import fake_upstream, loadgen, memories, stats
 from bench.peers import litellm_proxy
 
 
@@ -185,3 +182,29 @@ def test_run_interleaved_gives_each_target_its_own_bodies(monkeypatch: pytest.Mo
     )
     assert seen["a"][1:] == [marker, marker]  # the first call is the warm-up
     assert all(callable(body) for body in seen["b"][1:])  # unique template questions
+
+
+@pytest.mark.parametrize(
+    ("accept_encoding", "gzip"),
+    [
+        (None, False),
+        ("", False),
+        ("gzip, deflate", True),
+        ("br, GZIP;q=0.5", True),
+        ("gzip;q=0", False),
+        ("*", True),
+        ("identity", False),
+    ],
+)
+def test_fake_upstream_gzips_only_when_accepted(accept_encoding: str | None, gzip: bool) -> None:
+    assert fake_upstream.accepts_gzip(accept_encoding) is gzip
+
+
+def test_fake_upstream_gzip_stream_decodes_event_by_event() -> None:
+    events = fake_upstream.stream_events("m", 3)
+    pieces = fake_upstream.gzipped(events)
+    decoder = zlib.decompressobj(fake_upstream.GZIP_WBITS)
+    # Each flushed piece decodes to its event as it arrives: the client sees no delay.
+    assert [decoder.decompress(piece) for piece in pieces[:-1]] == events
+    assert decoder.decompress(pieces[-1]) == b""
+    assert decoder.eof

@@ -1,0 +1,78 @@
+"""What the relay hands over once a response is done, and the hook that reads it.
+
+``Answer`` is the upstream's answer exactly as the client got it (still compressed if it was);
+an API module's reader (``CompletionReader``) turns it into a ``Completion``. Reading runs
+after the client has its answer, as background work, never on the hot path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.content_encoding import DecodeError, decode_body
+from proxy.pipeline.contract import Completion
+from proxy.upstream import first_header
+
+LOGGER = logging.getLogger("memproxy.relay")
+CONTENT_ENCODING = b"content-encoding"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One relayed exchange: status, the upstream's headers and body bytes as relayed.
+
+    ``ok`` is False when the upstream failed, timed out, answered non-2xx, or the client left;
+    ``chunks`` then hold what was relayed before that (none if the upstream never answered).
+    The chunks are joined by whoever reads them (in the background, not in the request).
+    """
+
+    status: int
+    streamed: bool
+    ok: bool
+    chunks: Sequence[bytes]
+    headers: Sequence[tuple[bytes, bytes]] = ()
+
+    @property
+    def body(self) -> bytes:
+        """The body bytes as relayed (compressed if the upstream compressed them)."""
+        return b"".join(self.chunks)
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first upstream header named ``name`` (lower-case), or ``None``."""
+        return first_header(self.headers, name)
+
+    def decoded(self) -> bytes:
+        """The body with its ``Content-Encoding`` undone; empty if it cannot be.
+
+        The client got the bytes untouched either way; a reader gets no text rather than
+        garbage parsed as text.
+        """
+        try:
+            return decode_body(self.body, self.header(CONTENT_ENCODING))
+        except DecodeError as exc:
+            LOGGER.warning("upstream answer not readable for the completion hook: %s", exc)
+            return b""
+
+
+AnswerHook = Callable[[Answer], Coroutine[Any, Any, None]]  # run as a task (Services.spawn)
+CompletionReader = Callable[[Answer], Completion]
+
+
+def completion_hook(
+    read: CompletionReader, on_complete: Callable[[Completion], Awaitable[None]]
+) -> AnswerHook:
+    """An answer hook that reads the answer with ``read`` and hands it to ``on_complete``.
+
+    Never raises: the exchange is over, a failure here is only logged.
+    """
+
+    async def hook(answer: Answer) -> None:
+        try:
+            await on_complete(read(answer))
+        except Exception:
+            LOGGER.exception("on_complete hook failed")
+
+    return hook
