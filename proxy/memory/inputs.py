@@ -318,8 +318,11 @@ class WithDefaults(ApiObject):
     @model_validator(mode="before")
     @classmethod
     def _null_is_default(cls, data: Any) -> Any:
+        # Only a known field's null means "the default": an unknown key stays, null or not, so
+        # ``extra="forbid"`` still refuses it.
         if isinstance(data, dict) and None in data.values():
-            return {key: value for key, value in data.items() if value is not None}
+            known = {f.alias or name for name, f in cls.model_fields.items()}
+            return {k: v for k, v in data.items() if v is not None or k not in known}
         return data
 
 

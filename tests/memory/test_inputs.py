@@ -147,6 +147,19 @@ def test_defaults_and_null_fields() -> None:
         parsed.content = "y"  # type: ignore[misc]
 
 
+@pytest.mark.parametrize(
+    ("parse", "body"),
+    [(one, {"content": "x"}), (lambda body: parse_search(body, LIMITS), {"query": "0"})],
+)
+def test_an_unknown_key_is_refused_even_when_null(parse: Any, body: dict[str, Any]) -> None:
+    # Found by the OpenAPI fuzz: ``{"query": "0", "": null}`` was searched as if the key were
+    # absent, because null meant "the default" for every key, known or not.
+    parse(body)
+    for unknown in ("", "colour"):
+        with pytest.raises(RequestError):
+            parse({**body, unknown: None})
+
+
 def test_single_memory_and_batch_bodies() -> None:
     assert [m.content for m in parse_write_body({"content": "a"}, max_content_chars=5)] == ["a"]
     batch = parse_write_body(
