@@ -100,7 +100,7 @@ def create_app(
 
     return MemproxyApp(
         # The hot route skips Starlette's layers (ADR-0008); build_routes() still has it.
-        fast_routes={("POST", chat.PATH): chat.chat_completions},
+        fast_routes={("POST", chat.PATH): chat.endpoint},
         metrics=metrics,
         routes=build_routes(),
         middleware=[Middleware(RequestContextMiddleware, metrics=metrics)],
