@@ -60,6 +60,8 @@ from proxy.pipeline.options import RequestOptions, parse_options
 from proxy.pipeline.query import query_text
 from proxy.pipeline.reencode import reencode
 from proxy.pipeline.timing import StageClock
+from proxy.pipeline.unseen import hold_back
+from proxy.pipeline.unseen import note as unseen_note
 from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
 
@@ -311,12 +313,15 @@ class Pipeline:
                 lowers += fewer
             per_message = (uppers, lowers)
         upper, lower = calculator.bounds(body, memory_cap=cap, message_bounds=per_message)
+        if run.conversation.unseen_history:
+            upper, lower = hold_back(upper), hold_back(lower)
         run.budget = upper
         settled = upper if upper.settled else lower if lower.settled else None
         cheap = sum(upper.message_counts) + upper.tools_tokens <= COUNT_ON_LOOP_BYTES
         if settled is not None and not (run.options.mode == "explain" and cheap):
             return settled
-        return await self._exact_budget(run, upper, items > WALK_ON_LOOP_ITEMS)
+        exact = await self._exact_budget(run, upper, items > WALK_ON_LOOP_ITEMS)
+        return hold_back(exact) if run.conversation.unseen_history else exact
 
     async def _exact_budget(self, run: Run, upper: TokenBudget, long_walk: bool) -> TokenBudget:
         """The exact budget, per-message counts from the cache; large work off the loop."""
@@ -405,6 +410,8 @@ class Pipeline:
         budget = run.budget
         if budget is not None and budget.counting != EXACT:
             notes.append(NOTE_BOUNDS if budget.settled else NOTE_UNFINISHED)
+        if run.conversation.unseen_history:
+            notes.append(unseen_note(budget))
         shown = run.api.shown(forwarded)
         document = explain_body(run.conversation.model, budget, assembly, ())
         del document["messages"]  # the API's own fields instead (chat: the same messages)
