@@ -87,6 +87,11 @@ WALK_ON_LOOP_ITEMS = 2_000
 # bytes at most (a long non-ASCII text at 4 a character): an estimate on the safe side.
 COUNT_BYTES_PER_S = 60e6
 KEYS_BYTES_PER_S = 1e9
+# Assembling more candidates than this runs off the loop (adr/0104): pure Python, so a thread
+# only lets the loop in at the GIL's switch interval, but that bounds what the assembly holds up
+# (500 candidates: loop lag p99 605 -> 89 ms, bench/loop_lag.py). At the default 50 candidates
+# (~1 ms) the thread hop would cost more of the request than it frees.
+ASSEMBLE_ON_LOOP_CANDIDATES = 100
 # Rendered, counted memory lines kept per encoding (~0.5 KB each): a memory injected again
 # skips sanitising and encoding its line, which cost 0.3 ms of a 50-memory block.
 LINE_CACHE_ENTRIES = 16_384
@@ -281,7 +286,8 @@ class Pipeline:
         hits = await self.retriever.retrieve(run.tenant.id, want, run)
         if not run.cache.served:
             run.degrade("cache")
-        run.assembly = assemble(
+        work = functools.partial(
+            assemble,
             hits,
             query,
             budget.memory_tokens,
@@ -289,6 +295,10 @@ class Pipeline:
             tokens=self._block_tokens(budget.encoding),
             config=self.configs[run.tenant.memory.packer],
         )
+        if len(hits) > ASSEMBLE_ON_LOOP_CANDIDATES:
+            run.assembly = await self.offloader.run(work)  # waits within the deadline only
+        else:
+            run.assembly = work()
         run.clock.mark("assemble")
 
     async def _budget(self, run: Run) -> TokenBudget:
