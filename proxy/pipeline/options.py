@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from proxy.context.records import SOURCES
-from proxy.defaults import CAPTURES, Capture
+from proxy.defaults import BUDGET_RULES, CAPTURES, BudgetRule, Capture
 from proxy.errors import RequestError
 from proxy.settings import MemorySettings
 
@@ -31,6 +31,7 @@ HEADER_MAX_TOKENS = "x-memory-max-tokens"
 HEADER_TOP_K = "x-memory-top-k"
 HEADER_SOURCES = "x-memory-sources"
 HEADER_CAPTURE = "x-memory-capture"
+HEADER_BUDGET_RULE = "x-memory-budget-rule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,7 @@ class RequestOptions:
     top_k: int
     sources: tuple[str, ...]
     capture: Capture
+    budget_rule: BudgetRule = "adaptive"
 
 
 def bad_header(header: str, message: str) -> RequestError:
@@ -126,6 +128,12 @@ def parse_options(
     if raw is not None:  # up to the tenant's max_capture, in the order off < user < turn
         asked = CAPTURES.index(parse_choice(HEADER_CAPTURE, raw, CAPTURES))
         capture = CAPTURES[min(asked, CAPTURES.index(limits.max_capture))]
+    raw = get(HEADER_BUDGET_RULE)
+    budget_rule = (
+        parse_choice(HEADER_BUDGET_RULE, raw, BUDGET_RULES)
+        if raw is not None
+        else limits.budget_rule
+    )
     if not limits.enabled:
         # A caller without memory (keyless, adr/0086): its headers are still checked, so a bad
         # one is the same 400 with or without a key, but nothing is read, explained or stored.
@@ -138,4 +146,5 @@ def parse_options(
         top_k=top_k,
         sources=sources,
         capture=capture,
+        budget_rule=budget_rule,  # type: ignore[arg-type]  # checked against BUDGET_RULES
     )
