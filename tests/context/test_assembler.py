@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
@@ -17,9 +17,10 @@ from proxy.context.assembler import (
     assemble,
 )
 from proxy.context.bundle import BundleConfig
-from proxy.context.records import Candidate, MemoryRecord
+from proxy.context.records import Candidate
 from proxy.errors import ConfigError
-from proxy.tokenizer import count_all, count_tokens
+from proxy.tokenizer import count_tokens
+from tests.context import support
 from tests.context.support import block_tokens
 
 NOW = datetime(2026, 1, 15, tzinfo=UTC)
@@ -34,16 +35,7 @@ def cand(
     source: str = "learnings",
     age_days: float = 1.0,
 ) -> Candidate:
-    record = MemoryRecord(
-        id=name,
-        tenant="t",
-        user="u",
-        source=source,
-        content=content,
-        created_at=NOW - timedelta(days=age_days),
-        tokens=count_all(content),
-    )
-    return Candidate(record, similarity)
+    return support.candidate(name, content, similarity, now=NOW, source=source, age_days=age_days)
 
 
 CANDIDATES = [

@@ -8,7 +8,7 @@ price, the block never exceeds the budget, and an unrelated candidate costs noth
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
@@ -21,26 +21,17 @@ from proxy.context.assembler import (
     priced_values,
 )
 from proxy.context.ranking import OVERLAP_WEIGHT, WEIGHT_RELEVANCE
-from proxy.context.records import Candidate, MemoryRecord
+from proxy.context.records import Candidate
 from proxy.defaults import PRICE_UNIT_TOKENS
-from proxy.tokenizer import count_all, count_tokens
-from tests.context.support import block_tokens
+from proxy.tokenizer import count_tokens
+from tests.context.support import block_tokens, candidate
 
 NOW = datetime(2026, 1, 15, tzinfo=UTC)
 TOKENS = block_tokens("o200k_base")
 
 
-def cand(name: str, content: str, similarity: float = 0.5) -> Candidate:
-    record = MemoryRecord(
-        id=name,
-        tenant="t",
-        user="u",
-        source="learnings",
-        content=content,
-        created_at=NOW - timedelta(days=1),
-        tokens=count_all(content),
-    )
-    return Candidate(record, similarity)
+def cand(name: str, content: str, similarity: float) -> Candidate:
+    return candidate(name, content, similarity, now=NOW)
 
 
 @pytest.mark.parametrize(

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 
 from proxy.context.allocation import TokenBudget
 from proxy.context.assembler import AssemblerConfig, assemble
 from proxy.context.bundle import BundleConfig
-from proxy.context.records import Candidate, MemoryRecord
+from proxy.context.records import Candidate
 from proxy.pipeline.explain import DROP_REASONS, drop_reason, dropped_entries, explain_body
-from proxy.tokenizer import count_all
-from tests.context.support import block_tokens
+from tests.context.support import block_tokens, candidate
 
 NOW = datetime(2026, 1, 15, tzinfo=UTC)
 TOKENS = block_tokens("o200k_base")
@@ -20,16 +19,7 @@ QUERY = "Which dog breed did Anna adopt from the shelter?"
 
 
 def cand(name: str, content: str, similarity: float) -> Candidate:
-    record = MemoryRecord(
-        id=name,
-        tenant="t",
-        user="u",
-        source="learnings",
-        content=content,
-        created_at=NOW - timedelta(days=1),
-        tokens=count_all(content),
-    )
-    return Candidate(record, similarity)
+    return candidate(name, content, similarity, now=NOW)
 
 
 CANDIDATES = [
