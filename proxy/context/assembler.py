@@ -107,7 +107,7 @@ ASSEMBLER_BUNDLE = BundleConfig(
     recency_half_life_days=14.0,
 )
 PACKED, BUNDLE, DUPLICATE, PACKER, TRIMMED = "packed", "bundle", "duplicate", "packer", "trimmed"
-FLOOR = "floor"  # its value does not pay for its tokens at the token price
+FLOOR = "floor"  # what the query adds to its value does not pay for its tokens
 DROPPED = (BUNDLE, DUPLICATE, FLOOR, PACKER, TRIMMED)
 
 
