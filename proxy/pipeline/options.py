@@ -3,10 +3,11 @@
 Headers choose *within* the tenant's configuration, never beyond it: ``X-Memory-Max-Tokens`` and
 ``X-Memory-Top-K`` are clamped to the tenant's caps, ``X-Memory-Sources`` is intersected with the
 tenant's sources, ``X-Memory-Capture`` is clamped to its ``max_capture``;
-``X-Memory-Budget-Rule`` picks ``adaptive`` or ``fill`` (adr/0110), like the tenant may. A caller whose memory
-is off (``enabled`` false: no key, adr/0086) gets mode and capture ``off`` whatever it asks. A
-malformed value (not a number, a negative number, an unknown mode, source or capture kind) is the
-client's mistake and gets a 400 in OpenAI's shape naming the header.
+``X-Memory-Budget-Rule`` picks ``adaptive`` or ``fill`` (adr/0110), as a tenant's config may. A
+caller whose memory is off (``enabled`` false: no key, adr/0086) gets mode and capture ``off``
+whatever it asks. A malformed value (not a number, a negative number, an unknown mode, source,
+capture kind or budget rule) is the client's mistake and gets a 400 in OpenAI's shape naming
+the header.
 """
 
 from __future__ import annotations
