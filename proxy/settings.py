@@ -58,8 +58,10 @@ from proxy.defaults import (
     RECORD_CACHE_ENTRIES,
     RETRIEVAL_TTL_S,
     SOURCES,
+    TOKEN_PRICE,
     TOKENS_TTL_S,
     UPSTREAM_URL,
+    BudgetRule,
     Capture,
     Source,
 )
@@ -342,6 +344,7 @@ class TenantMemory(_Section):
     capture: Capture | None = None
     max_capture: Capture | None = None
     packer: Packer | None = None
+    budget_rule: BudgetRule | None = None
 
     @model_validator(mode="after")
     def _capture_within_ceiling(self) -> Self:
@@ -361,6 +364,11 @@ class MemorySettings(_Section):
     capture: Capture = "off"
     max_capture: Capture = "turn"
     packer: Packer = "optimal"
+    # adaptive: a memory is injected only while its value pays for its tokens (adr/0110);
+    # fill: pack as much as max_tokens holds. X-Memory-Budget-Rule chooses per request.
+    budget_rule: BudgetRule = "adaptive"
+    # adaptive's price of 100 block tokens in value units (a memory's final score ** 4).
+    token_price: Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)] = TOKEN_PRICE
     query_window: Int = 2  # last N user messages form the retrieval query
     deadline_ms: Float = 50.0  # whole pipeline; past it the request goes without memories
     stage_timeouts: StageTimeouts = Field(default_factory=StageTimeouts)

@@ -37,6 +37,7 @@ def test_defaults_without_file_or_env() -> None:
     assert s.limits.max_body_bytes == 16 * MIB
     assert s.auth.mode == "passthrough"
     assert (s.memory.max_tokens, s.memory.top_k, s.memory.packer) == (4500, 50, "optimal")
+    assert (s.memory.budget_rule, s.memory.token_price) == ("adaptive", 0.02)
     assert s.memory.sources == ALL_SOURCES
     assert (s.memory.capture, s.memory.query_window, s.memory.deadline_ms) == ("off", 2, 50.0)
     assert (s.store.kind, s.store.data_dir, s.store.collection) == ("edge", "./data", "memproxy")
@@ -120,6 +121,13 @@ def test_qdrant_url_switches_to_server_store() -> None:
         ("store:\n  kind: qdrant\n", "store.qdrant_url"),
         ("store:\n  record_cache_entries: -1\n", "store.record_cache_entries"),
         ("memory:\n  count_flush_s: -1\n", "memory.count_flush_s"),
+        ("memory:\n  budget_rule: greedy\n", "memory.budget_rule"),
+        ("memory:\n  token_price: -0.01\n", "memory.token_price"),
+        ("memory:\n  token_price: .nan\n", "memory.token_price"),
+        (
+            "auth:\n  tenants:\n    a:\n      memory: {budget_rule: all}\n",
+            "auth.tenants.a.memory.budget_rule",
+        ),
         ("auth:\n  tenants:\n    a:\n      memory: {top_k: many}\n", "auth.tenants.a.memory.top_k"),
     ],
 )

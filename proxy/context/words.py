@@ -232,6 +232,11 @@ def idf_weights(matches: Sequence[set[str]]) -> dict[str, float]:
     return {word: math.log(1.0 + (total - n + 0.5) / (n + 0.5)) for word, n in df.items()}
 
 
+def unseen_weight(total: int) -> float:
+    """The IDF ``idf_weights`` would give a word no candidate has (df = 0) among ``total``."""
+    return math.log(1.0 + (total + 0.5) / 0.5)
+
+
 def weighted_overlap(found: set[str], weights: dict[str, float]) -> float:
     """Share of the query's IDF mass (over words some candidate has) found in one text."""
     mass = sum(weights.values())

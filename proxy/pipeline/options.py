@@ -2,10 +2,12 @@
 
 Headers choose *within* the tenant's configuration, never beyond it: ``X-Memory-Max-Tokens`` and
 ``X-Memory-Top-K`` are clamped to the tenant's caps, ``X-Memory-Sources`` is intersected with the
-tenant's sources, ``X-Memory-Capture`` is clamped to its ``max_capture``. A caller whose memory
-is off (``enabled`` false: no key, adr/0086) gets mode and capture ``off`` whatever it asks. A
-malformed value (not a number, a negative number, an unknown mode, source or capture kind) is the
-client's mistake and gets a 400 in OpenAI's shape naming the header.
+tenant's sources, ``X-Memory-Capture`` is clamped to its ``max_capture``;
+``X-Memory-Budget-Rule`` picks ``adaptive`` or ``fill`` (adr/0110), as a tenant's config may. A
+caller whose memory is off (``enabled`` false: no key, adr/0086) gets mode and capture ``off``
+whatever it asks. A malformed value (not a number, a negative number, an unknown mode, source,
+capture kind or budget rule) is the client's mistake and gets a 400 in OpenAI's shape naming
+the header.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from proxy.context.records import SOURCES
-from proxy.defaults import CAPTURES, Capture
+from proxy.defaults import BUDGET_RULES, CAPTURES, BudgetRule, Capture
 from proxy.errors import RequestError
 from proxy.settings import MemorySettings
 
@@ -31,6 +33,7 @@ HEADER_MAX_TOKENS = "x-memory-max-tokens"
 HEADER_TOP_K = "x-memory-top-k"
 HEADER_SOURCES = "x-memory-sources"
 HEADER_CAPTURE = "x-memory-capture"
+HEADER_BUDGET_RULE = "x-memory-budget-rule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,7 @@ class RequestOptions:
     top_k: int
     sources: tuple[str, ...]
     capture: Capture
+    budget_rule: BudgetRule = "adaptive"
 
 
 def bad_header(header: str, message: str) -> RequestError:
@@ -126,6 +130,12 @@ def parse_options(
     if raw is not None:  # up to the tenant's max_capture, in the order off < user < turn
         asked = CAPTURES.index(parse_choice(HEADER_CAPTURE, raw, CAPTURES))
         capture = CAPTURES[min(asked, CAPTURES.index(limits.max_capture))]
+    raw = get(HEADER_BUDGET_RULE)
+    budget_rule = (
+        parse_choice(HEADER_BUDGET_RULE, raw, BUDGET_RULES)
+        if raw is not None
+        else limits.budget_rule
+    )
     if not limits.enabled:
         # A caller without memory (keyless, adr/0086): its headers are still checked, so a bad
         # one is the same 400 with or without a key, but nothing is read, explained or stored.
@@ -138,4 +148,5 @@ def parse_options(
         top_k=top_k,
         sources=sources,
         capture=capture,
+        budget_rule=budget_rule,  # type: ignore[arg-type]  # checked against BUDGET_RULES
     )

@@ -42,6 +42,7 @@ from proxy.context.assembler import AssemblerConfig, Assembly, assemble
 from proxy.context.billing import EXACT, message_key, walk_size
 from proxy.context.render import BlockTokens
 from proxy.context.tokens import STORED_ENCODINGS
+from proxy.defaults import BUDGET_RULES
 from proxy.memory.retriever import EMBED, SEARCH, Retrieval, Retriever
 from proxy.memory.service import MemoryWriter
 from proxy.metrics import Metrics
@@ -199,8 +200,16 @@ class Pipeline:
         self.embed_s = settings.stage_timeouts.embed_ms / 1000.0
         self.search_s = settings.stage_timeouts.search_ms / 1000.0
         # The budget already holds the tenant's cap, so the assembler adds none of its own.
+        # ``fill`` packs the budget full (no token price); ``adaptive`` charges the price.
         self.configs = {
-            kind: AssemblerConfig(packer=kind, max_tokens=None) for kind in ("optimal", "greedy")
+            (kind, rule): AssemblerConfig(
+                packer=kind,
+                max_tokens=None,
+                token_price=settings.token_price if rule == "adaptive" else 0.0,
+                absolute_overlap=rule == "adaptive",
+            )
+            for kind in ("optimal", "greedy")
+            for rule in BUDGET_RULES
         }
         self._blocks: dict[str, BlockTokens] = {}
         for encoding in STORED_ENCODINGS:  # first-use costs paid at start, not by a request
@@ -293,7 +302,7 @@ class Pipeline:
             budget.memory_tokens,
             now=self.clock(),
             tokens=self._block_tokens(budget.encoding),
-            config=self.configs[run.tenant.memory.packer],
+            config=self.configs[run.tenant.memory.packer, options.budget_rule],
         )
         if len(hits) > ASSEMBLE_ON_LOOP_CANDIDATES:
             run.assembly = await self.offloader.run(work)  # waits within the deadline only

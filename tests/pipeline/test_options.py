@@ -40,6 +40,9 @@ def headers(**values: str) -> dict[str, str]:
         (headers(capture="turn"), "capture", "turn"),
         (headers(user="alice"), "user", "alice"),
         (headers(session="s1"), "session", "s1"),
+        ({}, "budget_rule", "adaptive"),
+        (headers(budget_rule="FILL"), "budget_rule", "fill"),
+        (headers(budget_rule=" adaptive "), "budget_rule", "adaptive"),
     ],
 )
 def test_header_values(given_headers: dict[str, str], field: str, expected: Any) -> None:
@@ -63,6 +66,8 @@ def test_header_values(given_headers: dict[str, str], field: str, expected: Any)
         ("sources", "secrets"),
         ("sources", ","),
         ("capture", "all"),
+        ("budget_rule", "greedy"),
+        ("budget_rule", ""),
         ("user", "x" * 300),
         ("session", "bad\nid"),
     ],
@@ -135,3 +140,10 @@ def test_a_tenant_configured_with_capture_off_captures_nothing(asked: str) -> No
     """``auth.tenants.NAME.memory.capture: "off"`` bounds the header too (issue 13)."""
     tenant = MemorySettings().for_tenant(TenantMemory(capture="off"))
     assert parse_options(tenant, headers(capture=asked), {}).capture == "off"
+
+
+def test_budget_rule_defaults_to_the_tenants() -> None:
+    """``memory.budget_rule`` (or a tenant's) is what a request without the header gets."""
+    tenant = MemorySettings().for_tenant(TenantMemory(budget_rule="fill"))
+    assert parse_options(tenant, {}, {}).budget_rule == "fill"
+    assert parse_options(tenant, headers(budget_rule="adaptive"), {}).budget_rule == "adaptive"
