@@ -54,6 +54,7 @@ import qdrant_edge as qe
 
 from bench import pipeline as bench_pipeline
 from bench.lib import loadgen, realtext, stats
+from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.context import assembler as assembler_module
 from proxy.context.assembler import AssemblerConfig, assemble
 from proxy.context.dedup import dedup_order
@@ -437,12 +438,12 @@ def profile(text: str, size: int, requests: int, out: Path | None) -> None:
                 ).for_key(bench_pipeline.API_KEY)
                 build = bench_pipeline.question_bodies(text)(False)
                 for n in range(50):  # warm-up
-                    await pipe.prepare(tenant, {}, json.loads(build(n)))
+                    await pipe.prepare(tenant, {}, json.loads(build(n)), OPENAI_CHAT)
                 bodies = [json.loads(build(n)) for n in range(requests)]
                 profiler = cProfile.Profile()
                 profiler.enable()
                 for body in bodies:
-                    await pipe.prepare(tenant, {}, body)
+                    await pipe.prepare(tenant, {}, body, OPENAI_CHAT)
                 profiler.disable()
                 return pstats.Stats(profiler)
             finally:

@@ -49,6 +49,7 @@ if __package__ in (None, ""):
 from bench.lib import loadgen, realtext, stats
 from bench.lib.memories import synthetic_memories
 from bench.lib.servers import fake_upstream, memproxy, served_from
+from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
 from proxy.context.allocation import BudgetCalculator
@@ -256,7 +257,7 @@ async def stage_latency(
             for n in range(requests + 20):
                 for text in loadgen.rotated(list(texts), n):
                     body = json.loads(builds[text](n))
-                    prepared = await pipelines[text].prepare(tenant_obj, headers, body)
+                    prepared = await pipelines[text].prepare(tenant_obj, headers, body, OPENAI_CHAT)
                     if n < 20:  # warm-up
                         continue
                     statuses[text][prepared.response_headers["X-Memory-Status"]] += 1

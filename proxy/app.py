@@ -34,7 +34,7 @@ from proxy.metrics import Metrics
 from proxy.middleware import RequestContextMiddleware
 from proxy.pipeline.contract import MemoryPipeline
 from proxy.request_target import check_target
-from proxy.routes import build_routes, chat
+from proxy.routes import build_routes, chat, responses
 from proxy.settings import Settings, load_settings
 from proxy.upstream import UpstreamClient
 
@@ -106,8 +106,11 @@ def create_app(
             yield
 
     return MemproxyApp(
-        # The hot route skips Starlette's layers (ADR-0008); build_routes() still has it.
-        fast_routes={("POST", chat.PATH): chat.chat_completions},
+        # The hot routes skip Starlette's layers (ADR-0008); build_routes() still has them.
+        fast_routes={
+            ("POST", chat.PATH): chat.endpoint,
+            ("POST", responses.PATH): responses.endpoint,
+        },
         metrics=metrics,
         routes=build_routes(),
         middleware=[Middleware(RequestContextMiddleware, metrics=metrics)],

@@ -239,6 +239,7 @@ async def search_memories(args: argparse.Namespace, settings: Settings) -> int:
 
 async def explain_message(args: argparse.Namespace, settings: Settings) -> int:
     """``explain MESSAGE``: run the chat pipeline in explain mode, print what it would inject."""
+    from proxy.apis.openai_chat import OPENAI_CHAT
     from proxy.app import create_app
     from proxy.tenancy import Tenant
 
@@ -259,7 +260,7 @@ async def explain_message(args: argparse.Namespace, settings: Settings) -> int:
         tenant = Tenant(tenant_id, settings.memory)
         headers = Headers({"x-memory-mode": "explain", "x-memory-user": args.user})
         body = {"model": args.model, "messages": [{"role": "user", "content": args.message}]}
-        prepared = await services.pipeline.prepare(tenant, headers, body)
+        prepared = await services.pipeline.prepare(tenant, headers, body, OPENAI_CHAT)
     if prepared.reply is None:
         raise StoreError("the memory pipeline did not answer in explain mode")
     document: dict[str, Any] = orjson.loads(bytes(prepared.reply.body))

@@ -7,8 +7,9 @@ SSE event of a stream that broke) and the HTTP server's own refusals (431, 408, 
 The JSON shape belongs to the API the client speaks, so it is a parameter (``ErrorShape``), not
 a second renderer: ``OPENAI`` (``{"error": {message, type, param, code}}``, the default: every
 route today) and ``ANTHROPIC`` (``{"type": "error", "error": {type, message}}``, for a Messages
-route). A route passes its API's shape; answers not tied to a route (unknown paths, the
-server's refusals) use the default.
+route). The Responses API writes its JSON errors as chat does, its stream's error event typed
+(``OPENAI_RESPONSES``). A route passes its API's shape; answers not tied to a route (unknown
+paths, the server's refusals) use the default.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class ErrorShape:
 
     body: Callable[[MemproxyError], dict[str, Any]]
     event_prefix: bytes  # what precedes the JSON in a stream's error event
+    event_body: Callable[[MemproxyError], dict[str, Any]] | None = None  # when not ``body``
 
     def encode(self, exc: MemproxyError) -> bytes:
         """The JSON body of ``exc``."""
@@ -39,7 +41,8 @@ class ErrorShape:
 
     def event(self, exc: MemproxyError) -> bytes:
         """``exc`` as one SSE event, for a stream that already started."""
-        return self.event_prefix + self.encode(exc) + b"\n\n"
+        data = self.encode(exc) if self.event_body is None else orjson.dumps(self.event_body(exc))
+        return self.event_prefix + data + b"\n\n"
 
 
 # Anthropic's error types by status (its "Errors" reference); other 4xx are
@@ -61,7 +64,20 @@ def anthropic_body(exc: MemproxyError) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": exc.message}}
 
 
+def responses_event(exc: MemproxyError) -> dict[str, Any]:
+    """``exc`` as the Responses API's stream error: ``{"type": "error", "error": {...}}``.
+
+    The error nested, as api.openai.com sends it (not flat, as its reference shows): the
+    ``openai`` SDK raises such an event as ``APIError``. Without the ``sequence_number`` of the
+    events before it, which the relay does not read.
+    """
+    return {"type": "error", **exc.to_body()}
+
+
 OPENAI = ErrorShape(body=MemproxyError.to_body, event_prefix=b"data: ")
+OPENAI_RESPONSES = ErrorShape(
+    body=MemproxyError.to_body, event_prefix=b"event: error\ndata: ", event_body=responses_event
+)
 ANTHROPIC = ErrorShape(body=anthropic_body, event_prefix=b"event: error\ndata: ")
 
 

@@ -14,6 +14,7 @@ import starlette
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 
+from proxy.apis.adapter import ApiAdapter
 from proxy.app import create_app
 from proxy.fastpath import MemproxyApp
 from proxy.pipeline.contract import Prepared
@@ -96,7 +97,9 @@ class CallerRecorder:
         self.starlette_modules: set[str] = set()
         self.calls = 0
 
-    async def prepare(self, tenant: Tenant, headers: Headers, body: dict[str, Any]) -> Prepared:
+    async def prepare(
+        self, tenant: Tenant, headers: Headers, body: dict[str, Any], api: ApiAdapter
+    ) -> Prepared:
         self.calls += 1
         frame = inspect.currentframe()
         while frame is not None:
@@ -125,7 +128,9 @@ async def test_chat_reaches_the_endpoint_without_starlettes_router_and_middlewar
 
 
 class ExplodingPipeline:
-    async def prepare(self, tenant: Tenant, headers: Headers, body: dict[str, Any]) -> Prepared:
+    async def prepare(
+        self, tenant: Tenant, headers: Headers, body: dict[str, Any], api: ApiAdapter
+    ) -> Prepared:
         raise RuntimeError("boom")
 
 

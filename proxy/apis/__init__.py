@@ -1,6 +1,8 @@
-"""The upstream APIs memproxy speaks, one module each: how to read that API's answers.
+"""The APIs memproxy serves with memory, one module each, and the seam they plug into.
 
-The relay (``proxy/relay.py``) knows bytes, not APIs: it hands what it relayed to a route's
-answer hook as an ``Answer``; the route's API module turns that into a ``Completion`` for the
-memory pipeline (``completion_hook``). Today: OpenAI chat completions (``openai_chat``).
+``adapter.ApiAdapter`` is what the one memory pipeline and the one forwarding route
+(``proxy/routes/with_memory.py``) know of an API: how to read its body into a ``Conversation``,
+write the memory block back, and read its answers. The relay (``proxy/relay.py``) knows bytes,
+not APIs: it hands what it relayed to the route's answer hook as an ``Answer`` (``answer.py``),
+which the adapter turns into a ``Completion``. Today: OpenAI chat completions (``openai_chat``).
 """

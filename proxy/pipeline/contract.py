@@ -1,9 +1,11 @@
-"""The contract between the chat route and the memory pipeline: its one plug-in point.
+"""The contract between the routes with memory and the memory pipeline: its one plug-in point.
 
-The chat route calls ``MemoryPipeline.prepare`` exactly once per request, before forwarding,
-and, if the returned ``Prepared`` has an ``on_complete`` hook, calls it once after the response
-has gone to the client (for a stream: after the last chunk, with the assembled assistant text).
-The hook runs after the client has its answer, so it never adds latency; it must not raise.
+A route with memory (``proxy/routes/with_memory.py``) calls ``MemoryPipeline.prepare`` exactly
+once per request, before forwarding, with the ``ApiAdapter`` of its API (``proxy/apis/``): the
+one pipeline reads any API's body through it. If the returned ``Prepared`` has an
+``on_complete`` hook, the route calls it once after the response has gone to the client (for a
+stream: after the last event, with the assembled answer text, read by the same adapter). The
+hook runs after the client has its answer, so it never adds latency; it must not raise.
 
 ``prepare`` must never fail the chat request for a backend problem: it degrades instead
 (``X-Memory-Status: degraded``). It may raise a ``proxy.errors.RequestError`` for a bad
@@ -14,18 +16,22 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.responses import Response
 
 from proxy.tenancy import Tenant
+
+if TYPE_CHECKING:  # the adapters read answers into a ``Completion``: imported both ways
+    from proxy.apis.adapter import ApiAdapter
 
 
 @dataclass(frozen=True, slots=True)
 class Completion:
     """What the client received, handed to ``Prepared.on_complete``.
 
-    ``text`` is the assistant text of choice 0 (for a stream, the concatenated deltas);
+    ``text`` is the assistant's answer text (chat: choice 0; for a stream, the concatenated
+    deltas);
     ``ok`` is False when the upstream failed, timed out, or the client went away.
     """
 
@@ -48,10 +54,14 @@ class Prepared:
 
 
 class MemoryPipeline(Protocol):
-    """Turns a chat request into the request to forward (memories injected)."""
+    """Turns a request of ``api`` into the request to forward (memories injected)."""
 
     async def prepare(
-        self, tenant: Tenant, headers: Mapping[str, str], body: dict[str, object]
+        self,
+        tenant: Tenant,
+        headers: Mapping[str, str],
+        body: dict[str, object],
+        api: ApiAdapter,
     ) -> Prepared:
         """Return the body to forward, headers to add, and an optional completion hook."""
         ...
@@ -61,7 +71,11 @@ class NoopPipeline:
     """Forwards the body unchanged: the proxy without memory."""
 
     async def prepare(
-        self, tenant: Tenant, headers: Mapping[str, str], body: dict[str, object]
+        self,
+        tenant: Tenant,
+        headers: Mapping[str, str],
+        body: dict[str, object],
+        api: ApiAdapter,
     ) -> Prepared:
         """Return the body as is."""
         return Prepared(body=body)

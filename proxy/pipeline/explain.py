@@ -79,12 +79,18 @@ def explain_body(
     }
 
 
-def explain_response(body: Mapping[str, object], notes: Sequence[str] = ()) -> Response:
-    """The 200 JSON response of explain mode, with ``notes`` when there are any."""
+def explain_response(
+    body: Mapping[str, object], notes: Sequence[str] = (), hidden: Sequence[str] = ("messages",)
+) -> Response:
+    """The 200 JSON response of explain mode, with ``notes`` when there are any.
+
+    ``hidden`` names the fields holding the client's own body (chat: ``messages``): the only
+    ones that can be nested too deep to encode, then shown as ``null``.
+    """
     document = {**body, "notes": list(notes)} if notes else body
     try:
         encoded = orjson.dumps(document)
-    except orjson.JSONEncodeError:  # only the client's messages can be nested that deep
-        hidden = [*notes, NOTE_MESSAGES_HIDDEN]
-        encoded = orjson.dumps({**body, "messages": None, "notes": hidden})
+    except orjson.JSONEncodeError:  # only the client's own fields can be nested that deep
+        nulls = dict.fromkeys(hidden)
+        encoded = orjson.dumps({**body, **nulls, "notes": [*notes, NOTE_MESSAGES_HIDDEN]})
     return Response(encoded, status_code=200, media_type="application/json")

@@ -1,6 +1,9 @@
-"""``MemoryPipeline``: budget -> query -> retrieve -> assemble -> inject, per chat request.
+"""``MemoryPipeline``: budget -> query -> retrieve -> assemble -> inject, per request of any API.
 
-One call of ``prepare`` per request (``contract.py``). Everything it needs is built once in the
+One call of ``prepare`` per request (``contract.py``), with the request's ``ApiAdapter``
+(``proxy/apis/adapter.py``): it reads the body into a chat-shaped ``Conversation`` (what is
+budgeted, queried and captured) and writes the block back into the API's own shape; everything
+between is this one pipeline, whatever the API. Everything it needs is built once in the
 lifespan (``proxy/composition.py``): no imports, settings parsing or litellm on the request
 path. Memories come through the one read path (``proxy/memory/retriever.py``: cache, embed,
 search), captured turns go through the one write path (``MemoryService.write``). Failure
@@ -30,13 +33,13 @@ from typing import TypeVar, TypeVarTuple
 
 import orjson
 
+from proxy.apis.adapter import SYSTEM, ApiAdapter, Conversation, place
 from proxy.background import Job, Spawner
 from proxy.cache.outcome import CacheOutcome, cache_outcome
 from proxy.cache.protocol import MemoryCache
 from proxy.context.allocation import BudgetCalculator, TokenBudget
 from proxy.context.assembler import AssemblerConfig, Assembly, assemble
 from proxy.context.billing import EXACT, message_key, walk_size
-from proxy.context.inject import inject
 from proxy.context.render import BlockTokens
 from proxy.context.tokens import STORED_ENCODINGS
 from proxy.memory.retriever import EMBED, SEARCH, Retrieval, Retriever
@@ -57,6 +60,8 @@ from proxy.pipeline.options import RequestOptions, parse_options
 from proxy.pipeline.query import query_text
 from proxy.pipeline.reencode import reencode
 from proxy.pipeline.timing import StageClock
+from proxy.pipeline.unseen import hold_back
+from proxy.pipeline.unseen import note as unseen_note
 from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
 
@@ -95,7 +100,8 @@ class Run:
 
     tenant: Tenant
     options: RequestOptions
-    messages: list[dict[str, object]]
+    api: ApiAdapter
+    conversation: Conversation
     timeouts: Mapping[str, float]  # seconds per backend stage (embed, search)
     clock: StageClock = field(default_factory=StageClock)
     deadline_at: float = float("inf")  # the memory deadline, in the event loop's clock
@@ -107,6 +113,16 @@ class Run:
     # otherwise wait for when the upstream answers fast.
     # Thunks, not coroutines: a hook that never runs (upstream refused) leaves nothing unawaited.
     deferred: list[Write] = field(default_factory=list)
+
+    @property
+    def messages(self) -> Sequence[Mapping[str, object]]:
+        """The conversation's chat-shaped messages."""
+        return self.conversation.messages
+
+    @property
+    def billed(self) -> Mapping[str, object]:
+        """The chat body the budget counts."""
+        return self.conversation.billed
 
     def degrade(self, reason: str) -> None:
         """Note why this request is degraded (several reasons may apply)."""
@@ -196,23 +212,26 @@ class Pipeline:
         return tokens
 
     async def prepare(
-        self, tenant: Tenant, headers: Mapping[str, str], body: dict[str, object]
+        self,
+        tenant: Tenant,
+        headers: Mapping[str, str],
+        body: dict[str, object],
+        api: ApiAdapter,
     ) -> Prepared:
         """Inject the tenant's memories into ``body`` (a new object; ``body`` is never mutated)."""
         options = parse_options(tenant.memory, headers, body)
-        sent = body.get("messages")
-        messages = [m for m in sent if isinstance(m, dict)] if isinstance(sent, list) else []
-        if isinstance(sent, list) and len(messages) != len(sent):
-            messages = []  # malformed: forwarded untouched, the upstream answers the 400
-        run = Run(tenant, options, messages, {EMBED: self.embed_s, SEARCH: self.search_s})
+        # Malformed messages read as none: forwarded untouched, the upstream answers the 400.
+        conversation = api.conversation(body)
+        timeouts = {EMBED: self.embed_s, SEARCH: self.search_s}
+        run = Run(tenant, options, api, conversation, timeouts)
         if options.mode == "off":
             return self._finish(run, body, OFF)
-        if messages:
+        if conversation.messages:
             run.deadline_at = asyncio.get_running_loop().time() + self.deadline_s
             try:
                 with cache_outcome() as run.cache:
                     async with asyncio.timeout_at(run.deadline_at):
-                        await self._retrieve(run, body)
+                        await self._retrieve(run)
             except TimeoutError:
                 run.degrade("deadline" if "budget" in run.clock.stages else BUDGET_TIMEOUT)
             except StageFailed:
@@ -220,7 +239,7 @@ class Pipeline:
             except orjson.JSONEncodeError as exc:
                 # Nesting orjson reads but cannot write (message keys, JSON-valued fields): the
                 # body could not be re-encoded either, so it goes as sent.
-                LOGGER.debug("chat body not re-encodable, forwarded without memories: %s", exc)
+                LOGGER.debug("body not re-encodable, forwarded without memories: %s", exc)
                 run.degrade(ENCODE)
             except Exception:
                 LOGGER.exception("memory pipeline failed; forwarding without memories")
@@ -230,20 +249,24 @@ class Pipeline:
         assembly = run.assembly
         if assembly is None or not assembly.block:
             return self._finish(run, body, DEGRADED if run.reasons else EMPTY)
-        forwarded = {**body, "messages": inject(messages, assembly.block)}
+        forwarded = self._inject(run, body, assembly.block)
         encoded = reencode(forwarded)
         run.clock.mark("inject")
         if encoded is None:
-            LOGGER.debug("injected chat body not re-encodable; forwarding the original")
+            LOGGER.debug("injected body not re-encodable; forwarding the original")
             run.assembly = None  # nothing was injected after all
             run.degrade(ENCODE)
             return self._finish(run, body, DEGRADED)
         return self._finish(run, forwarded, DEGRADED if run.reasons else INJECTED, encoded)
 
-    async def _retrieve(self, run: Run, body: Mapping[str, object]) -> None:
+    def _inject(self, run: Run, body: Mapping[str, object], block: str) -> dict[str, object]:
+        """``body`` with ``block`` where its API puts it."""
+        return run.api.inject(body, run.conversation, block, place(run.api, SYSTEM))
+
+    async def _retrieve(self, run: Run) -> None:
         """Budget, query, retrieval (cache, embed, search), assemble; fills ``run``."""
         options = run.options
-        budget = run.budget = await self._budget(run, body)
+        budget = run.budget = await self._budget(run)
         run.clock.mark("budget")
         if budget.memory_tokens <= 0:
             return
@@ -268,14 +291,14 @@ class Pipeline:
         )
         run.clock.mark("assemble")
 
-    async def _budget(self, run: Run, body: Mapping[str, object]) -> TokenBudget:
+    async def _budget(self, run: Run) -> TokenBudget:
         """The memory budget: from byte-length bounds when they settle it, else counted.
 
         ``run.budget`` holds the upper-bound budget meanwhile: if exact counting does not finish
         in time, that is the (never over-estimated) figure the request reports. Explain shows
         exact figures whenever counting them costs no worker.
         """
-        calculator, cap = self.calculator, run.options.max_tokens
+        calculator, cap, body = self.calculator, run.options.max_tokens, run.billed
         items = walk_size(body)
         per_message = None
         if items > WALK_ON_LOOP_ITEMS:  # in slices, letting the loop serve others in between
@@ -290,16 +313,17 @@ class Pipeline:
                 lowers += fewer
             per_message = (uppers, lowers)
         upper, lower = calculator.bounds(body, memory_cap=cap, message_bounds=per_message)
+        if run.conversation.unseen_history:
+            upper, lower = hold_back(upper), hold_back(lower)
         run.budget = upper
         settled = upper if upper.settled else lower if lower.settled else None
         cheap = sum(upper.message_counts) + upper.tools_tokens <= COUNT_ON_LOOP_BYTES
         if settled is not None and not (run.options.mode == "explain" and cheap):
             return settled
-        return await self._exact_budget(run, body, upper, items > WALK_ON_LOOP_ITEMS)
+        exact = await self._exact_budget(run, upper, items > WALK_ON_LOOP_ITEMS)
+        return hold_back(exact) if run.conversation.unseen_history else exact
 
-    async def _exact_budget(
-        self, run: Run, body: Mapping[str, object], upper: TokenBudget, long_walk: bool
-    ) -> TokenBudget:
+    async def _exact_budget(self, run: Run, upper: TokenBudget, long_walk: bool) -> TokenBudget:
         """The exact budget, per-message counts from the cache; large work off the loop."""
         cache, messages, encoding = self.counts, run.messages, upper.encoding
         bounds = upper.message_counts  # UTF-8 bytes per message: the cost of what follows
@@ -324,7 +348,7 @@ class Pipeline:
         )
         count = functools.partial(
             self.calculator.calculate_request,
-            body,
+            run.billed,
             memory_cap=run.options.max_tokens,
             cached_counts=cached,
         )
@@ -377,22 +401,27 @@ class Pipeline:
     def _explain(self, run: Run, body: Mapping[str, object]) -> Prepared:
         assembly = run.assembly
         block = assembly.block if assembly is not None else ""
-        messages = inject(run.messages, block)
+        forwarded = self._inject(run, body, block)
         notes: list[str] = []
-        if block and reencode({**body, "messages": messages}) is None:
+        if block and reencode(forwarded) is None:
             run.degrade(ENCODE)
             notes.append(NOTE_NOT_INJECTED)
-            messages = inject(run.messages, "")  # what inject mode would send: the client's own
+            forwarded = self._inject(run, body, "")  # what inject mode would send: the client's
         budget = run.budget
         if budget is not None and budget.counting != EXACT:
             notes.append(NOTE_BOUNDS if budget.settled else NOTE_UNFINISHED)
-        document = explain_body(str(body.get("model") or ""), budget, assembly, messages)
+        if run.conversation.unseen_history:
+            notes.append(unseen_note(budget))
+        shown = run.api.shown(forwarded)
+        document = explain_body(run.conversation.model, budget, assembly, ())
+        del document["messages"]  # the API's own fields instead (chat: the same messages)
+        document.update(shown)
         status = DEGRADED if run.reasons else (INJECTED if block else EMPTY)
         headers = self._headers(run, status)
         self._record(run, EXPLAIN)
         for write in run.deferred:
             self.spawn(write())
-        reply = explain_response(document, notes)
+        reply = explain_response(document, notes, hidden=tuple(shown))
         return Prepared(body=dict(body), response_headers=headers, reply=reply)
 
     def _finish(

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from proxy.routes import chat, health, memories, openapi, passthrough
+from proxy.routes import chat, health, memories, openapi, passthrough, responses
 
 
 def build_routes() -> list[BaseRoute]:
-    """All routes; specific ``/v1/*`` routes (chat, memories) go before the passthrough."""
-    return [*chat.routes, *memories.routes, *health.routes, *openapi.routes, *passthrough.routes]
+    """All routes; specific ``/v1/*`` routes (chat, responses, memories) go before the
+    passthrough."""
+    return [
+        *chat.routes,
+        *responses.routes,
+        *memories.routes,
+        *health.routes,
+        *openapi.routes,
+        *passthrough.routes,
+    ]

@@ -1,101 +1,12 @@
-"""``POST /v1/chat/completions``: parse, let the memory pipeline prepare, forward, relay.
-
-A raw ASGI endpoint (no Starlette ``Request``): it is the hot path, and the app also serves it
-without Starlette's router and middleware layers (``proxy/fastpath.py``, ADR-0008).
-"""
+"""``POST /v1/chat/completions``: forwarding with memory (``with_memory.py``) for chat."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
-
-import orjson
-from starlette.datastructures import Headers
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
-from proxy.apis.answer import completion_hook
-from proxy.apis.openai_chat import read_completion
-from proxy.error_responses import send_error
-from proxy.errors import MemproxyError
-from proxy.pipeline.contract import Prepared
-from proxy.relay import Relay
-from proxy.request_body import parse_json_object, receive_body
-from proxy.services import Services
-from proxy.tenancy import bearer_auth
-from proxy.upstream import upstream_headers
+from proxy.apis.openai_chat import OPENAI_CHAT
+from proxy.routes.with_memory import MemoryEndpoint
 
-LOGGER = logging.getLogger("memproxy.chat")
-ROUTE = "chat"
 PATH = "/v1/chat/completions"
-YIELD_AFTER_BYTES = 1024 * 1024
-
-
-def forwarded_bytes(raw: bytes, body: dict[str, object], prepared: Prepared) -> bytes:
-    """What goes upstream: the client's bytes unless the pipeline changed the body.
-
-    A changed body the pipeline did not encode itself (another ``MemoryPipeline``) and that
-    orjson cannot write (nesting past 254 levels) goes as the client sent it, never as a 500.
-    """
-    if prepared.body is body:
-        return raw
-    if prepared.encoded is not None:
-        return prepared.encoded
-    try:
-        return orjson.dumps(prepared.body)
-    except orjson.JSONEncodeError as exc:
-        LOGGER.warning("the prepared body cannot be encoded (%s); forwarding the original", exc)
-        return raw
-
-
-async def chat_completions(scope: Scope, receive: Receive, send: Send) -> None:
-    """Forward a chat completion, streaming or not, after the pipeline's ``prepare``."""
-    started = time.perf_counter()
-    services: Services = scope["app"].state.services
-    headers = Headers(scope=scope)
-    try:
-        url = services.upstream.url_for(scope)
-        tenant = services.tenants.resolve(scope["headers"])
-        forward_headers = upstream_headers(scope, bearer_auth(tenant))
-        raw = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
-        body = parse_json_object(raw)
-        if len(raw) > YIELD_AFTER_BYTES:
-            # Parsing held the loop for up to ~50 ms (16 MB); let waiting requests go first.
-            await asyncio.sleep(0)
-        # The single plug-in point of the memory pipeline (see proxy/pipeline/contract.py).
-        prepared = await services.pipeline.prepare(tenant, headers, body)
-    except MemproxyError as exc:
-        await send_error(exc, scope, receive, send)
-        return
-    if prepared.reply is not None:
-        prepared.reply.headers.update(prepared.response_headers)
-        await prepared.reply(scope, receive, send)
-        return
-    forwarded = forwarded_bytes(raw, body, prepared)
-    on_complete = prepared.on_complete
-    on_answer = completion_hook(read_completion, on_complete) if on_complete else None
-    relay = Relay(
-        services,
-        method="POST",
-        url=url,
-        headers=forward_headers,
-        body=forwarded,
-        route=ROUTE,
-        extra_headers=prepared.response_headers,
-        on_answer=on_answer,
-        started=started,
-    )
-    await relay(scope, receive, send)
-
-
-# A plain function would be wrapped as a Request handler: the class instance stays raw ASGI.
-class ChatEndpoint:
-    """``chat_completions`` as an ASGI app for Starlette's router."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve one request."""
-        await chat_completions(scope, receive, send)
-
-
-routes = [Route(PATH, ChatEndpoint(), methods=["POST"])]
+endpoint = MemoryEndpoint(OPENAI_CHAT)
+routes = [Route(PATH, endpoint, methods=["POST"])]

@@ -25,7 +25,11 @@ if ``Accept-Encoding`` allows it (else the answer goes uncompressed). A stream i
 event by event, each flushed as it is sent, so it still arrives as it is produced.
 ``FakeConfig.compress=False`` (``--no-compress``) turns this off.
 
-A chat request with ``tools`` answers with a tool call; ``n`` gives that many choices;
+``POST /v1/responses`` answers as the Responses API does: a response object (echoing the
+request's ``instructions``, ``tools``, ...), or with ``stream`` its typed events (an ``event:``
+line each, ``sequence_number`` in order, ``response.completed`` last, no ``[DONE]``);
+``X-Fake-No-Finish`` leaves out ``response.completed``. A chat request with ``tools`` answers
+with a tool call; ``n`` gives that many choices;
 ``stream_options.include_usage`` adds the usage chunk. Every request is recorded
 (``FakeUpstream.requests``, or ``GET /_fake/requests`` for a subprocess), including whether the
 client went away before a stream ended (or, for a delayed non-streamed answer, before it was
@@ -217,6 +221,7 @@ class FakeUpstream:
         """The aiohttp application."""
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/_fake/requests", self._dump)
@@ -312,15 +317,21 @@ class FakeUpstream:
         chunks: int,
         tools: bool,
     ) -> web.StreamResponse:
-        interval = self._knob(request, "Interval-Ms", self.config.interval_ms) / 1000
-        reset_after = int(self._knob(request, "Reset-After", -1))
         usage = bool((payload.get("stream_options") or {}).get("include_usage"))
-        first_byte = self._knob(request, "First-Byte-Ms", 0) / 1000
         events = stream_events(model, n, chunks, tools, usage)
         if request.headers.get("X-Fake-No-Finish"):
             events = [e for e in events if b'"finish_reason":"' not in e and b'"usage"' not in e]
         if request.headers.get("X-Fake-No-Done"):
             events = [e for e in events if e != DONE_EVENT]
+        return await self._write_events(request, rec, events)
+
+    async def _write_events(
+        self, request: web.Request, rec: Recorded, events: Sequence[bytes]
+    ) -> web.StreamResponse:
+        """Send SSE ``events`` with the request's knobs (encoding, pacing, resets)."""
+        interval = self._knob(request, "Interval-Ms", self.config.interval_ms) / 1000
+        reset_after = int(self._knob(request, "Reset-After", -1))
+        first_byte = self._knob(request, "First-Byte-Ms", 0) / 1000
         headers = {"Content-Type": "text/event-stream"}
         codings = self._codings(request)
         coder = StackedEncoder(codings) if codings else None
@@ -355,6 +366,21 @@ class FakeUpstream:
             rec.disconnected = True
             raise
         return response
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/responses``: a response object, or its typed event stream."""
+        rec, error = await self._preamble(request)
+        if error is not None:
+            return error
+        payload = rec.json()
+        chunks = int(self._knob(request, "Chunks", self.config.chunks))
+        if not payload.get("stream"):
+            rec.finished = not rec.disconnected
+            return self._json(request, response_object(payload, chunks))
+        events = response_events(payload, chunks)
+        if request.headers.get("X-Fake-No-Finish"):
+            events = events[:-1]  # no response.completed
+        return await self._write_events(request, rec, events)
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         rec, error = await self._preamble(request)
@@ -508,6 +534,128 @@ def stream_events(model: str, n: int, chunks: int, tools: bool, usage: bool) -> 
         )
     events.append(DONE_EVENT)
     return events
+
+
+# --- The Responses API (POST /v1/responses), as api.openai.com answers it -----------------------
+
+RESPONSE_ID = "resp_fake"
+MESSAGE_ID = "msg_fake"
+CALL_ITEM_ID = "fc_fake"
+CREATED_AT = 1700000000
+
+
+def response_object(
+    payload: dict[str, Any], chunks: int, status: str = "completed"
+) -> dict[str, Any]:
+    """The response object: echoes the request's settings (``instructions`` included), and its
+    ``output`` is a message (or, with ``tools``, a function call); in progress: no output."""
+    done = status == "completed"
+    output = [response_item(payload, chunks, done)] if done else []
+    usage = {
+        "input_tokens": 10,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": chunks,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 10 + chunks,
+    }
+    return {
+        "id": RESPONSE_ID,
+        "object": "response",
+        "created_at": CREATED_AT,
+        "status": status,
+        "background": False,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": payload.get("instructions"),
+        "max_output_tokens": payload.get("max_output_tokens"),
+        "model": str(payload.get("model") or MODEL),
+        "output": output,
+        "parallel_tool_calls": True,
+        "previous_response_id": payload.get("previous_response_id"),
+        "reasoning": {"effort": None, "summary": None},
+        "store": payload.get("store", True),
+        "temperature": 1.0,
+        "text": payload.get("text") or {"format": {"type": "text"}},
+        "tool_choice": "auto",
+        "tools": payload.get("tools") or [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": usage if done else None,
+        "user": None,
+        "metadata": payload.get("metadata") or {},
+    }
+
+
+def response_item(payload: dict[str, Any], chunks: int, done: bool) -> dict[str, Any]:
+    """The one output item: a message, or a function call when the request has tools."""
+    status = "completed" if done else "in_progress"
+    if payload.get("tools"):
+        arguments = '{"city": "Paris"}' if done else ""
+        return {
+            "id": CALL_ITEM_ID,
+            "type": "function_call",
+            "status": status,
+            "arguments": arguments,
+            "call_id": "call_fake_0",
+            "name": "get_weather",
+        }
+    content = [output_text_part("".join(answer_words(chunks)))] if done else []
+    return {
+        "id": MESSAGE_ID,
+        "type": "message",
+        "status": status,
+        "content": content,
+        "role": "assistant",
+    }
+
+
+def output_text_part(text: str) -> dict[str, Any]:
+    """An ``output_text`` content part."""
+    return {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+
+
+def typed_event(kind: str, sequence: int, fields: dict[str, Any]) -> bytes:
+    """One event of a Responses stream: its type on an ``event:`` line and in its data."""
+    data = {"type": kind, "sequence_number": sequence, **fields}
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def response_events(payload: dict[str, Any], chunks: int) -> list[bytes]:
+    """The typed events of a streamed response, numbered in order, ``response.completed`` last
+    (no ``[DONE]``: the Responses API ends with the body)."""
+    started = response_object(payload, chunks, status="in_progress")
+    item = response_item(payload, chunks, done=False)
+    final = response_item(payload, chunks, done=True)
+    at = {"output_index": 0}
+    on = {"item_id": item["id"], **at}
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": started}),
+        ("response.in_progress", {"response": started}),
+        ("response.output_item.added", {**at, "item": item}),
+    ]
+    if item["type"] == "function_call":
+        arguments = final["arguments"]
+        steps += [
+            ("response.function_call_arguments.delta", {**on, "delta": arguments}),
+            ("response.function_call_arguments.done", {**on, "arguments": arguments}),
+        ]
+    else:
+        part = {**on, "content_index": 0}
+        text = "".join(answer_words(chunks))
+        steps.append(("response.content_part.added", {**part, "part": output_text_part("")}))
+        steps += [
+            ("response.output_text.delta", {**part, "delta": word, "logprobs": []})
+            for word in answer_words(chunks)
+        ]
+        steps += [
+            ("response.output_text.done", {**part, "text": text, "logprobs": []}),
+            ("response.content_part.done", {**part, "part": output_text_part(text)}),
+        ]
+    steps += [
+        ("response.output_item.done", {**at, "item": final}),
+        ("response.completed", {"response": response_object(payload, chunks)}),
+    ]
+    return [typed_event(kind, i, fields) for i, (kind, fields) in enumerate(steps)]
 
 
 class FakeServer:

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.cache.breaker import CircuitBreaker
 from proxy.cache.local import LocalCache
 from proxy.cache.redis_cache import RedisCache
@@ -97,7 +98,9 @@ def body(*contents: Any) -> dict[str, Any]:
 async def test_injects_into_a_new_body() -> None:
     original = body("what is my dog called?")
     before = copy.deepcopy(original)
-    prepared = await build(biscuit_store(), FakeEmbedder(DIMS)).prepare(TENANT, {}, original)
+    prepared = await build(biscuit_store(), FakeEmbedder(DIMS)).prepare(
+        TENANT, {}, original, OPENAI_CHAT
+    )
     assert original == before
     assert prepared.body is not original
     system = prepared.body["messages"][0]
@@ -123,7 +126,7 @@ async def test_injects_into_a_new_body() -> None:
 async def test_failures_forward_the_original_body(store: Any, embedder: Any, reason: str) -> None:
     pipeline = build(store, embedder)
     original = body("what is my dog called?")
-    prepared = await pipeline.prepare(TENANT, {}, original)
+    prepared = await pipeline.prepare(TENANT, {}, original, OPENAI_CHAT)
     assert prepared.body is original  # the client's bytes go upstream unchanged
     assert prepared.response_headers["X-Memory-Status"] == "degraded"
     assert int(prepared.response_headers["X-Memory-Budget"]) > 0
@@ -136,7 +139,7 @@ async def test_failures_forward_the_original_body(store: Any, embedder: Any, rea
 async def test_the_deadline_bounds_the_whole_stage() -> None:
     pipeline = build(biscuit_store("hang"), FakeEmbedder(DIMS))
     pipeline.deadline_s, pipeline.search_s = 0.05, 5.0
-    prepared = await pipeline.prepare(TENANT, {}, body("dog?"))
+    prepared = await pipeline.prepare(TENANT, {}, body("dog?"), OPENAI_CHAT)
     assert prepared.response_headers["X-Memory-Status"] == "degraded"
     value = pipeline.metrics.registry.get_sample_value(
         "memproxy_memory_degraded_total", {"reason": "deadline"}
@@ -149,7 +152,9 @@ async def test_the_deadline_bounds_the_whole_stage() -> None:
 )
 async def test_malformed_messages_are_forwarded_untouched(messages: Any) -> None:
     original = {"model": "gpt-4o", "messages": messages}
-    prepared = await build(biscuit_store(), FakeEmbedder(DIMS)).prepare(TENANT, {}, original)
+    prepared = await build(biscuit_store(), FakeEmbedder(DIMS)).prepare(
+        TENANT, {}, original, OPENAI_CHAT
+    )
     assert prepared.body is original
     assert prepared.response_headers["X-Memory-Status"] == "empty"
 
@@ -164,11 +169,11 @@ def long_body(*contents: str) -> dict[str, Any]:
 async def test_a_conversation_counts_only_its_new_messages() -> None:
     lookups: list[tuple[str, int, int]] = []
     pipeline = build(biscuit_store(), FakeEmbedder(DIMS), lookups)
-    first = await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?"))
+    first = await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?"), OPENAI_CHAT)
     assert first.on_complete is not None
     await first.on_complete(Completion(200, False, True, "ok"))  # deferred cache writes
     lookups.clear()
-    await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?", "and the cat?"))
+    await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?", "and the cat?"), OPENAI_CHAT)
     tokens = [(hits, misses) for kind, hits, misses in lookups if kind == "tokens"]
     assert tokens == [(3, 1)]
 
@@ -178,7 +183,7 @@ async def test_a_budget_the_byte_bound_settles_counts_nothing() -> None:
     calculator = TokenBudgetCalculator(memory_cap=None, tokenizer=tokenizer)
     lookups: list[tuple[str, int, int]] = []
     prepared = await build(biscuit_store(), FakeEmbedder(DIMS), lookups, calculator).prepare(
-        TENANT, {}, body("what is my dog called?")
+        TENANT, {}, body("what is my dog called?"), OPENAI_CHAT
     )
     # Only the memory block's framing and line were counted, no text of the request.
     assert all("dog called" not in text and text != "user" for text in tokenizer.counted)
@@ -190,9 +195,9 @@ async def test_a_budget_the_byte_bound_settles_counts_nothing() -> None:
 async def test_no_messages_or_mode_off_do_no_backend_work() -> None:
     store, embedder = biscuit_store(), FakeEmbedder(DIMS)
     pipeline = build(store, embedder)
-    off = await pipeline.prepare(TENANT, {"x-memory-mode": "off"}, body("dog?"))
+    off = await pipeline.prepare(TENANT, {"x-memory-mode": "off"}, body("dog?"), OPENAI_CHAT)
     assert off.response_headers["X-Memory-Status"] == "off"
-    empty = await pipeline.prepare(TENANT, {}, {"model": "gpt-4o", "messages": []})
+    empty = await pipeline.prepare(TENANT, {}, {"model": "gpt-4o", "messages": []}, OPENAI_CHAT)
     assert empty.response_headers["X-Memory-Status"] == "empty"
     assert store.searches == 0
     assert embedder.calls == []
@@ -229,7 +234,9 @@ class ContentStore:
 def test_the_block_never_exceeds_the_budget(contents: list[str], cap: int) -> None:
     pipeline = build(ContentStore(contents), FakeEmbedder(DIMS))
     headers = {"x-memory-max-tokens": str(cap)}
-    prepared = asyncio.run(pipeline.prepare(TENANT, headers, body("tell me everything")))
+    prepared = asyncio.run(
+        pipeline.prepare(TENANT, headers, body("tell me everything"), OPENAI_CHAT)
+    )
     status = prepared.response_headers["X-Memory-Status"]
     budget = int(prepared.response_headers["X-Memory-Budget"])
     assert budget == cap
@@ -255,8 +262,8 @@ async def test_a_memory_line_is_rendered_once_across_requests(
 
     monkeypatch.setattr(module, "line_text", spy)
     pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
-    first = await pipeline.prepare(TENANT, {}, body("what is my dog called?"))
-    second = await pipeline.prepare(TENANT, {}, body("and what does my dog eat?"))
+    first = await pipeline.prepare(TENANT, {}, body("what is my dog called?"), OPENAI_CHAT)
+    second = await pipeline.prepare(TENANT, {}, body("and what does my dog eat?"), OPENAI_CHAT)
     assert rendered == [("learnings", "The user's dog is called Biscuit.")]
     assert first.response_headers["X-Memory-Tokens"] == second.response_headers["X-Memory-Tokens"]
     block = second.body["messages"][0]["content"]
@@ -307,7 +314,7 @@ async def test_work_that_cannot_finish_in_time_is_not_started(
     started: list[Any] = []
     monkeypatch.setattr(pipeline.offloader, "run", lambda *a, **k: started.append(a))
     huge = {"model": HUGE_WINDOW, "messages": [{"role": "user", "content": "tea " * 1_000_000}]}
-    prepared = await pipeline.prepare(TENANT, {}, huge)  # 4 MB: ~70 ms at the fastest
+    prepared = await pipeline.prepare(TENANT, {}, huge, OPENAI_CHAT)  # 4 MB: ~70 ms at the fastest
     assert prepared.response_headers["X-Memory-Status"] == "degraded"
     assert prepared.body is huge
     assert started == []
@@ -333,7 +340,7 @@ async def test_large_counts_run_off_the_loop_and_late_ones_are_still_cached() ->
         return {"model": "gpt-4o", "messages": messages}
 
     conversation = conversation_of("dog?")
-    first = await pipeline.prepare(TENANT, {}, conversation)
+    first = await pipeline.prepare(TENANT, {}, conversation, OPENAI_CHAT)
     assert first.response_headers["X-Memory-Status"] == "degraded"
     assert first.body is conversation
     assert degraded_by(pipeline, "budget_timeout") == 1
@@ -349,20 +356,22 @@ async def test_large_counts_run_off_the_loop_and_late_ones_are_still_cached() ->
     exact = TokenBudgetCalculator().calculate_request(conversation).message_counts
     assert counts == list(exact)
     release.clear()  # the next turn counts only its new message: on the loop, no worker needed
-    second = await pipeline.prepare(TENANT, {}, conversation_of("dog?", "and the cat?"))
+    second = await pipeline.prepare(
+        TENANT, {}, conversation_of("dog?", "and the cat?"), OPENAI_CHAT
+    )
     assert second.response_headers["X-Memory-Status"] == "injected"
 
 
 async def test_explain_says_when_its_figures_are_bounds() -> None:
     pipeline = running_pipeline()
     huge = {"model": "gpt-4o", "messages": [{"role": "user", "content": "a" * 16_000_000}]}
-    prepared = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, huge)
+    prepared = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, huge, OPENAI_CHAT)
     assert prepared.reply is not None
     document = orjson.loads(bytes(prepared.reply.body))
     assert document["budget"]["counting"] == "lower_bound"
     assert document["budget"]["memory_tokens"] == 0
     assert document["notes"] == [NOTE_BOUNDS]
-    small = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, body("dog?"))
+    small = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, body("dog?"), OPENAI_CHAT)
     assert small.reply is not None
     plain = orjson.loads(bytes(small.reply.body))
     assert plain["budget"]["counting"] == "exact"  # exact figures where they cost no worker
@@ -379,7 +388,7 @@ def deep(depth: int) -> Any:
 async def test_a_body_nested_too_deep_to_re_encode_goes_as_sent() -> None:
     pipeline = running_pipeline()
     original = {**body("what is my dog called?"), "x": deep(300)}
-    prepared = await pipeline.prepare(TENANT, {}, original)
+    prepared = await pipeline.prepare(TENANT, {}, original, OPENAI_CHAT)
     assert prepared.body is original  # the route then forwards the client's bytes
     assert prepared.response_headers["X-Memory-Status"] == "degraded"
     assert prepared.response_headers["X-Memory-Injected"] == "0"
@@ -389,7 +398,7 @@ async def test_a_body_nested_too_deep_to_re_encode_goes_as_sent() -> None:
 async def test_explain_of_messages_too_deep_to_show_answers_200() -> None:
     pipeline = running_pipeline()
     original = {"model": "gpt-4o", "messages": [{"role": "user", "content": ["dog?", deep(300)]}]}
-    prepared = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, original)
+    prepared = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, original, OPENAI_CHAT)
     assert prepared.reply is not None
     assert prepared.reply.status_code == 200
     document = orjson.loads(bytes(prepared.reply.body))
@@ -463,8 +472,8 @@ async def test_a_cache_failure_degrades_only_the_request_whose_calls_failed() ->
         clock=lambda: NOW,
     )
     served, failed = await asyncio.gather(
-        pipeline.prepare(good, {}, body("good: what is my dog called?")),
-        pipeline.prepare(bad, {}, body("bad: what is my dog called?")),
+        pipeline.prepare(good, {}, body("good: what is my dog called?"), OPENAI_CHAT),
+        pipeline.prepare(bad, {}, body("bad: what is my dog called?"), OPENAI_CHAT),
     )
     assert served.response_headers["X-Memory-Status"] == "injected"
     assert failed.response_headers["X-Memory-Status"] == "degraded"

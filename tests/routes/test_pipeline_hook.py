@@ -12,6 +12,7 @@ import pytest
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
+from proxy.apis.adapter import ApiAdapter
 from proxy.app import create_app
 from proxy.pipeline.contract import Completion, Prepared
 from proxy.tenancy import Tenant
@@ -30,7 +31,9 @@ class RecordingPipeline:
         self.completions: list[Completion] = []
         self.completed = threading.Event()
 
-    async def prepare(self, tenant: Tenant, headers: Headers, body: dict[str, Any]) -> Prepared:
+    async def prepare(
+        self, tenant: Tenant, headers: Headers, body: dict[str, Any], api: ApiAdapter
+    ) -> Prepared:
         self.calls.append((tenant.id, headers.get("x-memory-user")))
         if headers.get("x-memory-mode") == "explain":
             return Prepared(body=body, reply=JSONResponse({"object": "memory.explain"}))

@@ -1,0 +1,219 @@
+"""OpenAI's Responses API (``POST /v1/responses``) as an ``ApiAdapter``.
+
+Reading a request: ``instructions`` and ``input`` (a string, or a list of items) become the
+chat-shaped conversation the pipeline budgets, queries and captures: message items keep their
+role, their ``input_text``/``output_text`` parts become ``text`` parts, images, audio and files
+the parts the chat billing estimates; a ``function_call`` becomes an assistant tool call, a
+``function_call_output`` a tool message, any other item (reasoning, built-in tool calls) is
+counted as its compact JSON, an upper estimate. ``tools``, ``text.format`` and
+``max_output_tokens`` count as their chat equivalents. Context the request only points at (a
+``previous_response_id``, a stored ``conversation``, a ``prompt`` template, an ``item_reference``)
+is unseen: the pipeline holds room back for it (``proxy/pipeline/unseen.py``).
+
+Writing the block: after the app's own ``instructions`` (``system``). Instructions are the
+Responses API's system prompt and hold for one request only (a ``previous_response_id`` does not
+carry them over), so a block never piles up in a stored conversation (adr/0106).
+
+A body of no shape this reads (``input`` neither a string nor a list of objects, or
+``instructions`` not a string) has nothing to retrieve for: it goes upstream untouched, and the
+upstream answers it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from proxy.apis.adapter import SYSTEM, Conversation, Position
+from proxy.apis.answer import Answer
+from proxy.apis.openai_chat import parsed_body
+from proxy.error_responses import OPENAI_RESPONSES, ErrorShape
+from proxy.pipeline.contract import Completion
+from proxy.sse import iter_events
+
+SEPARATOR = "\n\n"  # between the app's instructions and the block, as in a chat system prompt
+TEXT_PARTS = ("input_text", "output_text", "text")
+# Item types that stand for content the proxy never sees.
+UNSEEN_ITEMS = ("item_reference",)
+UNSEEN_FIELDS = ("previous_response_id", "conversation", "prompt")
+# Stream events after which the answer is no answer (nothing is captured).
+FAILED_EVENTS = ("error", "response.failed")
+FAILED_STATUSES = ("failed", "cancelled")
+
+
+class OpenAIResponses:
+    """``POST /v1/responses`` as an ``ApiAdapter``."""
+
+    route = "responses"
+    errors: ErrorShape = OPENAI_RESPONSES
+    positions: frozenset[Position] = frozenset({SYSTEM})
+
+    def conversation(self, body: Mapping[str, object]) -> Conversation:
+        """The conversation of ``instructions`` and ``input``; the chat body it costs."""
+        model = str(body.get("model") or "")
+        instructions = body.get("instructions")
+        items = input_items(body.get("input"))
+        if items is None or not isinstance(instructions, str | None):
+            return Conversation(model=model, messages=(), billed={"model": model})
+        messages: list[Mapping[str, object]] = []
+        if instructions:
+            messages.append({"role": "system", "content": instructions})
+        messages += [as_message(item) for item in items]
+        unseen = any(body.get(name) is not None for name in UNSEEN_FIELDS) or any(
+            item.get("type") in UNSEEN_ITEMS for item in items
+        )
+        return Conversation(
+            model=model,
+            messages=messages,
+            billed=billed_body(body, model, messages),
+            unseen_history=unseen,
+        )
+
+    def inject(
+        self,
+        body: Mapping[str, object],
+        conversation: Conversation,
+        block: str,
+        position: Position,
+    ) -> dict[str, object]:
+        """The block after the app's ``instructions`` (the only position this API has yet)."""
+        if not block:
+            return dict(body)
+        own = body.get("instructions")
+        instructions = own + SEPARATOR + block if isinstance(own, str) and own else block
+        return {**body, "instructions": instructions}
+
+    def shown(self, body: Mapping[str, object]) -> dict[str, object]:
+        """``instructions`` and ``input``, as they would be forwarded."""
+        return {"instructions": body.get("instructions"), "input": body.get("input")}
+
+    def read_completion(self, answer: Answer) -> Completion:
+        """The output text of a response object, or of a stream's events."""
+        raw = answer.decoded()
+        if not answer.streamed:
+            body = parsed_body(raw) if answer.ok else None
+            failed = body is not None and body.get("status") in FAILED_STATUSES
+            return Completion(
+                status=answer.status,
+                streamed=False,
+                ok=answer.ok and not failed,
+                text=output_text(body.get("output") if body is not None else None),
+                body=body,
+            )
+        text, failed = stream_text(iter_events(raw))
+        return Completion(
+            status=answer.status, streamed=True, ok=answer.ok and not failed, text=text
+        )
+
+
+RESPONSES = OpenAIResponses()
+
+
+def input_items(value: object) -> list[Mapping[str, object]] | None:
+    """``input`` as a list of items: a string is one user message; ``None`` when malformed."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, list):
+        return None
+    items: list[Mapping[str, object]] = [item for item in value if isinstance(item, dict)]
+    return items if len(items) == len(value) else None
+
+
+def as_message(item: Mapping[str, object]) -> Mapping[str, object]:
+    """One input item as the chat message that costs as much and reads the same."""
+    kind = item.get("type", "message")
+    if kind == "message":
+        return {"role": item.get("role"), "content": chat_content(item.get("content"))}
+    if kind == "function_call":
+        call = {"name": item.get("name"), "arguments": item.get("arguments")}
+        tool_call = {"id": item.get("call_id"), "type": "function", "function": call}
+        return {"role": "assistant", "content": None, "tool_calls": [tool_call]}
+    if kind == "function_call_output":
+        output = chat_content(item.get("output"))
+        return {"role": "tool", "tool_call_id": item.get("call_id"), "content": output}
+    # Reasoning, built-in tool calls and their outputs, references: their JSON, an upper
+    # estimate of what they cost (an encrypted reasoning item is base64: more bytes than tokens).
+    return {"role": str(kind), "content": orjson.dumps(item).decode()}
+
+
+def chat_content(content: object) -> object:
+    """Message content with the Responses API's parts as the chat parts billed the same."""
+    if not isinstance(content, list):
+        return content
+    return [chat_part(part) for part in content]
+
+
+def chat_part(part: object) -> object:
+    """One content part: text parts as ``text``, media as the chat part of its kind."""
+    if not isinstance(part, Mapping):
+        return part
+    kind = part.get("type")
+    if kind in TEXT_PARTS:
+        return {"type": "text", "text": part.get("text")}
+    if kind == "input_image":
+        return {"type": "image_url", "image_url": {"detail": part.get("detail", "auto")}}
+    if kind == "input_file":
+        return {"type": "file"}
+    return part  # refusal, input_audio: billed as in chat; anything else as its JSON
+
+
+def billed_body(
+    body: Mapping[str, object], model: str, messages: Sequence[Mapping[str, object]]
+) -> dict[str, object]:
+    """The chat completions body that costs what ``body`` costs."""
+    billed: dict[str, object] = {"model": model, "messages": messages}
+    tools = body.get("tools")
+    if tools is not None:
+        billed["tools"] = tools
+    text = body.get("text")
+    if isinstance(text, Mapping) and isinstance(text.get("format"), Mapping):
+        billed["response_format"] = text["format"]  # {"type": "text"} costs nothing
+    limit = body.get("max_output_tokens")
+    if limit is not None:
+        billed["max_completion_tokens"] = limit
+    return billed
+
+
+def output_text(output: object) -> str:
+    """The text of a response's ``output``: its messages' ``output_text`` parts, joined.
+
+    What the SDK's ``Response.output_text`` gives; tool calls and reasoning carry none.
+    """
+    if not isinstance(output, list):
+        return ""
+    texts: list[str] = []
+    for item in output:
+        if not isinstance(item, dict) or item.get("type") != "message":
+            continue
+        for part in item.get("content") or ():
+            if isinstance(part, dict) and part.get("type") == "output_text":
+                text = part.get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+    return "".join(texts)
+
+
+def stream_text(events: Sequence[Mapping[str, Any]]) -> tuple[str, bool]:
+    """The answer text of a stream, and whether it failed.
+
+    From ``response.completed`` when it came (the whole response object), else the
+    ``response.output_text.delta`` events that did (a stream cut short, or one whose last event
+    was left out).
+    """
+    deltas: list[str] = []
+    failed = False
+    for event in events:
+        kind = event.get("type")
+        if kind == "response.completed":
+            response = event.get("response")
+            if isinstance(response, Mapping):
+                return output_text(response.get("output")), failed
+        elif kind == "response.output_text.delta":
+            delta = event.get("delta")
+            if isinstance(delta, str):
+                deltas.append(delta)
+        elif kind in FAILED_EVENTS:
+            failed = True
+    return "".join(deltas), failed
