@@ -34,7 +34,7 @@ from proxy.metrics import Metrics
 from proxy.middleware import RequestContextMiddleware
 from proxy.pipeline.contract import MemoryPipeline
 from proxy.request_target import check_target
-from proxy.routes import build_routes, chat, responses
+from proxy.routes import build_routes, chat, messages, responses
 from proxy.settings import Settings, load_settings
 from proxy.upstream import UpstreamClient
 
@@ -110,6 +110,7 @@ def create_app(
         fast_routes={
             ("POST", chat.PATH): chat.endpoint,
             ("POST", responses.PATH): responses.endpoint,
+            ("POST", messages.PATH): messages.endpoint,
         },
         metrics=metrics,
         routes=build_routes(),

@@ -8,7 +8,14 @@ import hypothesis
 import pytest
 
 from proxy.app import create_app
-from proxy.settings import Settings, TimeoutSettings, UpstreamSettings, load_settings, replace
+from proxy.settings import (
+    AnthropicSettings,
+    Settings,
+    TimeoutSettings,
+    UpstreamSettings,
+    load_settings,
+    replace,
+)
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
 
@@ -43,7 +50,11 @@ def proxy_settings(upstream_url: str, **timeouts: float) -> Settings:
     The foundation's tests are about proxying; memory-path tests build their own settings.
     """
     base = load_settings(env={})
-    upstream = UpstreamSettings(url=upstream_url, timeouts=TimeoutSettings(**timeouts))
+    upstream = UpstreamSettings(
+        url=upstream_url,
+        timeouts=TimeoutSettings(**timeouts),
+        anthropic=AnthropicSettings(url=upstream_url.removesuffix("/v1")),  # the same fake
+    )
     return replace(base, upstream=upstream, memory=replace(base.memory, enabled=False))
 
 
