@@ -160,9 +160,11 @@ def test_upstream_errors_pass_through(
 def test_an_error_event_mid_stream_reaches_the_sdk(proxy: ProxyServer) -> None:
     sdk = client(proxy.root, **{"X-Fake-Stream-Error": "overloaded_error"})
     received = []
-    with pytest.raises(anthropic.APIStatusError) as caught:  # noqa: PT012
-        with sdk.messages.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as stream:
-            received.extend(stream.text_stream)
+    with (
+        pytest.raises(anthropic.APIStatusError) as caught,
+        sdk.messages.stream(model=MODEL, max_tokens=64, messages=MESSAGES) as stream,
+    ):
+        received.extend(stream.text_stream)
     assert "overloaded_error" in str(caught.value)
     assert received == ["Hello "]
 
@@ -182,11 +184,12 @@ def test_memproxys_own_errors_are_in_anthropics_shape(proxy: ProxyServer) -> Non
 def test_too_large_and_unreachable_in_anthropics_shape(fake: FakeServer) -> None:
     base = proxy_settings(fake.url)
     small = replace(base, limits=LimitsSettings(max_body_bytes=1024))
-    with ProxyServer(create_app(small)) as proxy:
-        with pytest.raises(anthropic.APIStatusError) as caught:
-            client(proxy.root).messages.create(
-                model=MODEL, max_tokens=64, messages=[{"role": "user", "content": "x" * 4096}]
-            )
+    too_long: list[anthropic.types.MessageParam] = [{"role": "user", "content": "x" * 4096}]
+    with (
+        ProxyServer(create_app(small)) as proxy,
+        pytest.raises(anthropic.APIStatusError) as caught,
+    ):
+        client(proxy.root).messages.create(model=MODEL, max_tokens=64, messages=too_long)
     assert caught.value.status_code == 413
     assert caught.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]
     gone = f"http://127.0.0.1:{closed_port()}"
