@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import anthropic
 import httpx
 import pytest
 
 from proxy.app import create_app
-from proxy.settings import AnthropicSettings, LimitsSettings, replace
+from proxy.settings import AnthropicSettings, LimitsSettings, load_settings, replace
 from tests.conftest import proxy_settings
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
@@ -213,3 +214,26 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_keys_mode_sends_the_operators_anthropic_key_as_x_api_key(
+    fake: FakeServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "memproxy.yaml"
+    config.write_text(
+        f"upstream:\n  url: {fake.url}\n  api_key: env:OPENAI_KEY\n"
+        f"  anthropic:\n    url: {fake.root}\n    api_key: env:ANTHROPIC_KEY\n"
+        "memory:\n  enabled: false\n"
+        "auth:\n  mode: keys\n  tenants:\n    acme: {keys: [env:ACME_KEY]}\n"
+    )
+    env = {"OPENAI_KEY": "sk-op", "ANTHROPIC_KEY": "sk-ant-op", "ACME_KEY": "mp-acme"}
+    with ProxyServer(create_app(load_settings(config, env=env))) as proxy:
+        sdk = anthropic.Anthropic(base_url=proxy.root, api_key="mp-acme", max_retries=0)
+        sdk.messages.create(model=MODEL, max_tokens=64, messages=MESSAGES)
+        sdk.messages.count_tokens(model=MODEL, messages=MESSAGES)
+        for received in fake.fake.requests:
+            assert received.headers["x-api-key"] == "sk-ant-op"
+            assert "authorization" not in received.headers  # the memproxy key stays here
+        with pytest.raises(anthropic.AuthenticationError) as caught:
+            client(proxy.root).messages.create(model=MODEL, max_tokens=64, messages=MESSAGES)
+        assert caught.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
