@@ -27,6 +27,8 @@ def route_label(path: str) -> str:
     """A bounded label for metrics: never the raw path (unbounded cardinality)."""
     if path == "/v1/chat/completions":
         return "chat"
+    if path == "/v1/responses":
+        return "responses"
     if path.startswith("/v1/memories"):
         return "memories"
     if path.startswith("/v1/"):

@@ -7,7 +7,14 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.error_responses import ANTHROPIC, OPENAI, error_bytes, error_response, send_error
+from proxy.error_responses import (
+    ANTHROPIC,
+    OPENAI,
+    OPENAI_RESPONSES,
+    error_bytes,
+    error_response,
+    send_error,
+)
 from proxy.errors import (
     AuthError,
     BackendError,
@@ -60,6 +67,9 @@ def test_stream_events_are_framed_per_api() -> None:
     error = UpstreamTimeout("slow")
     assert OPENAI.event(error) == b"data: " + orjson.dumps(error.to_body()) + b"\n\n"
     assert ANTHROPIC.event(error) == b"event: error\ndata: " + ANTHROPIC.encode(error) + b"\n\n"
+    typed = {"type": "error", **error.to_body()}  # nested, as api.openai.com sends it
+    assert OPENAI_RESPONSES.event(error) == b"event: error\ndata: " + orjson.dumps(typed) + b"\n\n"
+    assert OPENAI_RESPONSES.encode(error) == OPENAI.encode(error)  # whole errors as chat's
 
 
 @pytest.mark.parametrize("shape", [OPENAI, ANTHROPIC])

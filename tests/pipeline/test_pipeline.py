@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from proxy.apis.openai_chat import OPENAI_CHAT
+from proxy.apis.openai_responses import RESPONSES
 from proxy.cache.breaker import CircuitBreaker
 from proxy.cache.local import LocalCache
 from proxy.cache.redis_cache import RedisCache
@@ -479,3 +480,46 @@ async def test_a_cache_failure_degrades_only_the_request_whose_calls_failed() ->
     assert failed.response_headers["X-Memory-Status"] == "degraded"
     assert failed.response_headers["X-Memory-Injected"] == "1"  # the store still answered
     assert degraded_by(pipeline, "cache") == 1
+
+
+@pytest.mark.parametrize("mode", ["inject", "explain"])
+async def test_a_continued_response_holds_half_the_window_back(mode: str) -> None:
+    """Both ways the budget is found (bounds when they settle it, exact counts in explain)."""
+    tenant = Tenant("t1", MemorySettings(max_tokens=1_000_000))  # no cap hides the budget
+    pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
+    ask = {"model": "gpt-4o", "instructions": "Be brief.", "input": "what is my dog called?"}
+    headers = {"x-memory-mode": mode}
+    alone = await pipeline.prepare(tenant, headers, ask, RESPONSES)
+    continued = await pipeline.prepare(
+        tenant, headers, {**ask, "previous_response_id": "resp_1"}, RESPONSES
+    )
+    held = int(alone.response_headers["X-Memory-Budget"]) - int(
+        continued.response_headers["X-Memory-Budget"]
+    )
+    assert held == MODEL_OVERRIDES["gpt-4o"].context_window // 2
+
+
+async def test_responses_block_goes_after_the_instructions() -> None:
+    ask = {"model": "gpt-4o", "instructions": "Be brief.", "input": "what is my dog called?"}
+    prepared = await build(biscuit_store(), FakeEmbedder(DIMS)).prepare(TENANT, {}, ask, RESPONSES)
+    assert prepared.response_headers["X-Memory-Status"] == "injected"
+    own, _, block = prepared.body["instructions"].partition("\n\n")
+    assert own == "Be brief."
+    assert block.startswith(BLOCK_OPEN)
+    assert "Biscuit" in block
+    assert prepared.body["input"] == ask["input"]
+    assert prepared.encoded == orjson.dumps(prepared.body)
+
+
+async def test_bounds_never_settle_a_continued_response_above_its_counted_budget() -> None:
+    """Digits and spaces cost a token a byte: the upper bound is the exact count, and without
+    the held room it would leave the whole cap (settled, never counted)."""
+    pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
+    digits = " ".join(str(i % 10) for i in range(1_500))  # 2,999 tokens of gpt-4's 8,192
+    ask = {"model": "gpt-4", "input": digits, "previous_response_id": "resp_1"}
+    budgets = []
+    for mode in ("inject", "explain"):  # explain counts small requests exactly
+        headers = {"x-memory-mode": mode, "x-memory-max-tokens": "1000"}
+        prepared = await pipeline.prepare(TENANT, headers, ask, RESPONSES)
+        budgets.append(int(prepared.response_headers["X-Memory-Budget"]))
+    assert budgets == [0, 0]

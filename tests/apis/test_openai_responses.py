@@ -1,0 +1,201 @@
+"""The Responses API adapter: reading requests into the pipeline's terms, writing the block,
+reading answers (as the relay hands them over)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.apis.adapter import SYSTEM
+from proxy.apis.answer import Answer
+from proxy.apis.openai_responses import RESPONSES, SEPARATOR
+from proxy.context.billing import IMAGE_TOKENS, count_content
+from proxy.pipeline.query import last_user_texts, query_text
+from tests.fakes.upstream import StackedEncoder, response_events, response_object
+
+BLOCK = "<memories>\nthe dog is Biscuit\n</memories>"
+TEXT = "Hello from the fake upstream"
+CALL = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": 1}'}
+OUTPUT = {"type": "function_call_output", "call_id": "c1", "output": "sunny"}
+
+
+def conversation(body: dict[str, Any]) -> Any:
+    return RESPONSES.conversation({"model": "gpt-4o", **body})
+
+
+@pytest.mark.parametrize(
+    ("body", "messages"),
+    [
+        ({"input": "hi"}, [{"role": "user", "content": "hi"}]),
+        (
+            {"instructions": "Be brief.", "input": "hi"},
+            [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]},
+            [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        ),
+        (
+            {"input": [CALL, OUTPUT]},
+            [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": '{"a": 1}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            ],
+        ),
+        # Reasoning and built-in tool items: their JSON, never dropped from the count.
+        (
+            {"input": [{"type": "reasoning", "id": "rs_1", "summary": []}]},
+            [{"role": "reasoning", "content": '{"type":"reasoning","id":"rs_1","summary":[]}'}],
+        ),
+        # Shapes this cannot read: nothing to retrieve for, forwarded as sent.
+        ({"input": 7}, []),
+        ({"input": ["hi"]}, []),
+        ({"instructions": ["no"], "input": "hi"}, []),
+        ({}, []),
+    ],
+)
+def test_conversation_messages(body: dict[str, Any], messages: list[Any]) -> None:
+    assert list(conversation(body).messages) == messages
+
+
+def test_query_and_capture_read_the_latest_user_input_only() -> None:
+    items = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "answer"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "second"}]},
+        OUTPUT,
+    ]
+    messages = conversation({"instructions": "system text", "input": items}).messages
+    assert last_user_texts(messages, 1) == ["second"]
+    assert query_text(messages, 5) == "second\nfirst"
+
+
+def test_billed_body_counts_tools_format_and_output_limit() -> None:
+    tools = [{"type": "function", "name": "f", "parameters": {}}]
+    schema = {"type": "json_schema", "name": "s", "schema": {"type": "object"}}
+    body = {"input": "hi", "tools": tools, "text": {"format": schema}, "max_output_tokens": 99}
+    billed = conversation(body).billed
+    assert billed["model"] == "gpt-4o"
+    assert billed["messages"] == [{"role": "user", "content": "hi"}]
+    assert billed["tools"] == tools
+    assert billed["response_format"] == schema
+    assert billed["max_completion_tokens"] == 99
+    assert set(conversation({"input": "hi"}).billed) == {"model", "messages"}
+
+
+def test_media_parts_cost_what_chat_parts_cost() -> None:
+    parts = [
+        {
+            "type": "input_image",
+            "image_url": "data:image/png;base64," + "A" * 10_000,
+            "detail": "low",
+        },
+        {"type": "input_text", "text": "what is this?"},
+    ]
+    (message,) = conversation({"input": [{"role": "user", "content": parts}]}).messages
+
+    def size(text: str) -> int:
+        return len(text)
+
+    assert count_content(message["content"], size) == IMAGE_TOKENS["low"] + len("what is this?")
+
+
+@pytest.mark.parametrize(
+    ("body", "unseen"),
+    [
+        ({"input": "hi"}, False),
+        ({"input": "hi", "previous_response_id": "resp_1"}, True),
+        ({"input": "hi", "conversation": "conv_1"}, True),
+        ({"input": "hi", "prompt": {"id": "pmpt_1"}}, True),
+        ({"input": [{"type": "item_reference", "id": "msg_1"}]}, True),
+        ({"input": "hi", "previous_response_id": None}, False),
+    ],
+)
+def test_unseen_history(body: dict[str, Any], unseen: bool) -> None:
+    assert conversation(body).unseen_history is unseen
+
+
+@pytest.mark.parametrize(
+    ("instructions", "expected"),
+    [("Be brief.", "Be brief." + SEPARATOR + BLOCK), (None, BLOCK), ("", BLOCK)],
+)
+def test_block_goes_after_the_apps_instructions(instructions: str | None, expected: str) -> None:
+    body: dict[str, Any] = {"model": "gpt-4o", "input": "hi"}
+    if instructions is not None:
+        body["instructions"] = instructions
+    sent = RESPONSES.inject(body, RESPONSES.conversation(body), BLOCK, SYSTEM)
+    assert sent == {**body, "instructions": expected}
+    assert body.get("instructions") == instructions  # the client's body untouched
+    unchanged = RESPONSES.inject(body, RESPONSES.conversation(body), "", SYSTEM)
+    assert unchanged == body
+    assert unchanged is not body
+
+
+def test_shown_is_instructions_and_input() -> None:
+    body = {"model": "m", "instructions": "x", "input": "hi", "tools": []}
+    assert RESPONSES.shown(body) == {"instructions": "x", "input": "hi"}
+
+
+WHOLE = orjson.dumps(response_object({"model": "m"}, 5))
+EVENTS = response_events({"model": "m"}, 5)
+STREAM = b"".join(EVENTS)
+FAILED = orjson.dumps({**response_object({"model": "m"}, 5), "status": "failed"})
+ERROR_EVENT = b'event: error\ndata: {"type":"error","error":{"message":"x"}}\n\n'
+
+
+@pytest.mark.parametrize(
+    ("answer", "text", "ok"),
+    [
+        (Answer(200, streamed=False, ok=True, chunks=[WHOLE]), TEXT, True),
+        (Answer(200, streamed=True, ok=True, chunks=[STREAM]), TEXT, True),
+        # Without response.completed: the deltas relayed so far.
+        (Answer(200, streamed=True, ok=True, chunks=EVENTS[:-1]), TEXT, True),
+        (Answer(200, streamed=True, ok=False, chunks=EVENTS[:6]), "Hello from ", False),
+        (Answer(200, streamed=True, ok=True, chunks=[*EVENTS[:5], ERROR_EVENT]), "Hello ", False),
+        (Answer(200, streamed=False, ok=True, chunks=[FAILED]), TEXT, False),
+        (Answer(400, streamed=False, ok=False, chunks=[b'{"error": {}}']), "", False),
+        (Answer(200, streamed=False, ok=True, chunks=[b"not json"]), "", True),
+    ],
+)
+def test_read_completion(answer: Answer, text: str, ok: bool) -> None:
+    done = RESPONSES.read_completion(answer)
+    assert (done.status, done.streamed) == (answer.status, answer.streamed)
+    assert (done.text, done.ok) == (text, ok)
+
+
+def test_the_completed_event_wins_over_the_deltas() -> None:
+    completed = orjson.loads(EVENTS[-1].split(b"data: ", 1)[1])
+    completed["response"]["output"][0]["content"][0]["text"] = "whole text"
+    event = b"event: response.completed\ndata: " + orjson.dumps(completed) + b"\n\n"
+    answer = Answer(200, streamed=True, ok=True, chunks=[*EVENTS[:-1], event])
+    assert RESPONSES.read_completion(answer).text == "whole text"
+
+
+def test_a_function_call_answer_has_no_text() -> None:
+    payload = {"model": "m", "tools": [{"type": "function", "name": "f"}]}
+    for chunks, streamed in (
+        ([orjson.dumps(response_object(payload, 3))], False),
+        (response_events(payload, 3), True),
+    ):
+        done = RESPONSES.read_completion(Answer(200, streamed=streamed, ok=True, chunks=chunks))
+        assert (done.text, done.ok) == ("", True)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_compressed_answer_is_read_decoded(streamed: bool) -> None:
+    body = StackedEncoder(["gzip"]).whole(STREAM if streamed else WHOLE)
+    headers = [(b"Content-Encoding", b"gzip")]
+    answer = Answer(200, streamed=streamed, ok=True, chunks=[body], headers=headers)
+    assert RESPONSES.read_completion(answer).text == TEXT
