@@ -14,11 +14,10 @@ from starlette.types import Receive, Scope, Send
 from proxy.apis.anthropic_messages import ANTHROPIC_MESSAGES
 from proxy.error_responses import ANTHROPIC as ANTHROPIC_ERRORS
 from proxy.providers import ANTHROPIC
-from proxy.routes.passthrough import METHODS, forward
+from proxy.routes.passthrough import METHODS, ROUTE, forward
 from proxy.routes.with_memory import MemoryEndpoint
 
 PATH = "/v1/messages"
-ROUTE = "messages_passthrough"
 endpoint = MemoryEndpoint(ANTHROPIC_MESSAGES, ANTHROPIC)
 
 

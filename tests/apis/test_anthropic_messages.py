@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from proxy.apis.adapter import SYSTEM
-from proxy.apis.anthropic_messages import ANTHROPIC_MESSAGES as API
 from proxy.apis.answer import Answer
+from proxy.apis.anthropic_messages import ANTHROPIC_MESSAGES as API
 from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
 from proxy.tokenizer import tiktoken_tokenizer
@@ -201,9 +201,11 @@ def test_reading_a_message_object(gz: bool) -> None:
 
 @pytest.mark.parametrize("gz", [False, True])
 def test_reading_a_stream(gz: bool) -> None:
-    completion = API.read_completion(answer(message_events({"model": "m"}, 4), streamed=True, gz=gz))
+    events = message_events({"model": "m"}, 4)
+    completion = API.read_completion(answer(events, streamed=True, gz=gz))
     assert completion.text == "Hello from the fake"
-    assert completion.ok and completion.streamed
+    assert completion.ok
+    assert completion.streamed
 
 
 def test_a_stream_with_an_error_event_failed() -> None:
