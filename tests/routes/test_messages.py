@@ -3,6 +3,7 @@ Messages API forwarded to ``upstream.anthropic.url``, answers exactly as the ups
 
 from __future__ import annotations
 
+import gzip
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,13 +102,17 @@ def test_tool_use(proxy: ProxyServer, fake: FakeServer, stream: bool) -> None:
 def test_streamed_bytes_are_unchanged(proxy: ProxyServer, fake: FakeServer, encoding: str) -> None:
     body = {"model": MODEL, "max_tokens": 64, "messages": MESSAGES, "stream": True}
     headers = {"Accept-Encoding": encoding, "anthropic-version": "2023-06-01"}
-    direct = httpx.post(f"{fake.url}/messages", json=body, headers=headers)
-    proxied = httpx.post(f"{proxy.url}/messages", json=body, headers=headers)
-    assert proxied.content == direct.content  # decoded by httpx: the same events, same bytes
-    assert proxied.headers.get("content-encoding") == direct.headers.get("content-encoding")
-    assert proxied.headers["request-id"] == direct.headers["request-id"]
-    assert proxied.content.startswith(b"event: message_start\ndata: ")
-    assert proxied.content.endswith(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+    answers = []
+    for base in (fake.url, proxy.url):
+        with httpx.stream("POST", f"{base}/messages", json=body, headers=headers) as answer:
+            answers.append((b"".join(answer.iter_raw()), answer.headers))
+    (direct, direct_headers), (proxied, proxied_headers) = answers
+    assert proxied == direct  # as sent on the wire: compressed when the upstream compressed
+    assert proxied_headers.get("content-encoding") == direct_headers.get("content-encoding")
+    assert proxied_headers["request-id"] == direct_headers["request-id"]
+    text = gzip.decompress(proxied) if encoding == "gzip" else proxied
+    assert text.startswith(b"event: message_start\ndata: ")
+    assert text.endswith(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
 
 
 def test_credentials_and_anthropic_headers_go_upstream(
