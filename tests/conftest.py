@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import hypothesis
 import pytest
@@ -44,6 +45,13 @@ def fake(fake_server: FakeServer) -> FakeServer:
     return fake_server
 
 
+def anthropic_root(upstream_url: str) -> str:
+    """The same fake as Anthropic's base URL: without ``/v1`` (nor a query, which an
+    OpenAI-compatible URL may carry)."""
+    parts = urlsplit(upstream_url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.removesuffix("/v1"), "", ""))
+
+
 def proxy_settings(upstream_url: str, **timeouts: float) -> Settings:
     """Default settings pointed at ``upstream_url``, memory off (nothing read from the env).
 
@@ -53,7 +61,7 @@ def proxy_settings(upstream_url: str, **timeouts: float) -> Settings:
     upstream = UpstreamSettings(
         url=upstream_url,
         timeouts=TimeoutSettings(**timeouts),
-        anthropic=AnthropicSettings(url=upstream_url.removesuffix("/v1")),  # the same fake
+        anthropic=AnthropicSettings(url=anthropic_root(upstream_url)),
     )
     return replace(base, upstream=upstream, memory=replace(base.memory, enabled=False))
 

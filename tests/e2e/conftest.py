@@ -24,6 +24,7 @@ from proxy.memory.inputs import MemoryInput
 from proxy.memory.service import MemoryService
 from proxy.settings import AnthropicSettings, Settings, UpstreamSettings, load_settings, replace
 from proxy.tenancy import TenantResolver
+from tests.conftest import anthropic_root
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
 from tests.redis_server import redis_server
@@ -43,7 +44,7 @@ def memory_settings(upstream_url: str, data_dir: Path, **memory: Any) -> Setting
     return replace(
         base,
         upstream=UpstreamSettings(
-            url=upstream_url, anthropic=AnthropicSettings(url=upstream_url.removesuffix("/v1"))
+            url=upstream_url, anthropic=AnthropicSettings(url=anthropic_root(upstream_url))
         ),
         store=replace(base.store, data_dir=str(data_dir)),
         memory=replace(
