@@ -4,8 +4,8 @@ The memories API's schemas are generated from the pydantic models that validate 
 (``proxy.memory.inputs``) and describe its answers (``proxy.memory.outputs``), so the document
 and the server cannot drift apart; ``tests/routes/test_openapi.py`` fuzzes the API against it
 with schemathesis. The running settings fill in what they decide (content size, auth mode).
-``/v1/chat/completions`` is described by its memory headers (the body is OpenAI's); every other
-``/v1/*`` path is forwarded upstream and not described here.
+``/v1/chat/completions`` and ``/v1/responses`` are described by their memory headers (the body is
+OpenAI's); every other ``/v1/*`` path is forwarded upstream and not described here.
 """
 
 from __future__ import annotations
@@ -206,39 +206,57 @@ def memories_paths(bodies: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def other_paths() -> dict[str, Any]:
-    """Chat (memory headers only), health, metrics and this document."""
+def with_memory(operation: str, summary: str, required: list[str], api: str) -> dict[str, Any]:
+    """A route with memory (its memory headers only; the body is the provider's own)."""
     headers = [
         {"name": name, "in": "header", "schema": {"type": "string", **extra}, "description": text}
         for name, text, extra in MEMORY_HEADERS
     ]
-    chat_ok = json_body({"type": "object"}, "OpenAI's chat completion (or SSE when streaming).")
-    chat_ok["headers"] = {
+    ok = json_body({"type": "object"}, f"{api}'s answer (or SSE when streaming).")
+    ok["headers"] = {
         name: {"schema": {"type": "string"}, "description": text} for name, text in RESPONSE_HEADERS
     }
+    return {
+        "post": {
+            "operationId": operation,
+            "summary": summary,
+            "parameters": headers,
+            "requestBody": {
+                "required": True,
+                **json_body(
+                    {"type": "object", "required": required}, f"{api}'s request, unchanged."
+                ),
+            },
+            "responses": {
+                "200": ok,
+                "400": {"$ref": "#/components/responses/E400"},
+                "401": {"$ref": "#/components/responses/E401"},
+                "413": {"$ref": "#/components/responses/E413"},
+                "default": {"description": "Upstream errors pass through unchanged."},
+            },
+        }
+    }
+
+
+WITH_MEMORY = ("/v1/chat/completions", "/v1/responses")
+
+
+def other_paths() -> dict[str, Any]:
+    """Chat and responses (memory headers only), health, metrics and this document."""
     text = {"text/plain": {"schema": {"type": "string"}}}
     return {
-        "/v1/chat/completions": {
-            "post": {
-                "operationId": "chatCompletions",
-                "summary": "OpenAI's chat completions, memories injected into the system prompt.",
-                "parameters": headers,
-                "requestBody": {
-                    "required": True,
-                    **json_body(
-                        {"type": "object", "required": ["model", "messages"]},
-                        "OpenAI's chat completion request, unchanged.",
-                    ),
-                },
-                "responses": {
-                    "200": chat_ok,
-                    "400": {"$ref": "#/components/responses/E400"},
-                    "401": {"$ref": "#/components/responses/E401"},
-                    "413": {"$ref": "#/components/responses/E413"},
-                    "default": {"description": "Upstream errors pass through unchanged."},
-                },
-            }
-        },
+        "/v1/chat/completions": with_memory(
+            "chatCompletions",
+            "OpenAI's chat completions, memories injected into the system prompt.",
+            ["model", "messages"],
+            "OpenAI's chat completion",
+        ),
+        "/v1/responses": with_memory(
+            "responses",
+            "OpenAI's Responses API, memories after the app's instructions.",
+            ["model"],
+            "OpenAI's Responses API",
+        ),
         "/healthz": {
             "get": {
                 "operationId": "healthz",
@@ -295,8 +313,9 @@ def build_openapi(settings: Settings) -> dict[str, Any]:
     schemas = Schemas(settings.memory.max_content_chars)
     paths = {**memories_paths(schemas.bodies), **other_paths()}
     if settings.auth.mode == "passthrough":
-        # A keyless chat request still goes upstream, with memory off.
-        paths["/v1/chat/completions"]["post"]["security"] = [{}, *keyed]
+        # A keyless request still goes upstream, with memory off.
+        for path in WITH_MEMORY:
+            paths[path]["post"]["security"] = [{}, *keyed]
     return {
         "openapi": OPENAPI_VERSION,
         "info": {

@@ -8,8 +8,6 @@ itself makes: the response object echoes the ``instructions`` it ran with, the b
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -20,6 +18,7 @@ import pytest
 from proxy.apis.openai_responses import SEPARATOR
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 from tests.e2e.conftest import API_KEY, MemoryProxy
+from tests.e2e.test_cache_and_capture import wait_for
 
 MODEL = "gpt-4o-mini"
 APP_INSTRUCTIONS = "You are terse."
@@ -180,13 +179,6 @@ def test_explain_holds_room_back_for_a_previous_response(memproxy: MemoryProxy) 
     window = held["context_window"]
     assert held["available_tokens"] == alone["available_tokens"] - window // 2
     assert any("previous_response_id" in note for note in continued["notes"])
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "background work did not finish"
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
