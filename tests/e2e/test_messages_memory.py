@@ -4,8 +4,6 @@ one tenant whichever header (and SDK) carries it."""
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -28,11 +26,8 @@ QUESTION: list[anthropic.types.MessageParam] = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _quiet_deprecations() -> Iterator[None]:
-    with warnings.catch_warnings():  # the SDK warns about model names; not what is tested
-        warnings.simplefilter("ignore", DeprecationWarning)
-        yield
+# The SDK warns about model names it deprecates; not what is tested.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 def client(base_url: str, **headers: str) -> anthropic.Anthropic:

@@ -4,8 +4,6 @@ Messages API forwarded to ``upstream.anthropic.url``, answers exactly as the ups
 from __future__ import annotations
 
 import gzip
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
@@ -30,11 +28,8 @@ TOOLS: list[anthropic.types.ToolParam] = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _quiet_deprecations() -> Iterator[None]:
-    with warnings.catch_warnings():  # the SDK warns about model names; not what is tested
-        warnings.simplefilter("ignore", DeprecationWarning)
-        yield
+# The SDK warns about model names it deprecates; not what is tested.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 def client(base_url: str, **headers: str) -> anthropic.Anthropic:
