@@ -21,6 +21,8 @@ Capture = Literal["off", "user", "turn"]
 CAPTURES: tuple[Capture, ...] = get_args(Capture)
 
 UPSTREAM_URL = "https://api.openai.com/v1"
+# Anthropic's base URL as its SDK takes it (ANTHROPIC_BASE_URL): without /v1.
+ANTHROPIC_URL = "https://api.anthropic.com"
 
 MEMORY_MAX_TOKENS = 4_500  # cap on injected memory tokens (the synthesizer seed's figure)
 # The adaptive budget (adr/0110): ``adaptive`` charges every injected token a price, ``fill``

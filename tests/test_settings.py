@@ -422,3 +422,35 @@ def test_example_config_states_every_default() -> None:
     tenants = commented_tenants(text)["tenants"]
     assert isinstance(tenants, dict)
     assert unstated(tenants["acme"], TenantSettings) == []
+
+
+def test_anthropic_upstream_defaults_and_variables() -> None:
+    s = load_settings(env={})
+    assert s.upstream.anthropic.url == "https://api.anthropic.com"
+    assert s.upstream.anthropic.api_key is None
+    env = {"MEMPROXY_ANTHROPIC_URL": "http://a:1/gw", "MEMPROXY_ANTHROPIC_API_KEY": "sk-ant-x"}
+    s = load_settings(env=env)
+    assert s.upstream.anthropic.url == "http://a:1/gw"
+    assert s.upstream.anthropic.api_key == Secret("env:MEMPROXY_ANTHROPIC_API_KEY", "sk-ant-x")
+
+
+@pytest.mark.parametrize(
+    ("url", "hint"),
+    [
+        ("https://api.anthropic.com/v1", "https://api.anthropic.com"),
+        ("http://gw:1/anthropic/v1/", "http://gw:1/anthropic"),
+        ("https://user:s3cret@h/v1", "https://***@h"),  # never printed
+    ],
+)
+def test_anthropic_url_with_v1_is_refused_with_a_hint(tmp_path: Path, url: str, hint: str) -> None:
+    error = load_yaml(tmp_path, f"upstream:\n  anthropic:\n    url: '{url}'\n")
+    assert error.param == "upstream.anthropic.url"
+    assert f"did you mean {hint}?" in error.message
+    assert "s3cret" not in error.message
+
+
+def test_anthropic_url_must_be_http() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={"MEMPROXY_ANTHROPIC_URL": "api.anthropic.com"})
+    assert caught.value.param == "upstream.anthropic.url"
+    assert "http://" in caught.value.message
