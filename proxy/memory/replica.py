@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.errors import StoreError
+from proxy.errors import ConfigError, StoreError
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.edge_shard import CONFIG_FILE
 from proxy.memory.store import Page, SearchQuery, check_vectors, require_tenant, with_tokens
@@ -47,6 +47,13 @@ async def apply(store: EdgeStore, entry: Entry) -> object:
     op, args = entry
     if op == ADD:
         records, vectors = args
+        if vectors.shape[1] != store.dimensions:
+            raise ConfigError(
+                f"the memory write log holds vectors of {vectors.shape[1]} dimensions, the "
+                f"embedder makes {store.dimensions}; use the embedder it was built with or a "
+                "new data_dir",
+                param="store.data_dir",
+            )
         await store.add(records, vectors)
         return None
     if op == DELETE:
@@ -87,6 +94,7 @@ class ReplicaStore:
 
     def __init__(self, replica: EdgeStore, log: WriteLog, directory: Path) -> None:
         self.dimensions = replica.dimensions
+        self.hybrid = replica.hybrid
         self.directory = directory
         self._replica = replica
         self._log = log
