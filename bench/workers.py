@@ -180,7 +180,8 @@ def check_memory_on(server: ServerProcess) -> str:
         status = response.headers.get("x-memory-status", "")
         if response.status_code == 200 and status == "injected":
             return status
-        seen.append(f"{response.status_code} {status}")
+        timing = response.headers.get("server-timing", "")
+        seen.append(f"{response.status_code} {status} ({timing})")
         time.sleep(1.0)
     raise SystemExit(f"memory is not on for {server.name}: {seen}")
 

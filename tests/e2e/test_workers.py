@@ -2,7 +2,8 @@
 
 Which worker answers a new connection is the kernel's choice; to make it ours, the other
 worker is paused (SIGSTOP): a stopped process accepts nothing, so the one running takes every
-new connection. Each step below names the worker that served it.
+new connection. Each step below names the worker that served it. The supervisor is paused too
+meanwhile: it kills a worker that misses its health pings for 5 s, as a paused one would.
 """
 
 from __future__ import annotations
@@ -60,16 +61,16 @@ class Served:
     @contextmanager
     def only(self, pid: int) -> Iterator[httpx.Client]:
         """A client whose new connections worker ``pid`` serves (every other one paused)."""
-        paused = [p for p in self.workers() if p != pid]
+        paused = [self.proc.pid, *(p for p in self.workers() if p != pid)]
         for other in paused:
             signal_if_alive(other, signal.SIGSTOP)
         try:
             # No keep-alive: every request a new connection, accepted by the running worker.
             limits = httpx.Limits(max_keepalive_connections=0)
-            with httpx.Client(base_url=self.url, headers=AUTH, timeout=30, limits=limits) as c:
+            with httpx.Client(base_url=self.url, headers=AUTH, timeout=60, limits=limits) as c:
                 yield c
         finally:
-            for other in paused:
+            for other in reversed(paused):
                 signal_if_alive(other, signal.SIGCONT)
 
 
@@ -97,7 +98,7 @@ def served(fake: FakeServer, tmp_path: Path) -> Iterator[Served]:
         wait_for(lambda: len(server.workers()) == 2 and all_ready(server))
         yield server
     finally:
-        for pid in server.workers():
+        for pid in [*server.workers(), proc.pid]:
             signal_if_alive(pid, signal.SIGCONT)
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
