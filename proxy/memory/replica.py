@@ -144,6 +144,11 @@ class ReplicaStore:
         """Apply the log entries other processes appended since this replica last looked."""
         if self._log.size() == self._offset:
             return
+        # Shielded, as writes are: a caller's timeout must not cut an entry's apply short, or
+        # the entry would be applied again next time (a retrieval count twice).
+        await asyncio.shield(self._locked_catch_up())
+
+    async def _locked_catch_up(self) -> None:
         async with self._lock:
             await self._catch_up()
 
@@ -158,10 +163,15 @@ class ReplicaStore:
         """Append the entry ``prepare`` makes (``None``: nothing to write) and apply it here.
 
         Under the log's lock, after catching up: ``prepare`` sees every earlier write of every
-        worker, so read-modify-write updates (votes) are atomic across processes.
+        worker, so read-modify-write updates (votes) are atomic across processes. Shielded: a
+        cancelled caller stops waiting, but the write (or its wait for the lock) carries on
+        and releases the lock, never leaving it held or an entry half applied.
         """
+        return await asyncio.shield(self._locked_write(prepare))
+
+    async def _locked_write(self, prepare: Callable[[], Awaitable[Entry | None]]) -> object:
         async with self._lock:
-            await self._lock_log()
+            await self._in_thread(self._log.lock)
             try:
                 await self._catch_up()
                 entry = await prepare()
@@ -176,16 +186,6 @@ class ReplicaStore:
                 return result
             finally:
                 self._log.unlock()
-
-    async def _lock_log(self) -> None:
-        """Take the log's lock in the thread (it may wait for another process's write). If
-        the caller is cancelled meanwhile, the lock is released as soon as it is taken."""
-        taking = asyncio.get_running_loop().run_in_executor(self._thread, self._log.lock)
-        try:
-            await asyncio.shield(taking)
-        except asyncio.CancelledError:
-            taking.add_done_callback(lambda _: self._log.unlock())
-            raise
 
     async def add(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
         """Upsert records by (tenant, id); returns once the batch is in the log and applied."""

@@ -8,6 +8,8 @@ over real sockets, is ``tests/e2e/test_workers.py``.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -149,14 +151,26 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_releases_it(
     await asyncio.to_thread(holder.lock)
     memory = record("m1")
     waiting = asyncio.create_task(b.add([memory], vectors_for([memory])))
-    await asyncio.sleep(0.2)
+    for _ in range(1000):  # until b's write has begun: it waits for the log's lock then
+        if b._lock.locked():
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
     holder.unlock()
-    # b took the lock after the cancel and let it go: a's next write is not blocked forever.
-    await asyncio.wait_for(a.add([memory], vectors_for([memory])), timeout=10)
-    assert await b.get("t1", "m1") is not None
+    # The cancelled write still lands once the lock is free, and lets the lock go.
+    for _ in range(200):
+        if await a.get("t1", "m1") is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert await a.get("t1", "m1") is not None
+    fd = os.open(tmp_path / LOG_FILE, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if anyone still holds it
+    finally:
+        os.close(fd)
 
 
 async def test_vectors_of_every_row_reach_the_other_replica(
