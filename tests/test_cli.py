@@ -55,7 +55,7 @@ def served(fake: FakeServer) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         **os.environ,
         "MEMPROXY_UPSTREAM_URL": fake.url,
         "MEMPROXY_LOG_FORMAT": "json",
-        # Two workers cannot share the embedded store; these requests carry no key anyway.
+        # The server itself is under test here (memory with workers: tests/e2e/test_workers.py).
         "MEMPROXY_MEMORY_ENABLED": "false",
     }
     argv = [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--workers", "2"]
