@@ -8,18 +8,20 @@ Subcommands are argparse sub-parsers. To add one (``memories``, ``explain``), wr
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 
 from proxy.bundled_data import use_bundled_data
 from proxy.cli_memories import register as register_memories
 from proxy.cli_memories import register_explain
 from proxy.errors import ConfigError
 from proxy.logs import configure_logging
-from proxy.settings import load_settings
+from proxy.settings import Settings, load_settings
 
 APP_FACTORY = "proxy.app:create_app_from_env"
 EXIT_CONFIG = 2
@@ -45,10 +47,32 @@ def serve(args: argparse.Namespace) -> int:
         # Imported only now: prometheus_client reads PROMETHEUS_MULTIPROC_DIR at import time.
         from proxy.server import run, server_config
 
-        return run(server_config(APP_FACTORY, settings.server))
+        config = server_config(APP_FACTORY, settings.server)
+        if settings.server.workers == 1:
+            return run(config)
+        return run_with_primary(settings, lambda: run(config))
     finally:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def run_with_primary(settings: Settings, serve_workers: Callable[[], int]) -> int:
+    """Run ``serve_workers`` while this (the supervisor) process holds the embedded store's
+    primary shard: brought up to date before the workers start, given their logged writes
+    after they stop (adr/0105)."""
+    from proxy.composition import open_primary
+
+    with asyncio.Runner() as runner:
+        stack = AsyncExitStack()
+        try:
+            runner.run(open_primary(settings, stack))
+        except BaseException:
+            runner.run(stack.aclose())
+            raise
+        try:
+            return serve_workers()
+        finally:
+            runner.run(stack.aclose())
 
 
 def register_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

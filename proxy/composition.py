@@ -7,7 +7,8 @@ owns them. The CLI opens the same pieces through the same functions (``proxy/cli
 
 Each port is a protocol the rest of the code uses by type; this module picks its adapter:
 
-- ``MemoryStore`` (``memory/store.py``): ``EdgeStore`` (``store.kind: edge``) or ``QdrantStore``;
+- ``MemoryStore`` (``memory/store.py``): ``EdgeStore`` (``store.kind: edge``), each worker's
+  ``ReplicaStore`` of it (edge with ``server.workers > 1``, adr/0105) or ``QdrantStore``;
 - ``Embedder`` (``memory/embedders.py``): ``StaticEmbedder`` or ``OpenAIEmbedder``;
 - ``MemoryCache`` (``cache/protocol.py``): ``RequestCache`` over Redis or an in-process LRU;
 - ``Transport`` (``transport.py``): inside ``UpstreamClient``, from ``upstream.client``; one
@@ -30,6 +31,7 @@ import asyncio
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -38,6 +40,8 @@ from proxy.background import Background
 from proxy.cache.factory import create_cache
 from proxy.cache.protocol import MemoryCache
 from proxy.cache.request_cache import CacheTTLs, LookupHook, RequestCache
+from proxy.cache.shared_generations import FILE_NAME as GENERATIONS_FILE
+from proxy.cache.shared_generations import SharedGenerations
 from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
 from proxy.errors import ConfigError
@@ -172,11 +176,15 @@ async def open_embedder(settings: Settings, stack: AsyncExitStack) -> Embedder:
     return embedder
 
 
-async def open_store(settings: StoreSettings, *, dimensions: int) -> MemoryStore:
+async def open_store(
+    settings: StoreSettings, *, dimensions: int, replica: bool = False
+) -> MemoryStore:
     """Open the configured store (the caller closes it).
 
     ``dimensions`` is the embedder's vector size; a store built with another size raises
-    ``ConfigError`` here, at start, instead of failing on the first search.
+    ``ConfigError`` here, at start, instead of failing on the first search. ``replica``: this
+    process is one of several workers, so the embedded store is this worker's replica; a single
+    process opens the primary shard and first applies writes a multi-worker run left in the log.
     """
     if settings.kind == "qdrant":
         from proxy.memory.qdrant import QdrantStore
@@ -195,13 +203,51 @@ async def open_store(settings: StoreSettings, *, dimensions: int) -> MemoryStore
             hybrid=settings.hybrid,
         )
     from proxy.memory.edge import EdgeStore
+    from proxy.memory.replica import ReplicaStore, absorb_log
 
-    return await EdgeStore.open(
+    if replica:
+        return await ReplicaStore.open(
+            settings.data_dir,
+            dimensions=dimensions,
+            hybrid=settings.hybrid,
+            record_cache_entries=settings.record_cache_entries,
+        )
+    store = await EdgeStore.open(
         settings.data_dir,
         dimensions=dimensions,
         hybrid=settings.hybrid,
         record_cache_entries=settings.record_cache_entries,
     )
+    try:
+        await absorb_log(store, settings.data_dir)
+    except BaseException:
+        await store.close()
+        raise
+    return store
+
+
+async def open_primary(settings: Settings, stack: AsyncExitStack) -> MemoryStore | None:
+    """For ``serve --workers N`` on the embedded store: the primary shard, brought up to date
+    with the write log, held open (so nothing else opens the data dir) while the workers run;
+    on exit, the writes they logged are applied to it. ``None`` when no primary is needed."""
+    if not settings.memory.enabled or settings.store.kind != "edge":
+        return None
+    from proxy.memory.edge import EdgeStore
+    from proxy.memory.replica import absorb_log
+
+    embedder = await open_embedder(settings, stack)
+    # No background index build: replicas copy the files while this process holds them.
+    store = await EdgeStore.open(
+        settings.store.data_dir,
+        dimensions=embedder.dimensions,
+        hybrid=settings.store.hybrid,
+        optimize_after=None,
+    )
+    stack.push_async_callback(store.close)
+    stack.push_async_callback(absorb_log, store, settings.store.data_dir)
+    if await absorb_log(store, settings.store.data_dir):
+        await store.optimize()
+    return store
 
 
 async def open_memory_store(
@@ -209,7 +255,11 @@ async def open_memory_store(
 ) -> MemoryStore | None:
     """Open the store, or return ``None`` (degraded) when it cannot be reached right now."""
     try:
-        store = await open_store(settings.store, dimensions=embedder.dimensions)
+        store = await open_store(
+            settings.store,
+            dimensions=embedder.dimensions,
+            replica=settings.server.workers > 1,
+        )
     except ConfigError:
         raise
     except Exception as exc:  # unreachable server, locked data dir: serve without memory
@@ -233,13 +283,15 @@ def open_request_cache(
         conf.local_max_entries,
         timeout_ms=settings.memory.stage_timeouts.cache_ms,
     )
-    retrieval_ttl = conf.retrieval_ttl_s
+    generations = None
     if not conf.redis_url and settings.server.workers > 1:
-        # Each worker would keep its own generation counters: a write through one worker could
-        # not invalidate another's cached results, so results are not cached across requests.
-        retrieval_ttl = 0
-    ttls = CacheTTLs(conf.embedding_ttl_s, conf.tokens_ttl_s, retrieval_ttl)
-    cache = RequestCache(raw, ttls, write_behind=True, on_lookup=on_lookup)
+        # Each worker caches in its own memory, but a write through one worker must make every
+        # worker's cached results of the tenant unreachable: the generations live in a file
+        # they all map (adr/0105).
+        generations = SharedGenerations(Path(settings.store.data_dir) / GENERATIONS_FILE)
+        stack.callback(generations.close)
+    ttls = CacheTTLs(conf.embedding_ttl_s, conf.tokens_ttl_s, conf.retrieval_ttl_s)
+    cache = RequestCache(raw, ttls, write_behind=True, on_lookup=on_lookup, generations=generations)
     stack.push_async_callback(cache.close)
     return cache
 

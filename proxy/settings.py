@@ -545,18 +545,6 @@ class Settings(_Section):
     cache: CacheSettings = Field(default_factory=CacheSettings)
     source: str = "defaults"  # where the settings came from, for messages and /readyz
 
-    @model_validator(mode="after")
-    def _one_process_per_embedded_store(self) -> Self:
-        if self.memory.enabled and self.store.kind == "edge" and self.server.workers > 1:
-            # The embedded shard is owned by one process: a second worker could not open it
-            # and would silently serve without memory.
-            raise _rule(
-                "server.workers",
-                "is above 1, but the embedded store (store.kind: edge) serves one process: use "
-                "store.kind: qdrant (MEMPROXY_QDRANT_URL), or memory.enabled: false",
-            )
-        return self
-
 
 def load_settings(
     config: str | os.PathLike[str] | None = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -16,6 +17,8 @@ import httpx
 import pytest
 
 from proxy.cli import build_parser, main
+from proxy.errors import StoreError
+from proxy.memory.edge import EdgeStore
 from proxy.settings import load_settings
 from tests.fakes.upstream import FakeServer
 from tests.reliability.raw_http import connect, wait_for_metric
@@ -52,7 +55,7 @@ def served(fake: FakeServer) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         **os.environ,
         "MEMPROXY_UPSTREAM_URL": fake.url,
         "MEMPROXY_LOG_FORMAT": "json",
-        # Two workers cannot share the embedded store; these requests carry no key anyway.
+        # The server itself is under test here (memory with workers: tests/e2e/test_workers.py).
         "MEMPROXY_MEMORY_ENABLED": "false",
     }
     argv = [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--workers", "2"]
@@ -85,15 +88,23 @@ def test_config_error_names_key_and_file(
     assert str(config) in err
 
 
-def test_workers_refused_with_the_embedded_store(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_workers_serve_the_embedded_store_from_its_primary(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(os, "environ", {})
-    monkeypatch.setattr("proxy.server.run", lambda config: 0)
-    assert main(["serve", "--workers", "2"]) == 2  # memory on, store.kind edge: the defaults
-    err = capsys.readouterr().err
-    assert "command line: 'server.workers'" in err
-    assert "store.kind: qdrant" in err
+    """Memory on, store.kind edge (the defaults): the supervisor holds the primary shard while
+    the workers run (adr/0105), so nothing else can open the data dir meanwhile."""
+    monkeypatch.setattr(os, "environ", {"MEMPROXY_DATA_DIR": str(tmp_path)})
+    held: list[bool] = []
+
+    def run(config: object) -> int:
+        with pytest.raises(StoreError):  # the shard's lock is held
+            asyncio.run(EdgeStore.open(tmp_path, dimensions=256))
+        held.append(True)
+        return 0
+
+    monkeypatch.setattr("proxy.server.run", run)
+    assert main(["serve", "--workers", "2"]) == 0
+    assert held == [True]
 
 
 def test_workers_get_the_worker_count(monkeypatch: pytest.MonkeyPatch) -> None:

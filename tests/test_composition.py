@@ -12,6 +12,7 @@ from proxy.composition import Provided, open_request_cache, open_services, open_
 from proxy.errors import ConfigError
 from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder
+from proxy.memory.replica import ReplicaStore
 from proxy.metrics import Metrics
 from proxy.pipeline.contract import NoopPipeline
 from proxy.pipeline.pipeline import Pipeline
@@ -24,10 +25,7 @@ def settings_for(tmp_path: Path, *, memory: bool = True, workers: int = 1) -> Se
     return replace(
         base,
         server=replace(base.server, workers=workers),
-        # Several workers need a store they can share (the settings refuse the embedded one).
-        store=replace(base.store, data_dir=str(tmp_path))
-        if workers == 1
-        else replace(base.store, kind="qdrant", qdrant_url="http://127.0.0.1:6333"),
+        store=replace(base.store, data_dir=str(tmp_path)),
         memory=replace(base.memory, enabled=memory),
     )
 
@@ -85,12 +83,23 @@ async def test_provided_backends_are_used_and_never_closed(tmp_path: Path) -> No
         await store.close()
 
 
-async def test_without_redis_several_workers_cache_no_search_results(tmp_path: Path) -> None:
+async def test_without_redis_several_workers_share_generations(tmp_path: Path) -> None:
+    """A write through one worker must invalidate the search results another worker cached."""
     async with AsyncExitStack() as stack:
-        one = open_request_cache(settings_for(tmp_path), stack)
+        one = open_request_cache(settings_for(tmp_path, workers=2), stack)
         two = open_request_cache(settings_for(tmp_path, workers=2), stack)
-    assert one.ttls.retrieval_s > 0
-    assert two.ttls.retrieval_s == 0
+        assert one.ttls.retrieval_s > 0
+        before = await two.generation("t")
+        await one.bump_generation("t")
+        assert await two.generation("t") != before
+
+
+async def test_several_workers_each_open_a_replica_of_the_embedded_store(
+    tmp_path: Path,
+) -> None:
+    async with opened(settings_for(tmp_path, workers=2)) as services:
+        assert services.memories is not None
+        assert isinstance(services.memories.store, ReplicaStore)
 
 
 async def test_open_store_opens_the_configured_edge_store(tmp_path: Path) -> None:

@@ -75,8 +75,7 @@ def test_config_path_from_env(tmp_path: Path) -> None:
     assert load_settings(env={"MEMPROXY_CONFIG": str(path)}).server.port == 7000
 
 
-# Several workers need a store they can all open.
-ALONGSIDE = {"MEMPROXY_WORKERS": {"MEMPROXY_QDRANT_URL": "http://q:6333"}}
+ALONGSIDE: dict[str, dict[str, str]] = {}
 
 
 @pytest.mark.parametrize(
@@ -316,7 +315,6 @@ def test_errors_name_where_the_value_came_from(
 @pytest.mark.parametrize(
     ("yaml_text", "key"),
     [
-        ("server:\n  workers: 2\n", "server.workers"),
         ("memory:\n  capture: turn\n  max_capture: user\n", "memory.capture"),
         (
             "auth:\n  tenants:\n    a:\n      memory: {capture: turn, max_capture: 'off'}\n",
@@ -343,9 +341,10 @@ def test_rules_between_fields(tmp_path: Path, yaml_text: str, key: str) -> None:
     [
         "server:\n  workers: 2\nmemory:\n  enabled: false\n",
         "server:\n  workers: 2\nstore:\n  kind: qdrant\n  qdrant_url: http://q:6333\n",
+        "server:\n  workers: 2\n",  # the embedded store: one replica per worker (adr/0105)
     ],
 )
-def test_several_workers_with_a_store_they_can_share(tmp_path: Path, yaml_text: str) -> None:
+def test_several_workers_with_any_store(tmp_path: Path, yaml_text: str) -> None:
     assert load_settings(write(tmp_path, yaml_text), env={}).server.workers == 2
 
 

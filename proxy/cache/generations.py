@@ -10,11 +10,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from proxy.cache import codec, keys
 from proxy.cache.protocol import Cache
 
 MICROS = 1_000_000
+
+
+class GenerationSource(Protocol):
+    """Where tenants' generations live: the cache itself (``Generations``) or, with several
+    workers and no Redis, a file they share (``shared_generations.SharedGenerations``)."""
+
+    async def current(self, tenant: str) -> int | None:
+        """Return the tenant's generation; ``None`` when it is unavailable."""
+        ...
+
+    async def bump(self, tenant: str) -> int | None:
+        """Advance the tenant's generation; returns the new value."""
+        ...
 
 
 class Generations:

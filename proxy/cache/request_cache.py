@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from proxy.cache import codec, keys
-from proxy.cache.generations import Generations
+from proxy.cache.generations import Generations, GenerationSource
 from proxy.cache.near import DEFAULT_NEAR_ENTRIES, NearCache
 from proxy.cache.protocol import Cache, NamedEmbedder, RetrievalKey
 from proxy.context.records import Candidate
@@ -78,6 +78,7 @@ class RequestCache:
         *,
         write_behind: bool = False,
         on_lookup: LookupHook | None = None,
+        generations: GenerationSource | None = None,
         near_entries: int = DEFAULT_NEAR_ENTRIES,
         near_token_entries: int = DEFAULT_NEAR_TOKEN_ENTRIES,
         wall_clock: Callable[[], float] = time.time,
@@ -87,7 +88,8 @@ class RequestCache:
         self.ttls = ttls or CacheTTLs()
         self.write_behind = write_behind
         self._on_lookup = on_lookup
-        self._generations = Generations(cache, wall_clock)
+        # Kept in ``cache`` unless the caller shares them some other way between processes.
+        self._generations = generations or Generations(cache, wall_clock)
         # Decoded search results by key (keys carry the generation, so values never change).
         self._near: NearCache[tuple[Candidate, ...]] = NearCache(near_entries, clock)
         # Token counts by key: a content's count never changes either; ~100 bytes an entry.

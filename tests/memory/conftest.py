@@ -1,4 +1,7 @@
-"""Fixtures shared by the memory store tests: one contract, two stores and the shared fake.
+"""Fixtures shared by the memory store tests: one contract, the stores and the shared fake.
+
+``replica`` is one worker's ``ReplicaStore`` (several workers on the embedded store): alone on
+its data dir it must behave as every other store; ``test_replica.py`` runs two side by side.
 
 The fake (``tests/fakes/store.py``) runs the contract too, so the store the other tests use
 cannot drift from the real ones. It searches dense only and keeps nothing across a restart: the
@@ -14,6 +17,8 @@ import pytest
 
 from proxy.memory.edge import EdgeStore
 from proxy.memory.qdrant import QdrantStore
+from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES
+from proxy.memory.replica import ReplicaStore
 from proxy.memory.store import MemoryStore
 from tests.fakes.store import FakeStore
 from tests.memory.support import DIM, StoreFactory
@@ -25,10 +30,17 @@ async def open_kind(kind: str, path: Path, dimensions: int, hybrid: bool) -> Mem
         return FakeStore(dimensions=dimensions)
     if kind == "edge":
         return await EdgeStore.open(path / "edge", dimensions=dimensions, hybrid=hybrid)
+    if kind == "replica":
+        return await ReplicaStore.open(
+            path / "replica",
+            dimensions=dimensions,
+            hybrid=hybrid,
+            record_cache_entries=DEFAULT_MAX_ENTRIES,
+        )
     return await QdrantStore.open(path=str(path / "qdrant"), dimensions=dimensions, hybrid=hybrid)
 
 
-@pytest.fixture(params=["edge", "qdrant"])
+@pytest.fixture(params=["edge", "replica", "qdrant"])
 async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreFactory]:
     """Yield a factory opening the parametrized store on one persistent location.
 
@@ -51,11 +63,21 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     params=[
         ("edge", False),
         ("edge", True),
+        ("replica", False),
+        ("replica", True),
         ("qdrant", False),
         ("qdrant", True),
         ("fake", False),
     ],
-    ids=["edge-dense", "edge-hybrid", "qdrant-dense", "qdrant-hybrid", "fake"],
+    ids=[
+        "edge-dense",
+        "edge-hybrid",
+        "replica-dense",
+        "replica-hybrid",
+        "qdrant-dense",
+        "qdrant-hybrid",
+        "fake",
+    ],
 )
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MemoryStore]:
     """An open, empty store of each kind, searching dense-only and hybrid."""

@@ -1,0 +1,206 @@
+"""Two workers' replicas of the embedded store on one data dir, side by side (adr/0105).
+
+Two ``ReplicaStore``s in one process hold separate handles on the log, whose ``flock`` is per
+handle: they exclude each other exactly as two worker processes do. The multi-process version,
+over real sockets, is ``tests/e2e/test_workers.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from proxy.composition import open_store
+from proxy.memory.edge import EdgeStore
+from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES
+from proxy.memory.replica import LOG_FILE, REPLICAS_DIR, ReplicaStore, absorb_log
+from proxy.memory.store import SearchQuery
+from proxy.settings import StoreSettings
+from tests.memory.support import DIM, record, vector_for, vectors_for
+
+
+async def replica(data_dir: Path) -> ReplicaStore:
+    return await ReplicaStore.open(
+        data_dir, dimensions=DIM, hybrid=True, record_cache_entries=DEFAULT_MAX_ENTRIES
+    )
+
+
+@pytest.fixture
+async def pair(tmp_path: Path) -> AsyncIterator[tuple[ReplicaStore, ReplicaStore]]:
+    a, b = await replica(tmp_path), await replica(tmp_path)
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+def query(text: str, top_k: int = 5) -> SearchQuery:
+    return SearchQuery(vector_for(text), text, "u1", None, top_k)
+
+
+async def test_a_write_through_one_is_read_through_the_other(
+    pair: tuple[ReplicaStore, ReplicaStore],
+) -> None:
+    a, b = pair
+    memory = record("m1", content="the cat sleeps on the red sofa")
+    await a.add([memory], vectors_for([memory]))
+    # No call in between: b's reads catch up by themselves.
+    assert [hit.record.id for hit in await b.search("t1", query(memory.content))] == ["m1"]
+    assert (await b.get("t1", "m1")) is not None
+    assert await b.count("t1") == 1
+    assert [r.id for r in (await b.list("t1", user=None, source=None, limit=5, after=None)).records]
+    assert await b.delete("t1", "m1")
+    assert await a.get("t1", "m1") is None
+    assert not await a.delete("t1", "m1")
+
+
+async def test_votes_from_both_all_count(pair: tuple[ReplicaStore, ReplicaStore]) -> None:
+    a, b = pair
+    memory = record("m1")
+    await a.add([memory], vectors_for([memory]))
+    await asyncio.gather(
+        *(s.update_usefulness("t1", "m1", lambda u: u + 0.01) for s in (a, b) for _ in range(5))
+    )
+    for store in (a, b):
+        got = await store.get("t1", "m1")
+        assert got is not None
+        assert got.usefulness == pytest.approx(0.6)  # 0.5 and ten steps from two workers
+
+
+async def test_retrieval_counts_from_both_add_up(pair: tuple[ReplicaStore, ReplicaStore]) -> None:
+    a, b = pair
+    memory = record("m1")
+    await b.add([memory], vectors_for([memory]))
+    await asyncio.gather(
+        a.increment_retrievals("t1", ["m1", "m1"]), b.increment_retrievals("t1", ["m1"])
+    )
+    for store in (a, b):
+        got = await store.get("t1", "m1")
+        assert got is not None
+        assert got.retrieval_count == 3
+
+
+async def test_delete_user_through_one_is_seen_by_the_other(
+    pair: tuple[ReplicaStore, ReplicaStore],
+) -> None:
+    a, b = pair
+    mine = [record("m1"), record("m2"), record("m3", user="u2")]
+    await a.add(mine, vectors_for(mine))
+    assert await b.delete_user("t1", "u1") == 2
+    assert await a.count("t1") == 1
+
+
+async def test_a_replica_opened_later_replays_the_log(tmp_path: Path) -> None:
+    first = await replica(tmp_path)
+    memory = record("m1")
+    await first.add([memory], vectors_for([memory]))
+    await first.close()
+    assert not list((tmp_path / REPLICAS_DIR).iterdir())  # a closed replica leaves no copy
+    later = await replica(tmp_path)
+    try:
+        assert await later.get("t1", "m1") is not None
+    finally:
+        await later.close()
+
+
+async def test_absorb_moves_the_log_into_the_primary(tmp_path: Path) -> None:
+    writer = await replica(tmp_path)
+    memories = [record("m1"), record("m2")]
+    await writer.add(memories, vectors_for(memories))
+    await writer.delete("t1", "m2")
+    await writer.close()
+    primary = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        assert await absorb_log(primary, tmp_path) == 2
+        assert (tmp_path / LOG_FILE).stat().st_size == 0
+        assert not (tmp_path / REPLICAS_DIR).exists()
+        assert await primary.count("t1") == 1
+    finally:
+        await primary.close()
+    copied = await replica(tmp_path)  # now a copy of the primary, nothing to replay
+    try:
+        assert await copied.get("t1", "m1") is not None
+    finally:
+        await copied.close()
+
+
+async def test_a_replica_starts_with_the_primarys_retrieval_counts(tmp_path: Path) -> None:
+    """The embedded store keeps counts beside its shard (adr/0103): a copy takes them along."""
+    writer = await replica(tmp_path)
+    memory = record("m1")
+    await writer.add([memory], vectors_for([memory]))
+    await writer.increment_retrievals("t1", ["m1", "m1"])
+    await writer.close()
+    primary = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        await absorb_log(primary, tmp_path)  # the log is empty afterwards: only the table counts
+    finally:
+        await primary.close()
+    copied = await replica(tmp_path)
+    try:
+        found = await copied.get("t1", "m1")
+        assert found is not None
+        assert found.retrieval_count == 2
+    finally:
+        await copied.close()
+
+
+async def test_one_process_applies_a_log_left_by_workers(tmp_path: Path) -> None:
+    """A multi-worker run killed before its supervisor applied the log loses nothing."""
+    worker = await replica(tmp_path)
+    memory = record("m1")
+    await worker.add([memory], vectors_for([memory]))
+    await worker.close()
+    settings = StoreSettings(kind="edge", data_dir=str(tmp_path), hybrid=True)
+    store = await open_store(settings, dimensions=DIM)
+    try:
+        assert await store.get("t1", "m1") is not None
+    finally:
+        await store.close()
+
+
+async def test_a_write_cancelled_while_waiting_for_the_lock_releases_it(
+    pair: tuple[ReplicaStore, ReplicaStore], tmp_path: Path
+) -> None:
+    a, b = pair
+    holder = a._log  # another process's writer in the middle of its write
+    await asyncio.to_thread(holder.lock)
+    memory = record("m1")
+    waiting = asyncio.create_task(b.add([memory], vectors_for([memory])))
+    for _ in range(1000):  # until b's write has begun: it waits for the log's lock then
+        if b._lock.locked():
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    holder.unlock()
+    # The cancelled write still lands once the lock is free, and lets the lock go.
+    for _ in range(200):
+        if await a.get("t1", "m1") is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert await a.get("t1", "m1") is not None
+    fd = os.open(tmp_path / LOG_FILE, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if anyone still holds it
+    finally:
+        os.close(fd)
+
+
+async def test_vectors_of_every_row_reach_the_other_replica(
+    pair: tuple[ReplicaStore, ReplicaStore],
+) -> None:
+    a, b = pair
+    memories = [record(f"m{i}", content=f"note number {i} about topic {i}") for i in range(5)]
+    vectors = vectors_for(memories)
+    await a.add(memories, vectors)
+    for memory, vector in zip(memories, vectors, strict=True):
+        hits = await b.search("t1", SearchQuery(np.asarray(vector), "", "u1", None, 1))
+        assert hits[0].record.id == memory.id
