@@ -40,6 +40,7 @@ from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
 from proxy.errors import ConfigError
 from proxy.memory.embedders import Embedder, create_embedder, prepare_embedder
+from proxy.memory.reopening import ReopeningStore
 from proxy.memory.service import MemoryService
 from proxy.memory.store import MemoryStore
 from proxy.metrics import Metrics
@@ -86,7 +87,7 @@ async def open_services(
         if embedder is None:
             embedder = await open_embedder(settings, stack)
         if store is None:
-            store = await open_memory_store(settings, embedder, stack)
+            store = await open_memory_store(settings, embedder, stack, metrics)
         if cache is None:
             cache = open_request_cache(settings, stack, metrics.count_cache_lookup)
         if store is not None:
@@ -188,16 +189,26 @@ async def open_store(settings: StoreSettings, *, dimensions: int) -> MemoryStore
 
 
 async def open_memory_store(
-    settings: Settings, embedder: Embedder, stack: AsyncExitStack
-) -> MemoryStore | None:
-    """Open the store, or return ``None`` (degraded) when it cannot be reached right now."""
+    settings: Settings, embedder: Embedder, stack: AsyncExitStack, metrics: Metrics
+) -> MemoryStore:
+    """Open the store; one that cannot be reached right now is retried in the background
+    (``ReopeningStore``, adr/0102) while requests go on without memory (degraded)."""
+
+    async def opener() -> MemoryStore:
+        return await open_store(settings.store, dimensions=embedder.dimensions)
+
+    store: MemoryStore
     try:
-        store = await open_store(settings.store, dimensions=embedder.dimensions)
+        store = await opener()
     except ConfigError:
         raise
     except Exception as exc:  # unreachable server, locked data dir: serve without memory
-        LOGGER.error("memory store unavailable, serving without memory: %s", exc)
-        return None
+        LOGGER.error(
+            "memory store unavailable, serving without memory while it is retried: %s", exc
+        )
+        store = ReopeningStore(opener, first_error=exc, gauge=metrics).start()
+    else:
+        metrics.set_backend_up("store", True)
     stack.push_async_callback(store.close)
     return store
 
