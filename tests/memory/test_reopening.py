@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -28,11 +29,10 @@ class Gauge:
         self.retries += 1
 
 
-async def wait_for(condition: object, timeout: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():  # type: ignore[operator]
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
+async def wait_for(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(10):
+        while not condition():  # noqa: ASYNC110 - the store under test has no event to wait on
+            await asyncio.sleep(0.005)
 
 
 async def test_calls_fail_fast_until_the_store_opens_then_go_through() -> None:

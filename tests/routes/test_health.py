@@ -13,10 +13,10 @@ import pytest
 from proxy import composition
 from proxy.app import create_app
 from proxy.settings import Settings, replace
-from tests.fakes.embedder import FakeEmbedder
-from tests.fakes.store import FailingOpener
 from tests.conftest import proxy_settings
+from tests.fakes.embedder import FakeEmbedder
 from tests.fakes.servers import ProxyServer
+from tests.fakes.store import FailingOpener
 from tests.fakes.upstream import FakeServer
 
 
