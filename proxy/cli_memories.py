@@ -9,7 +9,12 @@ generation in Redis when ``cache.redis_url`` is set, so the server never serves 
 
 The tenant is ``--tenant ID``, or the tenant a key maps to (``--key K``: the same tenant as a
 request carrying K in ``Authorization: Bearer``, ``x-api-key`` or ``api-key``); without either,
-the ``anonymous`` tenant when ``auth.anonymous`` is on (passthrough mode), else an error.
+the ``anonymous`` tenant when ``auth.anonymous`` is on (passthrough mode), else an error. In
+passthrough mode a request's tenant is always derived from its key, so ``--tenant acme`` names
+a tenant no request can reach: refused unless ``--force`` (README, Tenants).
+
+Errors are one line on stderr and a non-zero exit, never a traceback: ``EXIT_BAD_INPUT`` for
+records or files, the CLI's configuration exit for settings and tenants, ``EXIT_LOCKED``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ path (``MemoryService.write``), shared by the chat pipeline and the memories API
 Policy: a configuration mistake (a wrong vector size, a malformed Redis URL) stops the start
 with a ``ConfigError``; a backend that is merely unreachable does not. Memory is an
 enhancement, so the proxy starts and serves without it (chat requests report ``degraded``)
-rather than refusing traffic because Qdrant or Redis is down.
+rather than refusing traffic because Qdrant or Redis is down, and a store that could not be
+opened is opened again in the background until it can be (``ReopeningStore``, adr/0102).
 """
 
 from __future__ import annotations
