@@ -124,3 +124,19 @@ def test_quickstart_serve_with_the_stand_in(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     assert b"stand-in" in err
+
+
+def test_the_standin_command_serves_alone() -> None:
+    port = free_port()
+    argv = [sys.executable, "-m", "proxy", "standin", "--port", str(port)]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline().decode()
+        assert f"http://127.0.0.1:{port}/v1" in banner
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+        assert [m.id for m in client.models.list()] == ["memproxy-stand-in"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
