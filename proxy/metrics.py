@@ -196,6 +196,7 @@ class Metrics:
     def set_backend_up(self, backend: str, up: bool) -> None:
         """``memproxy_backend_up{backend}``: 1 when up, 0 when down."""
         self.child(self.backend_up, backend).set(1 if up else 0)
+        self.child(self.backend_retries, backend)  # its retries show from 0, not from the first
 
     def count_backend_retry(self, backend: str) -> None:
         """One more failed attempt to open ``backend``."""

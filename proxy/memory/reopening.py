@@ -66,7 +66,11 @@ class BackendGauge(Protocol):
 
 
 class StoreReopening(StoreError):
-    """The store is not open yet; its message says how the retries are going (``/readyz``)."""
+    """The store is not open yet; ``state`` says how the retries are going (``/readyz``)."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(f"The memory store is unavailable right now; retry later ({state}).")
+        self.state = state
 
 
 Opener = Callable[[], Awaitable[MemoryStore]]

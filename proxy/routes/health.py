@@ -47,7 +47,7 @@ async def _check(name: str, probe: Probe | None) -> tuple[str, str]:
         async with asyncio.timeout(READY_TIMEOUT_S):
             result = await probe.ready()
     except StoreReopening as exc:
-        return name, f"unavailable: {exc.message}"
+        return name, f"unavailable: {exc.state}"
     except Exception as exc:
         LOGGER.warning("readiness check of %s failed: %s", name, type(exc).__name__)
         return name, f"error: {type(exc).__name__}"
