@@ -109,7 +109,7 @@ def bench_cli(
     env = python_env(MEMPROXY_DATA_DIR=str(data_dir))
     # No shared keyless tenant (adr/0086): the CLI names its tenant, the API sends a key.
     argv = [sys.executable, "-m", "proxy", "memories", "import", str(source), "--quiet"]
-    argv += ["--tenant", "bench"]
+    argv += ["--tenant", "bench", "--force"]  # a tenant of its own, reached by no key
     started = time.perf_counter()
     done = subprocess.run(
         [*argv, "--batch-size", str(batch)], env=env, cwd=ROOT, capture_output=True, check=False

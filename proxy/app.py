@@ -24,7 +24,7 @@ from proxy.bundled_data import use_bundled_data
 from proxy.cache.protocol import MemoryCache
 from proxy.composition import Provided, open_services
 from proxy.error_responses import error_response
-from proxy.errors import InternalError, MemproxyError, NotFound, RequestError
+from proxy.errors import ConfigError, InternalError, MemproxyError, NotFound, RequestError
 from proxy.fastpath import MemproxyApp
 from proxy.gc_tuning import tune_gc_for_serving
 from proxy.logs import configure_logging
@@ -92,7 +92,12 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
-            services = await open_services(settings, metrics, stack, provided)
+            try:
+                services = await open_services(settings, metrics, stack, provided)
+            except ConfigError as exc:
+                if isinstance(app, MemproxyApp):
+                    app.start_refused = exc.message
+                raise
             app.state.services = services
             client = services.upstream
             LOGGER.info(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import shutil
 import sys
@@ -16,15 +17,22 @@ import tempfile
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 
+from proxy import __version__
 from proxy.bundled_data import use_bundled_data
 from proxy.cli_memories import register as register_memories
 from proxy.cli_memories import register_explain
 from proxy.errors import ConfigError
 from proxy.logs import configure_logging
 from proxy.settings import Settings, load_settings
+from proxy.standin import StandIn
+from proxy.standin import run as run_standin
 
 APP_FACTORY = "proxy.app:create_app_from_env"
 EXIT_CONFIG = 2
+LOGGER = logging.getLogger("memproxy")
+# What a shell reports for a process killed by SIGPIPE (128 + 13): `memproxy ... | head`.
+EXIT_BROKEN_PIPE = 141
+STANDIN_PORT = 9000
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -32,6 +40,17 @@ def serve(args: argparse.Namespace) -> int:
     overrides = {"server.host": args.host, "server.port": args.port, "server.workers": args.workers}
     settings = load_settings(args.config, overrides=overrides)
     configure_logging(settings.server)
+    stand_in = None
+    if args.stand_in:
+        # Started before the server so that every worker finds it; the workers read their
+        # settings from the environment, where the stand-in's URL beats the file's upstream.
+        stand_in = StandIn().start()
+        os.environ["MEMPROXY_UPSTREAM_URL"] = stand_in.url
+        LOGGER.warning(
+            "upstream: the stand-in at %s (no model behind it: answers repeat what memproxy "
+            "sent, memory block included)",
+            stand_in.url,
+        )
     # Worker processes load their settings from the environment: pass the file on, and the
     # worker count, which decides what a process may share (the embedded store, the cache).
     if args.config:
@@ -54,6 +73,8 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+        if stand_in is not None:
+            stand_in.stop()
 
 
 def run_with_primary(settings: Settings, serve_workers: Callable[[], int]) -> int:
@@ -82,11 +103,29 @@ def register_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     parser.add_argument("--host", help="listen address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="listen port (default 8080)")
     parser.add_argument("--workers", type=int, help="server processes (default 1)")
+    parser.add_argument(
+        "--stand-in",
+        action="store_true",
+        help="forward to a built-in stand-in upstream (no provider key needed; its answers "
+        "show what memproxy sent)",
+    )
     parser.set_defaults(func=serve)
 
 
+def register_standin(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``memproxy standin``: the stand-in upstream alone, for a memproxy started elsewhere."""
+    parser = subparsers.add_parser(
+        "standin", help="run the stand-in OpenAI-compatible upstream (no model behind it)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=STANDIN_PORT, help=f"listen port (default {STANDIN_PORT})"
+    )
+    parser.set_defaults(func=lambda args: run_standin(args.host, args.port))
+
+
 Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
-COMMANDS: list[Registrar] = [register_serve, register_memories, register_explain]
+COMMANDS: list[Registrar] = [register_serve, register_standin, register_memories, register_explain]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memproxy", description="OpenAI-compatible proxy with long-term memory"
     )
+    parser.add_argument("--version", action="version", version=f"memproxy {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for register in COMMANDS:
         register(subparsers)
@@ -106,7 +146,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
     except ConfigError as exc:
         print(f"memproxy: configuration error: {exc.message}", file=sys.stderr)
         return EXIT_CONFIG
+    except BrokenPipeError:
+        # The reader went away (`memproxy explain ... | head`): stop quietly, as cat does.
+        # Python would flush stdout again at exit and print a second error: point it at
+        # /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return code

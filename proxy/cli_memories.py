@@ -9,13 +9,19 @@ generation in Redis when ``cache.redis_url`` is set, so the server never serves 
 
 The tenant is ``--tenant ID``, or the tenant a key maps to (``--key K``: the same tenant as a
 request carrying K in ``Authorization: Bearer``, ``x-api-key`` or ``api-key``); without either,
-the ``anonymous`` tenant when ``auth.anonymous`` is on (passthrough mode), else an error.
+the ``anonymous`` tenant when ``auth.anonymous`` is on (passthrough mode), else an error. In
+passthrough mode a request's tenant is always derived from its key, so ``--tenant acme`` names
+a tenant no request can reach: refused unless ``--force`` (README, Tenants).
+
+Errors are one line on stderr and a non-zero exit, never a traceback: ``EXIT_BAD_INPUT`` for
+records or files, the CLI's configuration exit for settings and tenants, ``EXIT_LOCKED``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -34,7 +40,7 @@ from proxy.memory.io import BadRecord, batches, export_line, read_inputs
 from proxy.memory.parsing import parse_list_query, parse_search
 from proxy.memory.service import MemoryService, search_hit_object
 from proxy.settings import Settings, load_settings, replace
-from proxy.tenancy import ANONYMOUS_TENANT, TenantResolver
+from proxy.tenancy import ANONYMOUS_TENANT, TENANT_HASH_CHARS, TenantResolver
 
 EXIT_BAD_INPUT = 1
 EXIT_LOCKED = 3
@@ -43,6 +49,7 @@ EXPORT_PAGE = 1000
 MAX_REPORTED_ERRORS = 20
 PROGRESS_EVERY_S = 0.2
 LOCK_MARKERS = ("WouldBlock", "lock")
+PASSTHROUGH_TENANT = re.compile(rf"t-[0-9a-f]{{{TENANT_HASH_CHARS}}}")
 # explain from the command line is not on a request's clock: give the pipeline time.
 CLI_DEADLINE_MS = 10_000.0
 
@@ -51,7 +58,22 @@ class StoreLocked(MemproxyError):
     """The embedded store is open in another process (a running server)."""
 
 
-def resolve_tenant(settings: Settings, tenant: str | None, key: str | None) -> str:
+class FileProblem(MemproxyError):
+    """A file named on the command line cannot be read or written."""
+
+
+def reachable_in_passthrough(settings: Settings, tenant: str) -> bool:
+    """Whether a request can ever land in ``tenant`` in passthrough mode: only key-derived ids
+    (``t-`` + 16 hex digits, as ``--key`` or an export's summary shows them) and, when keyless
+    callers share one, ``anonymous``."""
+    if tenant == ANONYMOUS_TENANT:
+        return settings.auth.anonymous
+    return PASSTHROUGH_TENANT.fullmatch(tenant) is not None
+
+
+def resolve_tenant(
+    settings: Settings, tenant: str | None, key: str | None, *, force: bool = False
+) -> str:
     """The tenant id the command works on (see the module docstring)."""
     resolver = TenantResolver(settings)
     if key:
@@ -60,6 +82,13 @@ def resolve_tenant(settings: Settings, tenant: str | None, key: str | None) -> s
         if settings.auth.mode == "keys" and tenant not in resolver.tenants:
             known = ", ".join(sorted(resolver.tenants)) or "none"
             raise ConfigError(f"unknown tenant {tenant!r} (configured tenants: {known})")
+        passthrough = settings.auth.mode == "passthrough"
+        if passthrough and not force and not reachable_in_passthrough(settings, tenant):
+            raise ConfigError(
+                f"no request can reach tenant {tenant!r}: in passthrough mode a request's "
+                "tenant is derived from its API key (t- and 16 hex digits); use --key KEY "
+                "with the key your application sends, or --force to use this tenant anyway"
+            )
         return tenant
     if settings.auth.mode == "keys":
         raise ConfigError("auth.mode is keys: name the tenant with --tenant or --key")
@@ -156,19 +185,28 @@ def open_input(path: str) -> ContextManager[IO[bytes]]:
     """The import's source: a file, or stdin (left open) for ``-``."""
     if path == "-":
         return nullcontext(sys.stdin.buffer)
-    return Path(path).open("rb")
+    return open_file(path, "rb")
 
 
 def open_output(path: str) -> ContextManager[IO[bytes]]:
     """The export's destination: a file, or stdout (left open) for ``-``."""
     if path == "-":
         return nullcontext(sys.stdout.buffer)
-    return Path(path).open("wb")
+    return open_file(path, "wb")
+
+
+def open_file(path: str, mode: str) -> IO[bytes]:
+    """Open ``path``; a missing or unreadable file is one line, not a traceback."""
+    try:
+        return Path(path).open(mode)
+    except OSError as exc:
+        verb = "read" if "r" in mode else "write"
+        raise FileProblem(f"cannot {verb} {path}: {exc.strerror or exc}") from exc
 
 
 async def import_memories(args: argparse.Namespace, settings: Settings) -> int:
     """``memories import FILE``: validate every record, then write in batches."""
-    tenant = resolve_tenant(settings, args.tenant, args.key)
+    tenant = resolve_tenant(settings, args.tenant, args.key, force=args.force)
     good, bad = load_file(args.file, settings.memory.max_content_chars)
     for record in bad[:MAX_REPORTED_ERRORS]:
         print(f"memproxy: {args.file}: {record.where}: {record.message}", file=sys.stderr)
@@ -196,7 +234,7 @@ async def import_memories(args: argparse.Namespace, settings: Settings) -> int:
 
 async def export_memories(args: argparse.Namespace, settings: Settings) -> int:
     """``memories export``: every memory of the tenant as JSONL (importable as is)."""
-    tenant = resolve_tenant(settings, args.tenant, args.key)
+    tenant = resolve_tenant(settings, args.tenant, args.key, force=args.force)
     given = {"user": args.user, "source": args.source}
     scope = parse_list_query({name: value for name, value in given.items() if value is not None})
     count = 0
@@ -218,7 +256,7 @@ async def export_memories(args: argparse.Namespace, settings: Settings) -> int:
 
 async def search_memories(args: argparse.Namespace, settings: Settings) -> int:
     """``memories search QUERY``: the closest memories, as a table or JSON."""
-    tenant = resolve_tenant(settings, args.tenant, args.key)
+    tenant = resolve_tenant(settings, args.tenant, args.key, force=args.force)
     limits = InputLimits(settings.memory.max_content_chars)
     search = parse_search({"query": args.query, "user": args.user, "top_k": args.top_k}, limits)
     async with open_service(settings) as service:
@@ -251,7 +289,7 @@ async def explain_message(args: argparse.Namespace, settings: Settings) -> int:
         ),
     )
     settings = replace(settings, memory=memory)
-    tenant_id = resolve_tenant(settings, args.tenant, args.key)
+    tenant_id = resolve_tenant(settings, args.tenant, args.key, force=args.force)
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         services = app.state.services
@@ -305,6 +343,11 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     who = parser.add_mutually_exclusive_group()
     who.add_argument("--tenant", help="tenant id (keys mode: a configured tenant name)")
     who.add_argument("--key", help="act as the tenant of this API key")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="passthrough mode: use a --tenant no request can reach (not derived from a key)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

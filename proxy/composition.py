@@ -22,7 +22,8 @@ path (``MemoryService.write``), shared by the chat pipeline and the memories API
 Policy: a configuration mistake (a wrong vector size, a malformed Redis URL) stops the start
 with a ``ConfigError``; a backend that is merely unreachable does not. Memory is an
 enhancement, so the proxy starts and serves without it (chat requests report ``degraded``)
-rather than refusing traffic because Qdrant or Redis is down.
+rather than refusing traffic because Qdrant or Redis is down, and a store that could not be
+opened is opened again in the background until it can be (``ReopeningStore``, adr/0102).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
 from proxy.errors import ConfigError
 from proxy.memory.embedders import Embedder, create_embedder, prepare_embedder
+from proxy.memory.reopening import ReopeningStore
 from proxy.memory.service import MemoryService
 from proxy.memory.store import MemoryStore
 from proxy.metrics import Metrics
@@ -98,7 +100,7 @@ async def open_services(
         if embedder is None:
             embedder = await open_embedder(settings, stack)
         if store is None:
-            store = await open_memory_store(settings, embedder, stack)
+            store = await open_memory_store(settings, embedder, stack, metrics)
         if cache is None:
             cache = open_request_cache(settings, stack, metrics.count_cache_lookup)
         if store is not None:
@@ -251,20 +253,30 @@ async def open_primary(settings: Settings, stack: AsyncExitStack) -> MemoryStore
 
 
 async def open_memory_store(
-    settings: Settings, embedder: Embedder, stack: AsyncExitStack
-) -> MemoryStore | None:
-    """Open the store, or return ``None`` (degraded) when it cannot be reached right now."""
-    try:
-        store = await open_store(
+    settings: Settings, embedder: Embedder, stack: AsyncExitStack, metrics: Metrics
+) -> MemoryStore:
+    """Open the store; one that cannot be reached right now is retried in the background
+    (``ReopeningStore``, adr/0102) while requests go on without memory (degraded)."""
+
+    async def opener() -> MemoryStore:
+        return await open_store(
             settings.store,
             dimensions=embedder.dimensions,
             replica=settings.server.workers > 1,
         )
+
+    store: MemoryStore
+    try:
+        store = await opener()
     except ConfigError:
         raise
     except Exception as exc:  # unreachable server, locked data dir: serve without memory
-        LOGGER.error("memory store unavailable, serving without memory: %s", exc)
-        return None
+        LOGGER.error(
+            "memory store unavailable, serving without memory while it is retried: %s", exc
+        )
+        store = ReopeningStore(opener, first_error=exc, gauge=metrics).start()
+    else:
+        metrics.set_backend_up("store", True)
     stack.push_async_callback(store.close)
     return store
 

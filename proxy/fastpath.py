@@ -66,6 +66,9 @@ class MemproxyApp(Starlette):
     ) -> None:
         super().__init__(routes=routes, **kwargs)
         self.metrics = metrics  # also the HTTP server's, for its connection metrics
+        # Set by the lifespan when the configuration refuses the start: the server then reports
+        # this one line instead of a traceback.
+        self.start_refused: str | None = None
         self.fast_routes = {
             key: ErrorGuard(RequestContextMiddleware(endpoint, metrics=metrics))
             for key, endpoint in fast_routes.items()
@@ -79,4 +82,17 @@ class MemproxyApp(Starlette):
                 scope["app"] = self
                 await app(scope, receive, send)
                 return
+        if scope["type"] == "lifespan":
+            send = self._quiet_refusal(send)
         await super().__call__(scope, receive, send)
+
+    def _quiet_refusal(self, send: Send) -> Send:
+        """``send`` with a start the configuration refused reported as one line (uvicorn logs
+        the failure message it is given: by default the traceback)."""
+
+        async def quiet(message: Message) -> None:
+            if message["type"] == "lifespan.startup.failed" and self.start_refused:
+                message = {**message, "message": f"configuration error: {self.start_refused}"}
+            await send(message)
+
+        return quiet

@@ -18,10 +18,12 @@ from proxy.settings import ServerSettings
 NO_REQUEST = "-"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 # Attributes every LogRecord has; anything else was passed with ``extra=`` and is logged too.
+# uvicorn's ``color_message`` repeats the message with ANSI colour codes: not for a JSON line.
 STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message",
     "asctime",
     "request_id",
+    "color_message",
 }
 
 request_id_var: ContextVar[str] = ContextVar("request_id", default=NO_REQUEST)
@@ -68,6 +70,9 @@ def configure_logging(server: ServerSettings) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(server.log_level.upper())
+    # Python's warnings (a library's UserWarning) would print raw lines to stderr: log them
+    # (logger ``py.warnings``), so that with JSON logs every line is one JSON object.
+    logging.captureWarnings(True)
     # uvicorn's own loggers propagate to ours; its access log is replaced by the middleware's.
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []

@@ -145,6 +145,23 @@ class Metrics:
             ["reason"],
             registry=reg,
         )
+        # Backends (store, embedder, cache; /readyz and proxy/memory/reopening.py): 1 up, 0
+        # down. With several workers the lowest of the live processes, so one worker whose
+        # store is down shows.
+        self.backend_up = Gauge(
+            "memproxy_backend_up",
+            "Whether a memory backend is up (1) or down (0), as last seen by an attempt to open "
+            "it or by /readyz.",
+            ["backend"],
+            registry=reg,
+            multiprocess_mode="livemin",
+        )
+        self.backend_retries = Counter(
+            "memproxy_backend_retries",
+            "Failed attempts to open a backend that was down at start (retried with backoff).",
+            ["backend"],
+            registry=reg,
+        )
         self._children: dict[tuple[str, ...], Any] = {}
 
     def child(self, metric: Any, *labels: str) -> Any:
@@ -175,6 +192,15 @@ class Metrics:
     def count_memory_work(self, kind: str, ok: bool) -> None:
         """After-response memory work (``capture``, ``retrievals``) and whether it succeeded."""
         self.child(self.memory_writes, kind, "ok" if ok else "error").inc()
+
+    def set_backend_up(self, backend: str, up: bool) -> None:
+        """``memproxy_backend_up{backend}``: 1 when up, 0 when down."""
+        self.child(self.backend_up, backend).set(1 if up else 0)
+        self.child(self.backend_retries, backend)  # its retries show from 0, not from the first
+
+    def count_backend_retry(self, backend: str) -> None:
+        """One more failed attempt to open ``backend``."""
+        self.child(self.backend_retries, backend).inc()
 
     def upstream_latency_for(self, route: str) -> Any:
         """The upstream latency histogram of ``route`` (children cached: ``labels`` is slow)."""

@@ -41,10 +41,11 @@ class Opened:
 class Services:
     """Everything a request handler needs.
 
-    ``memories`` is ``None`` when memory is off or its store could not be opened at start
-    (the proxy then serves without memory). ``anthropic`` is the client of Anthropic's API
-    (``upstream.anthropic``). ``probes`` are the readiness checks by name; a
-    ``None`` probe is a backend that is configured but could not be opened.
+    ``memories`` is ``None`` when memory is off. A store that could not be opened at start is
+    a ``ReopeningStore`` (``proxy/memory/reopening.py``), retried in the background, whose calls
+    fail until it opens. ``anthropic`` is the client of Anthropic's API
+    (``upstream.anthropic``). ``probes`` are the readiness checks by name; a ``None`` probe is a
+    backend that is configured but absent.
     """
 
     settings: Settings

@@ -257,6 +257,11 @@ class ServerSettings(_Section):
     graceful_timeout_s: Float = 30.0
     # Set by the CLI when several workers share Prometheus metrics (multiprocess mode).
     metrics_dir: str | None = None
+    # The checks /readyz needs to answer 200 (adr/0102); any other failing check only makes
+    # its status "degraded". Add store, embedder or cache to take a replica out of its
+    # balancer while that memory backend is down (a single node that must not serve without
+    # memory); with a shared Qdrant or Redis that drains every replica at once.
+    ready_requires: tuple[Literal["upstream", "store", "embedder", "cache"], ...] = ("upstream",)
     http: HttpServerSettings = Field(default_factory=HttpServerSettings)
 
 

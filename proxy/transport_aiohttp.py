@@ -136,5 +136,26 @@ class AiohttpTransport:
             # The response head broke the protocol or a bound (line length, header count).
             raise UpstreamError("The upstream sent an invalid or oversized response head.") from exc
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            raise UpstreamError(f"Cannot reach the upstream: {type(exc).__name__}.") from exc
+            where = URL(url, encoded=True).host_port_subcomponent or "?"
+            raise UpstreamError(f"Cannot reach the upstream {where}: {why(exc)}.") from exc
         return AiohttpResponse(response)
+
+
+def why(exc: BaseException) -> str:
+    """Why a connection failed, in words (never the exception's text: it may hold the URL)."""
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return "name resolution failed"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return "its TLS certificate is not trusted"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "the TLS handshake failed"
+    if isinstance(exc, aiohttp.ClientProxyConnectionError | aiohttp.ClientHttpProxyError):
+        return "the HTTP proxy refused or failed the connection"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the connection was closed before an answer"
+    cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(cause, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror.lower()
+    return type(exc).__name__

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import Scope
 
-from proxy.errors import RequestError, UpstreamTimeout
+from proxy.errors import RequestError, UpstreamError, UpstreamTimeout
 from proxy.request_target import forward_target
 from proxy.settings import UpstreamSettings
 from proxy.transport import (
@@ -61,6 +61,8 @@ REQUEST_ID = b"x-request-id"
 CONNECTION = b"connection"
 EVENT_STREAM = b"text/event-stream"
 HEADER_TIMEOUT_MESSAGE = "The upstream did not answer in time."
+OK = "ok"
+NOT_CHECKED = "not checked"
 BODY_TIMEOUT_MESSAGE = "The upstream stopped sending data in time."
 REDACTED = "***"
 
@@ -260,6 +262,9 @@ class UpstreamClient:
         self.display_proxy = redact_url(self.proxy) if self.proxy else None
         config = TransportConfig(settings=settings, proxy=self.proxy)
         self.transport = transport or TRANSPORTS[settings.client](config)
+        # What the last exchange showed, for /readyz (which never calls the paid upstream):
+        # None until a request went upstream, then "ok" or why it could not be reached.
+        self.last_outcome: str | None = None
 
     async def start(self) -> None:
         """Open the transport's pool (inside the running event loop)."""
@@ -290,9 +295,21 @@ class UpstreamClient:
             async with asyncio.timeout(min(timeouts.first_byte, timeouts.total)):
                 raw = await self.transport.send(method, url, headers, body)
         except TimeoutError as exc:
+            self.last_outcome = HEADER_TIMEOUT_MESSAGE
             raise UpstreamTimeout(HEADER_TIMEOUT_MESSAGE) from exc
+        except UpstreamError as exc:
+            self.last_outcome = exc.message
+            raise
+        self.last_outcome = OK
         return UpstreamResponse(raw, timeouts.idle, deadline)
 
     async def ready(self) -> bool:
         """True when the pool is open (readiness does not call the paid upstream)."""
         return self.transport.ready()
+
+    def status(self) -> str:
+        """``/readyz``'s word on the upstream, from the last exchange: ``ok``, ``not checked``
+        (no request went upstream yet) or why the last one failed."""
+        if not self.transport.ready():
+            return "not ready"
+        return self.last_outcome or NOT_CHECKED

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from proxy import __version__
 from proxy.cli import build_parser, main
 from proxy.errors import StoreError
 from proxy.memory.edge import EdgeStore
@@ -165,3 +166,10 @@ def test_workers_share_the_open_connections_gauge(
         for sock in idle:
             sock.close()
     assert wait_for_metric(port, "memproxy_connections_open", 1.0) == 1.0
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"memproxy {__version__}\n"

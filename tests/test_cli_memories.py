@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +11,11 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.cli import main
+from proxy.cli import EXIT_BROKEN_PIPE, main
 from proxy.cli_memories import EXIT_BAD_INPUT, EXIT_LOCKED, Progress
 from proxy.memory.inputs import MemoryInput
 from proxy.memory.io import batches
+from tests.test_cli import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = [
@@ -91,13 +93,13 @@ def test_export_imports_back_unchanged_into_another_tenant(
     data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source = write_jsonl(tmp_path / "m.jsonl", [{**RECORDS[0], "usefulness": 0.9}])
-    assert main(["memories", "import", str(source), "--tenant", "one", "--quiet"]) == 0
-    first = export(capsys, "--tenant", "one")
+    assert main(["memories", "import", str(source), "--key", "sk-one", "--quiet"]) == 0
+    first = export(capsys, "--key", "sk-one")
     dump = write_jsonl(tmp_path / "dump.jsonl", [{**first[0], "retrieval_count": 7}])
-    assert main(["memories", "import", str(dump), "--tenant", "two", "--quiet"]) == 0
-    (second,) = export(capsys, "--tenant", "two")
+    assert main(["memories", "import", str(dump), "--key", "sk-two", "--quiet"]) == 0
+    (second,) = export(capsys, "--key", "sk-two")
     assert second == {**first[0], "retrieval_count": 7}
-    assert export(capsys, "--tenant", "three") == []
+    assert export(capsys, "--key", "sk-three") == []
 
 
 def test_invalid_records_stop_the_import_before_any_write(
@@ -208,3 +210,86 @@ def test_progress_bar_reports_counts_and_rate(tmp_path: Path) -> None:
     assert "4/4 (100%)" in text
     assert "memories/s" in text
     assert text.endswith("\n")
+
+
+def test_passthrough_refuses_a_tenant_no_request_can_reach(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = write_jsonl(tmp_path / "m.jsonl", RECORDS[:1])
+    assert main(["memories", "import", str(source), "--tenant", "acme", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "no request can reach tenant 'acme'" in err
+    assert "--key" in err
+    assert export(capsys, "--tenant", "acme", "--force") == []  # nothing was written
+    # --force writes it anyway; a key's own id (as --key prints it) is reachable, so accepted.
+    assert main(["memories", "import", str(source), "--tenant", "acme", "--force"]) == 0
+    assert main(["memories", "import", str(source), "--key", "sk-acme", "--quiet"]) == 0
+    tenant = orjson.loads(capsys.readouterr().out.splitlines()[-1])["tenant"]
+    assert tenant.startswith("t-")
+    assert [m["id"] for m in export(capsys, "--tenant", tenant)] == ["tea"]
+
+
+def test_a_missing_file_is_one_line(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere.jsonl"
+    assert main(["memories", "import", str(missing)]) == EXIT_BAD_INPUT
+    assert (
+        capsys.readouterr().err == f"memproxy: cannot read {missing}: No such file or directory\n"
+    )
+    target = str(tmp_path / "no-dir" / "dump.jsonl")
+    assert main(["memories", "export", "-o", target]) == EXIT_BAD_INPUT
+    assert (
+        capsys.readouterr().err == f"memproxy: cannot write {target}: No such file or directory\n"
+    )
+
+
+def run_cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    argv = [sys.executable, "-m", "proxy", *args]
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=120, check=False)
+
+
+def test_an_embedder_mismatch_is_one_line_without_a_traceback(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    source = write_jsonl(tmp_path / "m.jsonl", RECORDS[:1])
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    assert (
+        run_cli("memories", "import", str(source), "--quiet", cwd=tmp_path, env=env).returncode == 0
+    )
+    smaller = tmp_path / "small.yaml"
+    smaller.write_text("embedder:\n  dimensions: 64\n")
+    for args in (
+        ("memories", "import", str(source), "--quiet"),
+        ("explain", "What does Alice drink?"),
+    ):
+        done = run_cli(*args, "--config", str(smaller), cwd=tmp_path, env=env)
+        assert done.returncode == 2, args
+        err = done.stderr.decode()
+        assert err.count("\n") == 1, err
+        assert "Traceback" not in err
+        assert "64 dimensions" in err
+        assert "use the embedder it was built with" in err
+    # The server refuses to start the same way: one line of its own, no traceback.
+    port = str(free_port())
+    served = run_cli("serve", "--port", port, "--config", str(smaller), cwd=tmp_path, env=env)
+    assert served.returncode != 0
+    err = served.stderr.decode()
+    assert "Traceback" not in err
+    assert err.count("configuration error: the memory store") == 1
+
+
+def test_explain_into_a_closed_pipe_stops_quietly(data_dir: Path, tmp_path: Path) -> None:
+    """`memproxy explain ... | head`: the reader left before the answer was written."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "proxy", "explain", "What does Alice drink?"]
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before memproxy has loaded anything
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == EXIT_BROKEN_PIPE
+    assert err == ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -12,6 +13,7 @@ from proxy.composition import Provided, open_request_cache, open_services, open_
 from proxy.errors import ConfigError
 from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder
+from proxy.memory.reopening import ReopeningStore, StoreReopening
 from proxy.memory.replica import ReplicaStore
 from proxy.metrics import Metrics
 from proxy.pipeline.contract import NoopPipeline
@@ -60,13 +62,26 @@ async def test_the_pipeline_and_the_api_share_one_read_and_one_write_path(
     assert not await store.ready()  # the root opened it, the exit stack closed it
 
 
-async def test_a_store_that_cannot_open_leaves_memory_off_not_the_proxy(tmp_path: Path) -> None:
-    (tmp_path / "memories").write_text("not a directory")
+async def test_a_store_that_cannot_open_is_retried_while_the_proxy_serves(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "memories"
+    blocker.write_text("not a directory")
     async with opened(settings_for(tmp_path)) as services:
-        assert services.memories is None
-        assert services.probes["store"] is None  # /readyz: "unavailable"
-        assert isinstance(services.pipeline, Pipeline)
-        assert services.pipeline.retriever is None  # requests degrade: store_unavailable
+        assert services.memories is not None
+        store = services.memories.store
+        assert isinstance(store, ReopeningStore)
+        assert services.probes["store"] is store  # /readyz: "unavailable: retrying (...)"
+        with pytest.raises(StoreReopening):
+            await store.ready()
+        blocker.unlink()  # the operator fixed it: a later attempt opens the real store
+        deadline = asyncio.get_running_loop().time() + 30
+        while store.opened is None:
+            assert asyncio.get_running_loop().time() < deadline, store.state()
+            await asyncio.sleep(0.05)
+        assert await store.ready()
+        assert await services.memories.store.count("t") == 0
+    assert not await store.opened.ready()  # the exit stack closed it
 
 
 async def test_provided_backends_are_used_and_never_closed(tmp_path: Path) -> None:

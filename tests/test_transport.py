@@ -289,6 +289,16 @@ async def test_large_bodies_both_ways_with_a_slow_reader(kind: str) -> None:
 # --- failures and timeouts -----------------------------------------------------------------
 
 
+async def test_an_unknown_host_is_502_naming_it_and_the_reason(kind: str) -> None:
+    # .invalid never resolves (RFC 6761); the user information is neither sent nor shown.
+    async with opened("http://user:s3cret@memproxy-test.invalid", kind) as client:
+        with pytest.raises(UpstreamError) as caught:
+            await send(client)
+    assert caught.value.message == (
+        "Cannot reach the upstream memproxy-test.invalid: name resolution failed."
+    )
+
+
 async def test_connect_refused_is_502(kind: str) -> None:
     async with serving(keep_alive_json) as server:
         origin = server.origin
@@ -297,6 +307,9 @@ async def test_connect_refused_is_502(kind: str) -> None:
             await send(client)
     assert type(caught.value) is UpstreamError
     assert caught.value.status == 502
+    assert caught.value.message == (
+        f"Cannot reach the upstream {origin.removeprefix('http://')}: connection refused."
+    )
 
 
 async def test_closed_before_headers_is_502(kind: str) -> None:

@@ -1,10 +1,19 @@
-"""``/healthz`` (alive), ``/readyz`` (backends and upstream config), ``/metrics`` (Prometheus).
+"""``/healthz`` (alive), ``/readyz`` (backends and upstream), ``/metrics`` (Prometheus).
 
-Readiness policy (adr/0053): only what a chat request cannot do without makes ``/readyz``
-answer 503 (today: the upstream client). The memory backends (store, embedder, cache) fail
-open, so a down one shows in ``checks`` and turns ``status`` into ``degraded`` while the answer
-stays 200: every replica shares the same Redis and Qdrant, and a 503 would make the load
-balancer drain the whole fleet, turning a memory outage into a chat outage.
+Readiness policy (adr/0053, adr/0102): only the checks in ``server.ready_requires`` make
+``/readyz`` answer 503 (by default the upstream client's pool). The memory backends (store,
+embedder, cache) fail open, so a down one shows in ``checks`` and turns ``status`` into
+``degraded`` while the answer stays 200: every replica shares the same Redis and Qdrant, and a
+503 would make the load balancer drain the whole fleet, turning a memory outage into a chat
+outage. An operator of a single node can require them. A store that failed at start is retried
+in the background (``proxy/memory/reopening.py``) and shows ``unavailable: retrying ...`` here.
+
+The upstream is never called by ``/readyz`` (it is paid, and in passthrough mode memproxy has no
+key of its own): its check says what the last request that went upstream found, ``not checked``
+before the first one. Such a passive failure degrades the status but cannot make the answer 503:
+a replica taken out of its balancer would get no request that could show the upstream is back.
+
+Each memory backend's result also sets ``memproxy_backend_up{backend}``.
 """
 
 from __future__ import annotations
@@ -16,10 +25,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from proxy.memory.reopening import StoreReopening
 from proxy.services import Probe, Services
+from proxy.upstream import NOT_CHECKED, OK
 
 READY_TIMEOUT_S = 2.0
-REQUIRED = frozenset({"upstream"})
+UPSTREAM = "upstream"
 LOGGER = logging.getLogger("memproxy.health")
 
 
@@ -35,19 +46,28 @@ async def _check(name: str, probe: Probe | None) -> tuple[str, str]:
     try:
         async with asyncio.timeout(READY_TIMEOUT_S):
             result = await probe.ready()
+    except StoreReopening as exc:
+        return name, f"unavailable: {exc.state}"
     except Exception as exc:
         LOGGER.warning("readiness check of %s failed: %s", name, type(exc).__name__)
         return name, f"error: {type(exc).__name__}"
-    return name, "ok" if result is not False else "not ready"
+    return name, OK if result is not False else "not ready"
 
 
 async def readyz(request: Request) -> Response:
-    """200 unless a required check fails (503); a failing memory backend only degrades."""
+    """503 when a required check fails, else 200 (``degraded`` when any other check fails)."""
     services: Services = request.app.state.services
     checks = services.probes.items()
     results = dict(await asyncio.gather(*(_check(name, probe) for name, probe in checks)))
-    ready = all(results[name] == "ok" for name in results if name in REQUIRED)
-    healthy = all(value == "ok" for value in results.values())
+    for name, result in results.items():
+        if name != UPSTREAM:
+            services.metrics.set_backend_up(name, result == OK)
+    required = services.settings.server.ready_requires
+    ready = all(results[name] == OK for name in results if name in required)
+    if UPSTREAM in results and results[UPSTREAM] == OK:
+        # The pool is open; say what the last exchange found instead of claiming more.
+        results[UPSTREAM] = services.upstream.status()
+    healthy = all(value in (OK, NOT_CHECKED) for value in results.values())
     status = "ready" if healthy else ("degraded" if ready else "not ready")
     body = {"status": status, "checks": results}
     # Redacted: /readyz needs no auth, and the URL may carry credentials.

@@ -158,3 +158,22 @@ class FakeStore:
 
     async def close(self) -> None:
         self.closed = True
+
+
+class FailingOpener:
+    """Opens a ``FakeStore`` after failing ``failures`` times (a backend down at start that
+    comes back); ``calls`` counts the attempts. ``error`` is what each failure raises."""
+
+    def __init__(
+        self, failures: int, store: FakeStore | None = None, error: Exception | None = None
+    ) -> None:
+        self.failures = failures
+        self.store = store or FakeStore()
+        self.error = error or ConnectionRefusedError("qdrant is not up yet")
+        self.calls = 0
+
+    async def __call__(self, *args: object, **kwargs: object) -> FakeStore:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return self.store

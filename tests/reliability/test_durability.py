@@ -46,7 +46,7 @@ def run_import(data: Path, source: Path, *, kill_after: int | None) -> tuple[int
     """Run the CLI import; SIGKILL it once ``kill_after`` are acknowledged. -> (acked, exit)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MEMPROXY_DATA_DIR": str(data)}
     argv = [sys.executable, "-m", "proxy", "memories", "import", str(source)]
-    argv += ["--tenant", TENANT, "--batch-size", str(BATCH)]
+    argv += ["--tenant", TENANT, "--force", "--batch-size", str(BATCH)]
     child = subprocess.Popen(
         argv, cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE
     )
