@@ -31,12 +31,14 @@ from typing import TypeVar, TypeVarTuple
 import orjson
 
 from proxy.background import Job, Spawner
+from proxy.cache.blocks import TurnBlocks, prefix_keys
 from proxy.cache.outcome import CacheOutcome, cache_outcome
 from proxy.cache.protocol import MemoryCache
 from proxy.context.allocation import BudgetCalculator, TokenBudget
 from proxy.context.assembler import AssemblerConfig, Assembly, assemble
 from proxy.context.billing import EXACT, message_key, walk_size
 from proxy.context.inject import inject
+from proxy.context.position import TURN, candidate_indices, slot
 from proxy.context.render import BlockTokens
 from proxy.context.tokens import STORED_ENCODINGS
 from proxy.memory.retriever import EMBED, SEARCH, Retrieval, Retriever
@@ -54,6 +56,15 @@ from proxy.pipeline.explain import (
 )
 from proxy.pipeline.offload import Offloader
 from proxy.pipeline.options import RequestOptions, parse_options
+from proxy.pipeline.placement import (
+    Placement,
+    describe,
+    placed,
+    recalled,
+    remembered,
+    shown,
+    unseen,
+)
 from proxy.pipeline.query import query_text
 from proxy.pipeline.reencode import reencode
 from proxy.pipeline.timing import StageClock
@@ -101,6 +112,7 @@ class Run:
     deadline_at: float = float("inf")  # the memory deadline, in the event loop's clock
     budget: TokenBudget | None = None
     assembly: Assembly | None = None
+    placement: Placement | None = None  # where the blocks go (set once the budget is known)
     reasons: list[str] = field(default_factory=list)
     cache: CacheOutcome = field(default_factory=CacheOutcome)  # this request's cache calls
     # Cache writes wait until the response is out: they cost CPU (encoding) the client would
@@ -163,6 +175,7 @@ class Pipeline:
         counter: RetrievalCounter | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         offloader: Offloader | None = None,
+        blocks: TurnBlocks | None = None,
     ) -> None:
         self.settings = settings
         self.calculator = calculator
@@ -170,6 +183,7 @@ class Pipeline:
         self.counts = counts
         self.writer = writer
         self.counter = counter
+        self.blocks = blocks  # earlier turns' blocks, put back in place (position turn)
         self.metrics = metrics
         self.spawn = spawn
         self.clock = clock
@@ -228,17 +242,23 @@ class Pipeline:
         if options.mode == "explain":
             return self._explain(run, body)
         assembly = run.assembly
-        if assembly is None or not assembly.block:
+        block = assembly.block if assembly is not None else ""
+        placement = run.placement or Placement(options.position)
+        new, held = placed(messages, placement, block)
+        if held is None and not placement.earlier:
             return self._finish(run, body, DEGRADED if run.reasons else EMPTY)
-        forwarded = {**body, "messages": inject(messages, assembly.block)}
+        forwarded = {**body, "messages": new}
         encoded = reencode(forwarded)
         run.clock.mark("inject")
         if encoded is None:
             LOGGER.debug("injected chat body not re-encodable; forwarding the original")
-            run.assembly = None  # nothing was injected after all
+            run.assembly = run.placement = None  # nothing was injected after all
             run.degrade(ENCODE)
             return self._finish(run, body, DEGRADED)
-        return self._finish(run, forwarded, DEGRADED if run.reasons else INJECTED, encoded)
+        if held is not None and placement.key and assembly is not None and self.blocks:
+            self.spawn(self.blocks.remember(placement.key, remembered(placement, assembly)))
+        status = INJECTED if held is not None else EMPTY
+        return self._finish(run, forwarded, DEGRADED if run.reasons else status, encoded)
 
     async def _retrieve(self, run: Run, body: Mapping[str, object]) -> None:
         """Budget, query, retrieval (cache, embed, search), assemble; fills ``run``."""
@@ -246,6 +266,11 @@ class Pipeline:
         budget = run.budget = await self._budget(run, body)
         run.clock.mark("budget")
         if budget.memory_tokens <= 0:
+            return
+        placement = await self._recall(run, budget)
+        room = placement.room(budget.memory_tokens, budget.available_tokens)
+        placement = run.placement = placement.reusable(room)
+        if placement.reused is not None or room <= 0:
             return
         query = query_text(run.messages, self.settings.query_window)
         run.clock.mark("query")
@@ -258,15 +283,36 @@ class Pipeline:
         hits = await self.retriever.retrieve(run.tenant.id, want, run)
         if not run.cache.served:
             run.degrade("cache")
-        run.assembly = assemble(
-            hits,
-            query,
-            budget.memory_tokens,
-            now=self.clock(),
-            tokens=self._block_tokens(budget.encoding),
-            config=self.configs[run.tenant.memory.packer],
-        )
+        now, tokens = self.clock(), self._block_tokens(budget.encoding)
+        config = self.configs[run.tenant.memory.packer]
+        run.assembly = assemble(hits, query, room, now=now, tokens=tokens, config=config)
+        fresh = unseen(run.assembly, hits, placement.visible)
+        if fresh is not None:  # some of what this turn gets is in the prompt already
+            run.placement, hits = placement.showing(fresh[1]), fresh[0]
+            run.assembly = assemble(hits, query, room, now=now, tokens=tokens, config=config)
         run.clock.mark("assemble")
+
+    async def _recall(self, run: Run, budget: TokenBudget) -> Placement:
+        """Where this request's blocks go; with position ``turn``, the earlier turns' blocks
+        (one cache round trip; hashing a long conversation off the loop)."""
+        options, messages = run.options, run.messages
+        where = slot(messages) if options.position == TURN else None
+        placement = Placement(options.position, where)
+        if where is None or self.blocks is None:
+            return placement
+        indices = candidate_indices(messages, where.index)
+        scope = (options.user, *options.sources, budget.encoding)
+        args = (run.tenant.id, scope, messages, indices)
+        size = sum(budget.message_counts[: where.index + 1]) * 4  # UTF-8 bytes, at most
+        if size <= KEYS_ON_LOOP_BYTES:
+            keys = prefix_keys(*args)
+        else:
+            keys = await self._off_loop(run, size / KEYS_BYTES_PER_S, prefix_keys, *args)
+        known = [key for key in keys if key is not None]
+        found = iter(await self.blocks.recall(known))
+        blocks = [next(found) if key is not None else None for key in keys]
+        run.clock.mark("recall")
+        return recalled(placement, indices, keys, blocks, budget.available_tokens)
 
     async def _budget(self, run: Run, body: Mapping[str, object]) -> TokenBudget:
         """The memory budget: from byte-length bounds when they settle it, else counted.
@@ -377,17 +423,19 @@ class Pipeline:
     def _explain(self, run: Run, body: Mapping[str, object]) -> Prepared:
         assembly = run.assembly
         block = assembly.block if assembly is not None else ""
-        messages = inject(run.messages, block)
+        placement = run.placement or Placement(run.options.position)
+        messages, held = placed(run.messages, placement, block)
         notes: list[str] = []
-        if block and reencode({**body, "messages": messages}) is None:
+        if messages != run.messages and reencode({**body, "messages": messages}) is None:
             run.degrade(ENCODE)
             notes.append(NOTE_NOT_INJECTED)
-            messages = inject(run.messages, "")  # what inject mode would send: the client's own
+            messages, held = inject(run.messages, ""), None  # inject mode would send the client's
         budget = run.budget
         if budget is not None and budget.counting != EXACT:
             notes.append(NOTE_BOUNDS if budget.settled else NOTE_UNFINISHED)
         document = explain_body(str(body.get("model") or ""), budget, assembly, messages)
-        status = DEGRADED if run.reasons else (INJECTED if block else EMPTY)
+        document["placement"] = describe(placement, run.options.position, held)
+        status = DEGRADED if run.reasons else (INJECTED if held is not None else EMPTY)
         headers = self._headers(run, status)
         self._record(run, EXPLAIN)
         for write in run.deferred:
@@ -409,12 +457,13 @@ class Pipeline:
 
     def _headers(self, run: Run, status: str) -> dict[str, str]:
         total_ms = run.clock.total_ms()
-        assembly = run.assembly if status in (INJECTED, DEGRADED) else None
-        injected = assembly is not None and bool(assembly.block)
+        count, tokens = (
+            shown(run.placement, run.assembly) if status in (INJECTED, DEGRADED) else (0, 0)
+        )
         headers = {
             "X-Memory-Status": status,
-            "X-Memory-Injected": str(len(assembly.packed)) if injected and assembly else "0",
-            "X-Memory-Tokens": str(assembly.rendered_tokens) if injected and assembly else "0",
+            "X-Memory-Injected": str(count),
+            "X-Memory-Tokens": str(tokens),
             "X-Memory-Budget": str(run.budget.memory_tokens if run.budget is not None else 0),
             "X-Memory-Overhead-Ms": f"{total_ms:.3f}",
             "Server-Timing": run.clock.server_timing(total_ms),

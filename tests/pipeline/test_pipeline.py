@@ -24,7 +24,7 @@ from proxy.cache.request_cache import CacheTTLs, RequestCache
 from proxy.context.billing import message_key
 from proxy.context.budget import MODEL_OVERRIDES, ModelLimit, ModelLimits, TokenBudgetCalculator
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.context.render import BLOCK_OPEN
+from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 from proxy.memory.retriever import Retriever
 from proxy.metrics import Metrics
 from proxy.pipeline.contract import Completion
@@ -100,10 +100,11 @@ async def test_injects_into_a_new_body() -> None:
     prepared = await build(biscuit_store(), FakeEmbedder(DIMS)).prepare(TENANT, {}, original)
     assert original == before
     assert prepared.body is not original
-    system = prepared.body["messages"][0]
-    assert system["role"] == "system"
-    assert BLOCK_OPEN in system["content"]
-    assert "Biscuit" in system["content"]
+    turn = prepared.body["messages"][0]  # position turn: in the latest user message
+    assert turn["role"] == "user"
+    assert turn["content"].startswith(BLOCK_OPEN)
+    assert turn["content"].endswith("\n\nwhat is my dog called?")
+    assert "Biscuit" in turn["content"]
     headers = prepared.response_headers
     assert headers["X-Memory-Status"] == "injected"
     assert headers["X-Memory-Injected"] == "1"
@@ -236,7 +237,8 @@ def test_the_block_never_exceeds_the_budget(contents: list[str], cap: int) -> No
     if status != "injected":
         assert prepared.body["messages"] == body("tell me everything")["messages"]
         return
-    block = prepared.body["messages"][0]["content"]
+    content = prepared.body["messages"][-1]["content"]
+    block = content[: content.index(BLOCK_CLOSE) + len(BLOCK_CLOSE)]
     assert count_tokens(block, "o200k_base") == int(prepared.response_headers["X-Memory-Tokens"])
     assert int(prepared.response_headers["X-Memory-Tokens"]) <= budget
 
@@ -259,7 +261,8 @@ async def test_a_memory_line_is_rendered_once_across_requests(
     second = await pipeline.prepare(TENANT, {}, body("and what does my dog eat?"))
     assert rendered == [("learnings", "The user's dog is called Biscuit.")]
     assert first.response_headers["X-Memory-Tokens"] == second.response_headers["X-Memory-Tokens"]
-    block = second.body["messages"][0]["content"]
+    content = second.body["messages"][-1]["content"]  # position turn: block, blank line, text
+    block = content[: content.index(BLOCK_CLOSE) + len(BLOCK_CLOSE)]
     assert int(second.response_headers["X-Memory-Tokens"]) == count_tokens(block, "o200k_base")
 
 
