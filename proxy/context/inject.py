@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.context.position import carries_breakpoint, has_breakpoint
+
 SYSTEM_ROLES = ("system", "developer")
 SEPARATOR = "\n\n"
 
@@ -50,6 +52,19 @@ def inject_index(messages: Sequence[Mapping[str, Any]]) -> int:
         if message.get("role") in SYSTEM_ROLES:
             return index if with_block(message.get("content"), "x") is not None else 0
     return 0
+
+
+def clear_of_breakpoints(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether ``inject`` would leave the block behind every cache breakpoint: none in a later
+    message, and none on the system message as a whole (its text then ends at the breakpoint)."""
+    for index, message in enumerate(messages):
+        if message.get("role") not in SYSTEM_ROLES:
+            continue
+        if with_block(message.get("content"), "x") is None:
+            break  # a system message of its own goes first: every message follows the block
+        later = messages[index + 1 :]
+        return not has_breakpoint(message) and not any(map(carries_breakpoint, later))
+    return not any(map(carries_breakpoint, messages))
 
 
 def with_block(content: Any, block: str) -> str | list[Any] | None:

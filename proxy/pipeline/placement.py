@@ -16,8 +16,9 @@ their slots, so the previous upstream prompt stays a byte-identical prefix of th
   it is reused as it was, not retrieved again, while it fits the room: the prompt up to the
   latest tool result stays cacheable too.
 - Without a slot (no user message that takes text), the block goes to the system prompt as
-  with position ``system``, unless a message carries a cache breakpoint the system prompt would
-  sit in front of: then nothing is injected.
+  with position ``system``, unless that would put it in front of a cache breakpoint: then
+  nothing is injected. Position ``system`` obeys the same rule: where the system prompt would
+  sit in front of a breakpoint, the block takes the turn's slot instead (nothing is put back).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from typing import Any
 
 from proxy.cache.blocks import Remembered
 from proxy.context.assembler import Assembly
-from proxy.context.inject import inject, inject_index
-from proxy.context.position import SYSTEM, Slot, carries_breakpoint, fitting, place
+from proxy.context.inject import clear_of_breakpoints, inject, inject_index
+from proxy.context.position import SYSTEM, Slot, fitting, place, slot
 from proxy.context.records import Candidate
 from proxy.defaults import Position
 
@@ -118,8 +119,13 @@ def placed(
         block = placement.reused.block
     where = placement.slot
     if placement.position == SYSTEM or where is None:
-        if placement.position != SYSTEM and any(carries_breakpoint(m) for m in messages):
-            block = ""  # the system prompt would sit in front of the breakpoint
+        if block and not clear_of_breakpoints(messages):
+            # The system prompt would sit in front of a breakpoint: position system takes the
+            # turn's slot instead; without one, nothing goes anywhere.
+            where = slot(messages) if placement.position == SYSTEM else None
+            if where is None:
+                return [dict(m) for m in messages], None
+            return place(messages, [(where, block)])[0], where.index
         if not block:
             return [dict(m) for m in messages], None
         return inject(messages, block), inject_index(messages)

@@ -18,6 +18,7 @@ from proxy.context.budget import TokenBudgetCalculator
 from proxy.context.position import Slot
 from proxy.context.records import MemoryRecord
 from proxy.context.render import BLOCK_OPEN
+from proxy.defaults import Position
 from proxy.memory.retriever import Retriever
 from proxy.metrics import Metrics
 from proxy.pipeline.pipeline import Pipeline
@@ -159,31 +160,44 @@ async def test_a_tool_round_trip_reuses_the_turns_block() -> None:
     )
 
 
+CC = {"type": "ephemeral"}
+CACHED_SYSTEM = {"role": "system", "content": [{"type": "text", "text": "s", "cache_control": CC}]}
+MARKED_USER = {"role": "user", "content": [{"type": "text", "text": "q", "cache_control": CC}]}
+
+
 @pytest.mark.parametrize(
-    ("messages", "where"),
+    ("position", "messages", "where"),
     [
-        ([SYSTEM], 0),  # no user turn: the system prompt, as position system
-        ([{"role": "user", "content": 7}], 0),  # no user turn that takes text
+        ("turn", [SYSTEM], 0),  # no user turn: the system prompt, as position system
+        ("turn", [{"role": "user", "content": 7}], 0),  # no user turn that takes text
+        ("turn", [CACHED_SYSTEM], 0),  # behind the system prompt's own breakpoint: allowed
         (
+            "turn",
             [
                 {"role": "user", "content": "a"},
                 {
                     "role": "assistant",
-                    "content": [
-                        {"type": "text", "text": "r", "cache_control": {"type": "ephemeral"}}
-                    ],
+                    "content": [{"type": "text", "text": "r", "cache_control": CC}],
                 },
             ],
             None,
         ),
+        ("system", [SYSTEM, {"role": "user", "content": "a"}], 0),
+        ("system", [CACHED_SYSTEM, {"role": "user", "content": "a"}], 0),
+        # The system prompt would sit in front of a breakpoint: the turn's slot instead.
+        ("system", [SYSTEM, MARKED_USER], 1),
+        ("system", [{**SYSTEM, "cache_control": CC}, {"role": "user", "content": "a"}], 1),
+        ("system", [{"role": "user", "content": 7}, MARKED_USER], 1),
     ],
 )
-def test_without_a_slot_the_system_prompt_unless_a_breakpoint_forbids(
-    messages: list[dict[str, Any]], where: int | None
+def test_the_block_never_sits_in_front_of_a_breakpoint(
+    position: Position, messages: list[dict[str, Any]], where: int | None
 ) -> None:
-    result, held = placed(messages, Placement("turn"), "BLOCK")
+    result, held = placed(messages, Placement(position), "BLOCK")
     assert held == where
     assert ("BLOCK" in orjson.dumps(result).decode()) == (where is not None)
+    if where is not None:
+        assert "BLOCK" in orjson.dumps(result[where]).decode()
 
 
 async def test_explain_shows_where_the_block_went() -> None:
