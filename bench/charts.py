@@ -140,11 +140,13 @@ def plot_recall(results: Mapping[str, Any], out: Path) -> Path:
     ax.set_ylim(0, 100)
     ax.set_xlabel("memory budget (tokens)")
     ax.set_ylabel("evidence recall (%)")
-    ax.set_title(
-        f"LoCoMo evidence recall, {results.get('questions', '?')} questions "
-        f"({results.get('machine', {}).get('date', '')[:10]})",
-        fontsize=10,
-    )
+    title = f"LoCoMo evidence recall, {results.get('questions', '?')} questions"
+    return finish(fig, ax, title, results, out)
+
+
+def finish(fig: Any, ax: Any, title: str, results: Mapping[str, Any], out: Path) -> Path:
+    """Title (with the run's date), grid and legend below the plot; write ``out``."""
+    ax.set_title(f"{title} ({results.get('machine', {}).get('date', '')[:10]})", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     fig.tight_layout()
@@ -177,17 +179,8 @@ def plot_prefix(results: Mapping[str, Any], out: Path) -> Path:
     ax.set_ylim(0, 100)
     ax.set_xlabel("turn")
     ax.set_ylabel("prompt repeating the previous one (%)")
-    ax.set_title(
-        f"Cacheable prompt prefix, {len(results['conversations'])} LoCoMo conversations "
-        f"({results.get('machine', {}).get('date', '')[:10]})",
-        fontsize=10,
-    )
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
-    fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
-    return out
+    title = f"Cacheable prompt prefix, {len(results['conversations'])} LoCoMo conversations"
+    return finish(fig, ax, title, results, out)
 
 
 def main() -> None:

@@ -7,18 +7,15 @@ import asyncio
 import itertools
 from typing import Any
 
-import openai
 import orjson
 
 from proxy.context.render import BLOCK_OPEN
-from tests.e2e.conftest import API_KEY, MemoryProxy
+from tests.e2e import test_chat_memory
+from tests.e2e.conftest import MemoryProxy
 
 MODEL = "gpt-4o-mini"
 FACTS = [
-    "The user's dog is called Biscuit and is a beagle.",
-    "The user lives in Lisbon and works as a marine biologist.",
-    "The user is allergic to peanuts.",
-    "The user prefers answers in metric units.",
+    *test_chat_memory.FACTS,
     "The user's sister Ana plays the cello in Porto.",
     "The user is training for a marathon in October.",
     "The user drives an old green Volvo.",
@@ -38,10 +35,6 @@ QUESTIONS = [
 SYSTEM = {"role": "system", "content": "You are terse."}
 
 
-def client(proxy: MemoryProxy) -> openai.OpenAI:
-    return openai.OpenAI(base_url=proxy.url, api_key=API_KEY, max_retries=0)
-
-
 def messages_prefix(body: bytes) -> bytes:
     """The upstream body up to the end of its last message (what the next prompt must start
     with): the SDK writes ``messages`` first, so it is the body up to the array's ``]``."""
@@ -58,7 +51,7 @@ class Chat:
 
     def __init__(self, proxy: MemoryProxy, **headers: str) -> None:
         self.proxy = proxy
-        self.api = client(proxy)
+        self.api = test_chat_memory.client(proxy)
         self.headers = {"X-Memory-Max-Tokens": "45", **headers}
         self.history: list[dict[str, Any]] = [SYSTEM]
         self.bodies: list[bytes] = []
@@ -85,7 +78,11 @@ def full_prefixes(bodies: list[bytes]) -> list[bool]:
 def test_every_upstream_prompt_starts_with_the_previous_one(memproxy: MemoryProxy) -> None:
     memproxy.backends.write(memproxy.tenant, FACTS)
     chat = Chat(memproxy)
-    assert [chat.say(q) for q in QUESTIONS] == ["injected"] * 5
+    statuses = [chat.say(q) for q in QUESTIONS]
+    # "empty": every memory chosen for that turn is in the prompt already (an earlier block).
+    assert set(statuses) <= {"injected", "empty"}
+    assert statuses[0] == "injected"
+    assert statuses.count("injected") >= 3
     assert full_prefixes(chat.bodies) == [True] * 4
     first = orjson.loads(chat.bodies[0])["messages"]
     assert first[0] == SYSTEM
