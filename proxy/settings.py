@@ -45,6 +45,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from proxy.defaults import (
+    BLOCKS_TTL_S,
     CACHE_LOCAL_MAX_ENTRIES,
     CACHE_TIMEOUT_MS,
     CAPTURES,
@@ -54,6 +55,7 @@ from proxy.defaults import (
     HYBRID,
     MAX_CONTENT_CHARS,
     MEMORY_MAX_TOKENS,
+    MEMORY_POSITION,
     MIB,
     RECORD_CACHE_ENTRIES,
     RETRIEVAL_TTL_S,
@@ -61,6 +63,7 @@ from proxy.defaults import (
     TOKENS_TTL_S,
     UPSTREAM_URL,
     Capture,
+    Position,
     Source,
 )
 from proxy.errors import ConfigError
@@ -342,6 +345,7 @@ class TenantMemory(_Section):
     capture: Capture | None = None
     max_capture: Capture | None = None
     packer: Packer | None = None
+    position: Position | None = None
 
     @model_validator(mode="after")
     def _capture_within_ceiling(self) -> Self:
@@ -361,6 +365,8 @@ class MemorySettings(_Section):
     capture: Capture = "off"
     max_capture: Capture = "turn"
     packer: Packer = "optimal"
+    # Where the block goes: the latest user turn (cacheable prefix) or the system prompt.
+    position: Position = MEMORY_POSITION
     query_window: Int = 2  # last N user messages form the retrieval query
     deadline_ms: Float = 50.0  # whole pipeline; past it the request goes without memories
     stage_timeouts: StageTimeouts = Field(default_factory=StageTimeouts)
@@ -483,6 +489,7 @@ class CacheSettings(_Section):
     embedding_ttl_s: Int = EMBEDDING_TTL_S
     tokens_ttl_s: Int = TOKENS_TTL_S
     retrieval_ttl_s: Int = RETRIEVAL_TTL_S
+    blocks_ttl_s: Int = BLOCKS_TTL_S
 
 
 class Settings(_Section):

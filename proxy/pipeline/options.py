@@ -3,9 +3,10 @@
 Headers choose *within* the tenant's configuration, never beyond it: ``X-Memory-Max-Tokens`` and
 ``X-Memory-Top-K`` are clamped to the tenant's caps, ``X-Memory-Sources`` is intersected with the
 tenant's sources, ``X-Memory-Capture`` is clamped to its ``max_capture``. A caller whose memory
-is off (``enabled`` false: no key, adr/0086) gets mode and capture ``off`` whatever it asks. A
-malformed value (not a number, a negative number, an unknown mode, source or capture kind) is the
-client's mistake and gets a 400 in OpenAI's shape naming the header.
+is off (``enabled`` false: no key, adr/0086) gets mode and capture ``off`` whatever it asks.
+``X-Memory-Position`` picks where the block goes (either is safe, so no limit applies). A
+malformed value (not a number, a negative number, an unknown mode, source, capture kind or
+position) is the client's mistake and gets a 400 in OpenAI's shape naming the header.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from proxy.context.records import SOURCES
-from proxy.defaults import CAPTURES, Capture
+from proxy.defaults import CAPTURES, POSITIONS, Capture, Position
 from proxy.errors import RequestError
 from proxy.settings import MemorySettings
 
@@ -31,6 +32,7 @@ HEADER_MAX_TOKENS = "x-memory-max-tokens"
 HEADER_TOP_K = "x-memory-top-k"
 HEADER_SOURCES = "x-memory-sources"
 HEADER_CAPTURE = "x-memory-capture"
+HEADER_POSITION = "x-memory-position"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,7 @@ class RequestOptions:
     top_k: int
     sources: tuple[str, ...]
     capture: Capture
+    position: Position = "turn"
 
 
 def bad_header(header: str, message: str) -> RequestError:
@@ -126,6 +129,8 @@ def parse_options(
     if raw is not None:  # up to the tenant's max_capture, in the order off < user < turn
         asked = CAPTURES.index(parse_choice(HEADER_CAPTURE, raw, CAPTURES))
         capture = CAPTURES[min(asked, CAPTURES.index(limits.max_capture))]
+    raw = get(HEADER_POSITION)
+    position = parse_choice(HEADER_POSITION, raw, POSITIONS) if raw is not None else limits.position
     if not limits.enabled:
         # A caller without memory (keyless, adr/0086): its headers are still checked, so a bad
         # one is the same 400 with or without a key, but nothing is read, explained or stored.
@@ -138,4 +143,5 @@ def parse_options(
         top_k=top_k,
         sources=sources,
         capture=capture,
+        position=position,  # type: ignore[arg-type]  # checked against POSITIONS
     )
