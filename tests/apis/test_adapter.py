@@ -9,6 +9,7 @@ import pytest
 from proxy.apis.adapter import SYSTEM, TURN, Position, chat_messages, place
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.apis.openai_responses import RESPONSES
+from proxy.defaults import MEMORY_POSITION
 
 
 class TurnTaking:
@@ -40,3 +41,10 @@ def test_a_position_the_api_has_is_kept() -> None:
 )
 def test_chat_messages(value: object, expected: list[Any]) -> None:
     assert chat_messages(value) == expected
+
+
+@pytest.mark.parametrize("api", [OPENAI_CHAT, RESPONSES])
+def test_every_api_takes_the_default_position_turn(api: Any) -> None:
+    """The cache-friendly place is the default for every API memproxy serves memory on."""
+    assert MEMORY_POSITION == TURN
+    assert place(api, MEMORY_POSITION) == TURN

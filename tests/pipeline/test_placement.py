@@ -9,19 +9,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-import pytest
 
-from proxy.apis.adapter import Blocks
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.apis.openai_responses import RESPONSES
 from proxy.cache.blocks import CachedTurnBlocks, Remembered, prefix_keys
 from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
 from proxy.context.budget import TokenBudgetCalculator
-from proxy.context.position import Slot, slot
+from proxy.context.position import Slot
 from proxy.context.records import MemoryRecord
 from proxy.context.render import BLOCK_OPEN
-from proxy.defaults import Position
 from proxy.memory.retriever import Retriever
 from proxy.metrics import Metrics
 from proxy.pipeline.pipeline import Pipeline
@@ -163,50 +160,6 @@ async def test_a_tool_round_trip_reuses_the_turns_block() -> None:
     assert (
         second.response_headers["X-Memory-Injected"] == first.response_headers["X-Memory-Injected"]
     )
-
-
-CC = {"type": "ephemeral"}
-CACHED_SYSTEM = {"role": "system", "content": [{"type": "text", "text": "s", "cache_control": CC}]}
-MARKED_USER = {"role": "user", "content": [{"type": "text", "text": "q", "cache_control": CC}]}
-
-
-@pytest.mark.parametrize(
-    ("position", "messages", "where"),
-    [
-        ("turn", [SYSTEM], 0),  # no user turn: the system prompt, as position system
-        ("turn", [{"role": "user", "content": 7}], 0),  # no user turn that takes text
-        ("turn", [CACHED_SYSTEM], 0),  # behind the system prompt's own breakpoint: allowed
-        (
-            "turn",
-            [
-                {"role": "user", "content": "a"},
-                {
-                    "role": "assistant",
-                    "content": [{"type": "text", "text": "r", "cache_control": CC}],
-                },
-            ],
-            None,
-        ),
-        ("system", [SYSTEM, {"role": "user", "content": "a"}], 0),
-        ("system", [CACHED_SYSTEM, {"role": "user", "content": "a"}], 0),
-        # The system prompt would sit in front of a breakpoint: the turn's slot instead.
-        ("system", [SYSTEM, MARKED_USER], 1),
-        ("system", [{**SYSTEM, "cache_control": CC}, {"role": "user", "content": "a"}], 1),
-        ("system", [{"role": "user", "content": 7}, MARKED_USER], 1),
-    ],
-)
-def test_the_block_never_sits_in_front_of_a_breakpoint(
-    position: Position, messages: list[dict[str, Any]], where: int | None
-) -> None:
-    body: dict[str, object] = {"model": "gpt-4o", "messages": messages}
-    conversation = OPENAI_CHAT.conversation(body)
-    at = slot(conversation.turns) if position == "turn" else None  # as the pipeline finds it
-    injected = OPENAI_CHAT.inject(body, conversation, Blocks("BLOCK", position, at))
-    result = injected.body["messages"]
-    assert (injected.message if injected.held else None) == where
-    assert ("BLOCK" in orjson.dumps(result).decode()) == (where is not None)
-    if where is not None:
-        assert "BLOCK" in orjson.dumps(result[where]).decode()
 
 
 async def test_explain_shows_where_the_block_went() -> None:
