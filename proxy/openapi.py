@@ -46,8 +46,9 @@ MEMORY_HEADERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("X-Memory-Capture", "`off`, `user` or `turn`: store this turn as memory.", {}),
     (
         "X-Memory-Position",
-        "`turn` (default: in the latest user message, the prompt before it unchanged) or "
-        "`system` (appended to the system prompt): where the memory block goes.",
+        "`turn` (default: in the latest user message of `messages` or `input`, the prompt "
+        "before it unchanged) or `system` (appended to the system prompt or `instructions`): "
+        "where the memory block goes.",
         {"enum": list(POSITIONS)},
     ),
 )
