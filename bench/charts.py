@@ -95,12 +95,13 @@ def plot_latency(results: Mapping[str, Any], out: Path) -> Path:
 def recall_series(
     results: Mapping[str, Any], method: str, category: str
 ) -> list[tuple[int, float]]:
-    """Return [(budget, recall %)] for one method and category, sorted by budget."""
+    """Return [(budget, recall %)] for one method and category, sorted by budget (the uncapped
+    ``default`` run has no budget to plot at)."""
     by_budget = results["recall"][method]
     points = [
         (int(budget), 100.0 * values[category])
         for budget, values in by_budget.items()
-        if category in values
+        if category in values and budget.isdigit()
     ]
     return sorted(points)
 
@@ -108,8 +109,13 @@ def recall_series(
 def plot_recall(results: Mapping[str, Any], out: Path) -> Path:
     """Draw evidence recall vs budget: overall (thick) and per category (thin), both methods."""
     fig, ax = plt.subplots(figsize=(7.5, 5.6))
-    styles = {"memproxy": "-", "topk": "--", "topk-hybrid": ":"}
-    labels = {"memproxy": "memproxy", "topk": "top-k cosine", "topk-hybrid": "top-k hybrid"}
+    styles = {"memproxy": "-", "memproxy-fill": "-.", "topk": "--", "topk-hybrid": ":"}
+    labels = {
+        "memproxy": "memproxy (adaptive)",
+        "memproxy-fill": "memproxy (fill)",
+        "topk": "top-k cosine",
+        "topk-hybrid": "top-k hybrid",
+    }
     categories = sorted({c for v in results["recall"]["topk"].values() for c in v} - {"overall"})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for method, style in styles.items():

@@ -1,21 +1,28 @@
 """LoCoMo evidence recall at a token budget: memproxy's packed memories vs plain top-k.
 
-For each LoCoMo conversation (``../shared/bench/locomo/locomo_dev.json``, CC BY-NC 4.0: read
-from there, never copied), one memproxy user gets the observations as ``learnings`` (metadata:
-their dia_id), the session summaries as ``summaries`` and the dialog turns as ``conversation``
-(metadata: dia_id), dated from the sessions, shifted so the last session is today. Every question
-of categories 1-4 is then asked twice per budget (500, 1000, 2000 tokens):
+For each LoCoMo conversation (the dev split by default, or the split file given as the first
+argument; CC BY-NC 4.0: read in place, never copied), one memproxy user gets the observations as
+``learnings`` (metadata: their dia_id), the session summaries as ``summaries`` and the dialog
+turns as ``conversation`` (metadata: dia_id), dated from the sessions, shifted so the last
+session is today. Every question of categories 1-4 is then asked:
 
-- memproxy: ``POST /v1/chat/completions`` with ``X-Memory-Mode: explain`` and
-  ``X-Memory-Max-Tokens: B``; the memories it would inject are scored;
+- memproxy, default settings (``X-Memory-Max-Tokens`` not sent): the adaptive budget decides
+  how much to inject; recall and the block's tokens (median, p90) are reported;
+- memproxy at each cap B (500, 1000, 2000): ``X-Memory-Max-Tokens: B``;
+- memproxy-fill: the same with ``X-Memory-Budget-Rule: fill`` (the rule before issue 16);
 - baseline: ``POST /v1/memories/search`` (cosine top-k), hits taken in rank order while they fit
   B tokens (o200k_base, ``proxy.tokenizer.count_tokens``).
+
+memproxy's requests use ``X-Memory-Mode: explain``; the memories it would inject are scored.
+``OFF_TOPIC`` questions (about nothing the conversations hold) are asked of every conversation
+with default settings: the tokens they get show what an irrelevant question costs.
 
 Evidence recall = the share of the question's evidence dia_ids carried by the chosen memories,
 averaged per category and overall. Everything goes through memproxy's HTTP API, started here as
 ``python -m proxy serve`` on a temporary data dir (or pass ``--url`` for a running one).
 
-Run: ``.venv/bin/python bench/locomo.py`` (full) or ``--smoke`` (one conversation, few questions).
+Run: ``.venv/bin/python bench/locomo.py [SPLIT.json]`` (full) or ``--smoke`` (one conversation,
+few questions).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -43,6 +51,20 @@ from proxy.tokenizer import count_tokens
 
 DEFAULT_DATA = servers.ROOT.parent / "shared" / "bench" / "locomo" / "locomo_dev.json"
 BUDGETS = (500, 1000, 2000)
+DEFAULT = "default"  # no X-Memory-Max-Tokens: the server's own budget rule decides
+# memproxy's explain methods: the default budget rule, and the old "fill" rule by header.
+RULES: dict[str, str | None] = {"memproxy": None, "memproxy-fill": "fill"}
+# Questions no LoCoMo conversation is about (written for this benchmark).
+OFF_TOPIC = (
+    "What is the capital of Australia?",
+    "How do I reverse a list in Python?",
+    "Write a haiku about autumn leaves.",
+    "What is 17 times 23?",
+    "Explain quantum entanglement in simple terms.",
+    "Which HTTP status code means not found?",
+    "Translate good morning into Spanish.",
+    "How many moons does Jupiter have?",
+)
 MODEL = "gpt-4o"  # o200k_base, the encoding the baseline counts with
 API_KEY = "sk-locomo-bench"  # passthrough mode: one key, one tenant for the whole run
 IMPORT_BATCH = 100
@@ -53,7 +75,7 @@ SMOKE_BUDGETS = (500, 1000)
 PROBE_USER = "locomo-probe"
 # topk: plain cosine top-k, from a second memproxy whose store has hybrid search off;
 # topk-hybrid: /v1/memories/search of the measured memproxy itself (dense + BM25 fused by default).
-METHODS = ("memproxy", "topk", "topk-hybrid")
+METHODS = ("memproxy", "memproxy-fill", "topk", "topk-hybrid")
 DENSE_ONLY = {"store": {"hybrid": False}}
 # A quality benchmark: relax the pipeline's deadlines so a busy 2-core machine cannot turn a slow
 # answer into an empty ("degraded") one. Every other setting keeps memproxy's defaults.
@@ -105,17 +127,23 @@ async def import_sample(client: httpx.AsyncClient, sample: dict[str, Any], now: 
 
 
 async def explain(
-    client: httpx.AsyncClient, question: locomo_data.Question, budget: int, top_k: int | None
-) -> tuple[list[dict[str, Any]], float, str]:
-    """Return the memories memproxy would inject for ``question`` at ``budget``, latency, status."""
-    headers = {
-        "X-Memory-Mode": "explain",
-        "X-Memory-Max-Tokens": str(budget),
-        "X-Memory-User": user_for(question.sample_id),
-    }
+    client: httpx.AsyncClient,
+    sample_id: str,
+    text: str,
+    budget: int | None,
+    top_k: int | None,
+    rule: str | None = None,
+) -> tuple[dict[str, Any], float, str]:
+    """Return memproxy's explain document for ``text`` at ``budget`` (None: no cap header),
+    its latency and ``X-Memory-Status``."""
+    headers = {"X-Memory-Mode": "explain", "X-Memory-User": user_for(sample_id)}
+    if budget is not None:
+        headers["X-Memory-Max-Tokens"] = str(budget)
     if top_k is not None:
         headers["X-Memory-Top-K"] = str(top_k)
-    body = {"model": MODEL, "messages": [{"role": "user", "content": question.text}]}
+    if rule is not None:
+        headers["X-Memory-Budget-Rule"] = rule
+    body = {"model": MODEL, "messages": [{"role": "user", "content": text}]}
     started = time.perf_counter()
     response = await client.post("/v1/chat/completions", json=body, headers=headers)
     elapsed = time.perf_counter() - started
@@ -124,7 +152,7 @@ async def explain(
     payload = response.json()
     if payload.get("object") != "memory.explain":
         raise RuntimeError(f"not an explain answer: {str(payload)[:300]}")
-    return list(payload.get("memories", [])), elapsed, response.headers.get("X-Memory-Status", "")
+    return payload, elapsed, response.headers.get("X-Memory-Status", "")
 
 
 async def search(
@@ -141,6 +169,11 @@ async def search(
 def token_count(text: str) -> int:
     """Count a memory's content in o200k_base (the encoding of the explain requests' model)."""
     return count_tokens(text, O200K)
+
+
+def budget_keys(budgets: Sequence[int]) -> list[str]:
+    """The result keys: ``default`` (no cap header) first, then each cap."""
+    return [DEFAULT, *(str(b) for b in budgets)]
 
 
 async def score_question(
@@ -163,48 +196,90 @@ async def score_question(
                 row[f"{method}@{budget}"] = locomo_data.evidence_recall(question.evidence, chosen)
                 # All hits fitted: the baseline ran out of candidates, not of budget.
                 row[f"{method}_short@{budget}"] = len(chosen) == len(hits)
-            if args.baseline_only:
-                continue
-            memories, elapsed, status = await explain(client, question, budget, args.top_k)
-            row[f"memproxy@{budget}"] = locomo_data.evidence_recall(question.evidence, memories)
-            row[f"latency@{budget}"] = elapsed
-            row[f"status@{budget}"] = status
-            row[f"tokens@{budget}"] = sum(int(m.get("tokens") or 0) for m in memories)
+        if args.baseline_only:
+            return row
+        for key, cap in [(DEFAULT, None), *((str(b), b) for b in budgets)]:
+            for method, rule in RULES.items():
+                doc, elapsed, status = await explain(
+                    client, question.sample_id, question.text, cap, args.top_k, rule
+                )
+                memories = doc.get("memories", [])
+                row[f"{method}@{key}"] = locomo_data.evidence_recall(question.evidence, memories)
+                row[f"{method}_block@{key}"] = token_count(doc.get("block", ""))
+                if method == "memproxy":
+                    row[f"latency@{key}"] = elapsed
+                    row[f"status@{key}"] = status
         return row
 
 
+async def off_topic_tokens(
+    client: httpx.AsyncClient, samples: Sequence[dict[str, Any]], top_k: int | None
+) -> dict[str, list[int]]:
+    """The block tokens every ``OFF_TOPIC`` question gets from each conversation, per rule."""
+    tokens: dict[str, list[int]] = {method: [] for method in RULES}
+    for sample in samples:
+        for text in OFF_TOPIC:
+            for method, rule in RULES.items():
+                doc, _, _ = await explain(client, sample["sample_id"], text, None, top_k, rule)
+                tokens[method].append(token_count(doc.get("block", "")))
+    return tokens
+
+
 def summarize(rows: list[dict[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
-    """Return recall per method, budget and category, plus explain latency and diagnostics."""
-    methods = [m for m in METHODS if rows and f"{m}@{budgets[0]}" in rows[0]]
+    """Return recall per method, budget and category, plus block tokens and diagnostics."""
+    keys = budget_keys(budgets)
+    methods = [m for m in METHODS if rows and any(f"{m}@{k}" in rows[0] for k in keys)]
     baselines = [m for m in methods if m.startswith("topk")]
     recall: dict[str, dict[str, dict[str, float]]] = {m: {} for m in methods}
+    blocks: dict[str, dict[str, dict[str, float]]] = {}
     diagnostics: dict[str, dict[str, float | int]] = {}
-    for budget in budgets:
+    for key in keys:
         for method in recall:
-            pairs = [(r["category"], r[f"{method}@{budget}"]) for r in rows]
-            recall[method][str(budget)] = locomo_data.mean_by_category(pairs)
+            if f"{method}@{key}" not in rows[0]:
+                continue
+            pairs = [(r["category"], r[f"{method}@{key}"]) for r in rows]
+            recall[method][key] = locomo_data.mean_by_category(pairs)
+            if f"{method}_block@{key}" in rows[0]:
+                sizes = [r[f"{method}_block@{key}"] for r in rows]
+                blocks.setdefault(method, {})[key] = token_figures(sizes)
         diag: dict[str, float | int] = {
-            f"{m}_short": sum(r[f"{m}_short@{budget}"] for r in rows) for m in baselines
+            f"{m}_short": sum(r[f"{m}_short@{key}"] for r in rows)
+            for m in baselines
+            if f"{m}_short@{key}" in rows[0]
         }
-        if "memproxy" in recall:
-            latency = stats.summarize_ms([r[f"latency@{budget}"] for r in rows])
+        if f"latency@{key}" in rows[0]:
+            latency = stats.summarize_ms([r[f"latency@{key}"] for r in rows])
             diag["explain_p50_ms"] = latency["p50"]
             diag["explain_p99_ms"] = latency["p99"]
-            diag["mean_injected_tokens"] = sum(r[f"tokens@{budget}"] for r in rows) / len(rows)
-            diag["degraded"] = sum(r[f"status@{budget}"] == "degraded" for r in rows)
-        diagnostics[str(budget)] = diag
-    return {"recall": recall, "diagnostics": diagnostics}
+            diag["degraded"] = sum(r[f"status@{key}"] == "degraded" for r in rows)
+        diagnostics[key] = diag
+    return {"recall": recall, "block_tokens": blocks, "diagnostics": diagnostics}
+
+
+def token_figures(sizes: Sequence[int]) -> dict[str, float]:
+    """Median, p90, mean and max of block sizes in tokens."""
+    ordered = sorted(sizes)
+    return {
+        "median": float(statistics.median(ordered)),
+        "p90": float(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]),
+        "mean": sum(ordered) / len(ordered),
+        "max": float(ordered[-1]),
+    }
 
 
 def recall_rows(summary: dict[str, Any], budgets: Sequence[int]) -> list[dict[str, Any]]:
-    """Return printable rows: one per (budget, method), categories as columns, in percent."""
+    """Return printable rows: one per (budget, method), categories as columns, in percent, with
+    the block's median and p90 tokens where memproxy chose them."""
     names = [*locomo_data.CATEGORIES.values(), "overall"]
     rows = []
-    for budget in budgets:
-        for method in (m for m in METHODS if m in summary["recall"]):
-            values = summary["recall"][method][str(budget)]
-            row: dict[str, Any] = {"budget": budget, "method": method}
+    for key in budget_keys(budgets):
+        for method in (m for m in METHODS if key in summary["recall"].get(m, {})):
+            values = summary["recall"][method][key]
+            row: dict[str, Any] = {"budget": key, "method": method}
             row.update({name: 100.0 * values[name] for name in names if name in values})
+            block = summary["block_tokens"].get(method, {}).get(key)
+            row["median_tokens"] = block["median"] if block else ""
+            row["p90_tokens"] = block["p90"] if block else ""
             rows.append(row)
     return rows
 
@@ -245,6 +320,9 @@ async def evaluate(
             *(score_question(client, baseline, q, args.budgets, args, gate) for q in questions)
         )
         ask_seconds = time.perf_counter() - started
+        off_topic = (
+            {} if args.baseline_only else await off_topic_tokens(client, samples, args.top_k)
+        )
     summary = summarize(list(rows), args.budgets)
     return {
         "dataset": str(args.data.name),
@@ -257,6 +335,7 @@ async def evaluate(
         "smoke": args.smoke,
         "relaxed_timeouts": not args.default_timeouts and not args.url,
         "baseline_only": args.baseline_only,
+        "off_topic_tokens": {m: token_figures(t) for m, t in off_topic.items() if t},
         **summary,
     }
 
@@ -299,7 +378,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the command line; ``--smoke`` shrinks the run to seconds."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument(
+        "split",
+        type=Path,
+        nargs="?",
+        default=None,
+        help=f"LoCoMo split file (default {DEFAULT_DATA})",
+    )
+    parser.add_argument("--data", type=Path, default=None, help="the same as SPLIT")
     parser.add_argument("--url", help="use a running memproxy instead of starting one")
     parser.add_argument("--baseline-url", help="with --url: a memproxy with hybrid search off")
     parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
@@ -316,12 +402,36 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="1 conversation, a few questions")
     parser.add_argument("--out", default="locomo", help="results name under bench/results/")
     args = parser.parse_args(argv)
+    if args.split is not None and args.data is not None and args.split != args.data:
+        parser.error("give the split file once (SPLIT or --data)")
+    args.data = args.split or args.data or DEFAULT_DATA
     if args.smoke:
         args.conversations = 1
         args.questions = args.questions or SMOKE_QUESTIONS
         args.budgets = list(SMOKE_BUDGETS)
         args.out = "locomo-smoke" if args.out == "locomo" else args.out
     return args
+
+
+def verdicts(results: dict[str, Any], budgets: Sequence[int]) -> list[str]:
+    """The issue's targets, measured: default recall and tokens, and the lead at 1,000 tokens."""
+    recall, blocks = results["recall"], results["block_tokens"]
+    lines = []
+    if DEFAULT in recall.get("memproxy", {}):
+        carried = recall["memproxy"][DEFAULT]["overall"]
+        median = blocks["memproxy"][DEFAULT]["median"]
+        lines.append(
+            f"default settings: recall {100 * carried:.1f} % in a median {median:.0f} block "
+            "tokens (target: >= 85 % in <= 1,000)"
+        )
+    mid = "1000" if 1000 in budgets else str(budgets[0])
+    for method in (m for m in RULES if mid in recall.get(m, {})):
+        for base in (m for m in ("topk", "topk-hybrid") if mid in recall.get(m, {})):
+            gain = 100 * (recall[method][mid]["overall"] - recall[base][mid]["overall"])
+            lines.append(
+                f"{method} - {base} at {mid} tokens, overall: {gain:+.1f} points (target: +12)"
+            )
+    return lines
 
 
 def main() -> None:
@@ -343,14 +453,12 @@ def main() -> None:
         f"{len(results['conversations'])} conversations, {results['memories']} memories"
     )
     print(stats.format_table(recall_rows(results, args.budgets)))
-    diag = [{"budget": int(b), **d} for b, d in results["diagnostics"].items()]
+    diag = [{"budget": b, **d} for b, d in results["diagnostics"].items()]
     print(stats.format_table(diag))
-    recall = results["recall"]
-    mid = "1000" if "1000" in recall["topk"] else str(args.budgets[0])
-    if "memproxy" in recall:
-        for base in (m for m in METHODS[1:] if m in recall):
-            gain = 100 * (recall["memproxy"][mid]["overall"] - recall[base][mid]["overall"])
-            print(f"memproxy - {base} at {mid} tokens, overall: {gain:+.1f} points (target: +10)")
+    for method, figures in results["off_topic_tokens"].items():
+        print(f"off-topic questions, {method}: block tokens {figures}")
+    for line in verdicts(results, args.budgets):
+        print(line)
     print(f"results: {path}")
 
 

@@ -34,7 +34,7 @@ from proxy.metrics import Metrics
 from proxy.middleware import RequestContextMiddleware
 from proxy.pipeline.contract import MemoryPipeline
 from proxy.request_target import check_target
-from proxy.routes import build_routes, chat, responses
+from proxy.routes import build_routes, chat, messages, responses
 from proxy.settings import Settings, load_settings
 from proxy.upstream import UpstreamClient
 
@@ -69,6 +69,7 @@ def create_app(
     settings: Settings | None = None,
     *,
     upstream: UpstreamClient | None = None,
+    anthropic: UpstreamClient | None = None,
     pipeline: MemoryPipeline | None = None,
     store: MemoryStore | None = None,
     embedder: Embedder | None = None,
@@ -80,7 +81,12 @@ def create_app(
     settings = settings or load_settings()
     metrics = metrics or Metrics(settings.server.metrics_dir)
     provided = Provided(
-        upstream=upstream, pipeline=pipeline, store=store, embedder=embedder, cache=cache
+        upstream=upstream,
+        anthropic=anthropic,
+        pipeline=pipeline,
+        store=store,
+        embedder=embedder,
+        cache=cache,
     )
 
     @asynccontextmanager
@@ -90,9 +96,10 @@ def create_app(
             app.state.services = services
             client = services.upstream
             LOGGER.info(
-                "memproxy ready: upstream %s%s, auth %s, config %s",
+                "memproxy ready: upstream %s%s, anthropic %s, auth %s, config %s",
                 client.display_url,
                 f" via proxy {client.display_proxy}" if client.display_proxy else "",
+                services.anthropic.display_url,
                 settings.auth.mode,
                 settings.source,
             )
@@ -103,6 +110,7 @@ def create_app(
         fast_routes={
             ("POST", chat.PATH): chat.endpoint,
             ("POST", responses.PATH): responses.endpoint,
+            ("POST", messages.PATH): messages.endpoint,
         },
         metrics=metrics,
         routes=build_routes(),

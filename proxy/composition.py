@@ -10,7 +10,8 @@ Each port is a protocol the rest of the code uses by type; this module picks its
 - ``MemoryStore`` (``memory/store.py``): ``EdgeStore`` (``store.kind: edge``) or ``QdrantStore``;
 - ``Embedder`` (``memory/embedders.py``): ``StaticEmbedder`` or ``OpenAIEmbedder``;
 - ``MemoryCache`` (``cache/protocol.py``): ``RequestCache`` over Redis or an in-process LRU;
-- ``Transport`` (``transport.py``): inside ``UpstreamClient``, from ``upstream.client``;
+- ``Transport`` (``transport.py``): inside ``UpstreamClient``, from ``upstream.client``; one
+  client for the OpenAI-compatible upstream, one for Anthropic's (``upstream.anthropic``);
 - ``MemoryPipeline`` (``pipeline/contract.py``): ``Pipeline``, ``NoopPipeline`` with memory off;
 - ``Probe`` (``services.py``): what ``/readyz`` asks.
 
@@ -29,6 +30,7 @@ import asyncio
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -49,7 +51,7 @@ from proxy.pipeline.contract import MemoryPipeline, NoopPipeline
 from proxy.pipeline.counters import RetrievalCounter
 from proxy.pipeline.pipeline import Pipeline
 from proxy.services import Opened, Probe, Services
-from proxy.settings import Settings, StoreSettings
+from proxy.settings import Settings, StoreSettings, UpstreamSettings, replace
 from proxy.tenancy import TenantResolver
 from proxy.tokenizer import tiktoken_tokenizer
 from proxy.upstream import UpstreamClient
@@ -64,6 +66,7 @@ class Provided:
     """Ready-made pieces to use instead of opening them from the settings (never closed here)."""
 
     upstream: UpstreamClient | None = None
+    anthropic: UpstreamClient | None = None
     pipeline: MemoryPipeline | None = None
     store: MemoryStore | None = None
     embedder: Embedder | None = None
@@ -79,6 +82,11 @@ async def open_services(
         upstream = UpstreamClient(settings.upstream)
         await upstream.start()
         stack.push_async_callback(upstream.close)
+    anthropic = provided.anthropic
+    if anthropic is None:
+        anthropic = UpstreamClient(anthropic_upstream(settings.upstream))
+        await anthropic.start()
+        stack.push_async_callback(anthropic.close)
     background = Background()
     store, embedder, cache = provided.store, provided.embedder, provided.cache
     memories: MemoryService | None = None
@@ -104,6 +112,7 @@ async def open_services(
     return Services(
         settings=settings,
         upstream=upstream,
+        anthropic=anthropic,
         metrics=metrics,
         tenants=TenantResolver(settings),
         pipeline=pipeline if pipeline is not None else NoopPipeline(),
@@ -111,6 +120,14 @@ async def open_services(
         probes=readiness(settings, upstream, store, embedder, cache),
         background=background,
     )
+
+
+def anthropic_upstream(upstream: UpstreamSettings) -> UpstreamSettings:
+    """The upstream section for Anthropic's client: its URL with ``/v1`` (which the client's
+    paths are joined below), everything else (timeouts, pool, TLS, client) shared."""
+    parts = urlsplit(upstream.anthropic.url)
+    base = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + "/v1", parts.query, ""))
+    return replace(upstream, url=base)
 
 
 def readiness(

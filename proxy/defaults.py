@@ -26,8 +26,19 @@ POSITIONS: tuple[Position, ...] = get_args(Position)
 MEMORY_POSITION: Position = "turn"
 
 UPSTREAM_URL = "https://api.openai.com/v1"
+# Anthropic's base URL as its SDK takes it (ANTHROPIC_BASE_URL): without /v1.
+ANTHROPIC_URL = "https://api.anthropic.com"
 
 MEMORY_MAX_TOKENS = 4_500  # cap on injected memory tokens (the synthesizer seed's figure)
+# The adaptive budget (adr/0110): ``adaptive`` charges every injected token a price, ``fill``
+# packs as much value as the budget holds (the behaviour before issue 16).
+BudgetRule = Literal["adaptive", "fill"]
+BUDGET_RULES: tuple[BudgetRule, ...] = get_args(BudgetRule)
+# The price of 100 block tokens in the packer's value units (a memory's final score to the 4th,
+# at most 1): a memory is injected only while what the query adds to its value pays for its
+# line (adr/0110; the one knob of the rule, set on the LoCoMo dev conversations).
+TOKEN_PRICE = 0.02
+PRICE_UNIT_TOKENS = 100
 MAX_CONTENT_CHARS = 8_000  # longest memory content the memories API accepts
 COUNT_FLUSH_S = 5.0  # retrieval counts are summed and written this often (adr/0082)
 CACHE_TIMEOUT_MS = 10.0  # one cache call's deadline on the request path

@@ -29,6 +29,8 @@ def route_label(path: str) -> str:
         return "chat"
     if path == "/v1/responses":
         return "responses"
+    if path == "/v1/messages":
+        return "messages"
     if path.startswith("/v1/memories"):
         return "memories"
     if path.startswith("/v1/"):

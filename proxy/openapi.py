@@ -4,8 +4,9 @@ The memories API's schemas are generated from the pydantic models that validate 
 (``proxy.memory.inputs``) and describe its answers (``proxy.memory.outputs``), so the document
 and the server cannot drift apart; ``tests/routes/test_openapi.py`` fuzzes the API against it
 with schemathesis. The running settings fill in what they decide (content size, auth mode).
-``/v1/chat/completions`` and ``/v1/responses`` are described by their memory headers (the body is
-OpenAI's); every other ``/v1/*`` path is forwarded upstream and not described here.
+``/v1/chat/completions``, ``/v1/responses`` and ``/v1/messages`` are described by their memory
+headers (the body is the provider's); every other ``/v1/*`` path is forwarded upstream and not
+described here.
 """
 
 from __future__ import annotations
@@ -214,8 +215,42 @@ def memories_paths(bodies: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def with_memory(operation: str, summary: str, required: list[str], api: str) -> dict[str, Any]:
-    """A route with memory (its memory headers only; the body is the provider's own)."""
+# Anthropic's error body, which memproxy's own errors take on the Messages API's route.
+ANTHROPIC_ERROR: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+    },
+}
+
+
+def anthropic_errors() -> dict[str, Any]:
+    """memproxy's own 400, 401 and 413 on the Messages API's route, in Anthropic's shape."""
+    return {
+        status: json_body(ANTHROPIC_ERROR, f"{text}, in Anthropic's error shape.")
+        for status, text in (
+            ("400", "A bad body or X-Memory-* header"),
+            ("401", "keys mode: a missing or unknown memproxy key"),
+            ("413", "Request body over limits.max_body_bytes"),
+        )
+    }
+
+
+def with_memory(
+    operation: str,
+    summary: str,
+    required: list[str],
+    api: str,
+    errors: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A route with memory (its memory headers only; the body is the provider's own); its own
+    errors are OpenAI's unless ``errors`` says otherwise."""
     headers = [
         {"name": name, "in": "header", "schema": {"type": "string", **extra}, "description": text}
         for name, text, extra in MEMORY_HEADERS
@@ -237,16 +272,21 @@ def with_memory(operation: str, summary: str, required: list[str], api: str) -> 
             },
             "responses": {
                 "200": ok,
-                "400": {"$ref": "#/components/responses/E400"},
-                "401": {"$ref": "#/components/responses/E401"},
-                "413": {"$ref": "#/components/responses/E413"},
+                **(
+                    errors
+                    or {
+                        "400": {"$ref": "#/components/responses/E400"},
+                        "401": {"$ref": "#/components/responses/E401"},
+                        "413": {"$ref": "#/components/responses/E413"},
+                    }
+                ),
                 "default": {"description": "Upstream errors pass through unchanged."},
             },
         }
     }
 
 
-WITH_MEMORY = ("/v1/chat/completions", "/v1/responses")
+WITH_MEMORY = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
 
 
 def other_paths() -> dict[str, Any]:
@@ -264,6 +304,13 @@ def other_paths() -> dict[str, Any]:
             "OpenAI's Responses API, memories after the app's instructions.",
             ["model"],
             "OpenAI's Responses API",
+        ),
+        "/v1/messages": with_memory(
+            "messages",
+            "Anthropic's Messages API, memories in system after the app's cache breakpoints.",
+            ["model", "max_tokens", "messages"],
+            "Anthropic's Messages API",
+            anthropic_errors(),
         ),
         "/healthz": {
             "get": {

@@ -32,7 +32,7 @@ from proxy.apis.answer import CONTENT_ENCODING, Answer, AnswerHook
 from proxy.content_encoding import is_identity
 from proxy.error_responses import OPENAI, ErrorShape, send_error
 from proxy.errors import MemproxyError, UpstreamTimeout
-from proxy.upstream import UpstreamResponse, response_headers
+from proxy.upstream import UpstreamClient, UpstreamResponse, response_headers
 
 if TYPE_CHECKING:
     from proxy.services import Services
@@ -59,8 +59,11 @@ class Relay(Response):
         on_answer: AnswerHook | None = None,
         errors: ErrorShape = OPENAI,
         started: float | None = None,
+        client: UpstreamClient | None = None,
     ) -> None:
         self.services = services
+        # The upstream ``url`` belongs to: the OpenAI-compatible one unless told otherwise.
+        self.client = client if client is not None else services.upstream
         self.method = method
         self.url = url
         self.headers_out = headers
@@ -145,9 +148,7 @@ class Relay(Response):
 
     async def _open(self) -> UpstreamResponse:
         sent = time.perf_counter()
-        response = await self.services.upstream.send(
-            self.method, self.url, self.headers_out, self.body_out
-        )
+        response = await self.client.send(self.method, self.url, self.headers_out, self.body_out)
         self.services.metrics.upstream_latency_for(self.route).observe(time.perf_counter() - sent)
         return response
 

@@ -42,12 +42,14 @@ class Services:
     """Everything a request handler needs.
 
     ``memories`` is ``None`` when memory is off or its store could not be opened at start
-    (the proxy then serves without memory). ``probes`` are the readiness checks by name; a
+    (the proxy then serves without memory). ``anthropic`` is the client of Anthropic's API
+    (``upstream.anthropic``). ``probes`` are the readiness checks by name; a
     ``None`` probe is a backend that is configured but could not be opened.
     """
 
     settings: Settings
     upstream: UpstreamClient
+    anthropic: UpstreamClient
     metrics: Metrics
     tenants: TenantResolver
     pipeline: MemoryPipeline

@@ -45,6 +45,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from proxy.defaults import (
+    ANTHROPIC_URL,
     BLOCKS_TTL_S,
     CACHE_LOCAL_MAX_ENTRIES,
     CACHE_TIMEOUT_MS,
@@ -60,8 +61,10 @@ from proxy.defaults import (
     RECORD_CACHE_ENTRIES,
     RETRIEVAL_TTL_S,
     SOURCES,
+    TOKEN_PRICE,
     TOKENS_TTL_S,
     UPSTREAM_URL,
+    BudgetRule,
     Capture,
     Position,
     Source,
@@ -71,6 +74,7 @@ from proxy.errors import ConfigError
 __all__ = [
     "ALL_SOURCES",
     "MIB",
+    "AnthropicSettings",
     "AuthSettings",
     "CacheSettings",
     "EmbedderSettings",
@@ -109,6 +113,8 @@ ENV_KEYS: Mapping[str, str] = {
     "MEMPROXY_ACCESS_LOG": "server.access_log",
     "MEMPROXY_UPSTREAM_URL": "upstream.url",
     "MEMPROXY_UPSTREAM_API_KEY": "upstream.api_key",
+    "MEMPROXY_ANTHROPIC_URL": "upstream.anthropic.url",
+    "MEMPROXY_ANTHROPIC_API_KEY": "upstream.anthropic.api_key",
     "MEMPROXY_AUTH_MODE": "auth.mode",
     "MEMPROXY_AUTH_ANONYMOUS": "auth.anonymous",
     "MEMPROXY_MAX_BODY_BYTES": "limits.max_body_bytes",
@@ -120,7 +126,9 @@ ENV_KEYS: Mapping[str, str] = {
     "MEMPROXY_REDIS_URL": "cache.redis_url",
 }
 # Variables whose value is the secret itself, not an ``env:`` reference.
-ENV_SECRET_VALUES = frozenset({"MEMPROXY_UPSTREAM_API_KEY", "MEMPROXY_QDRANT_API_KEY"})
+ENV_SECRET_VALUES = frozenset(
+    {"MEMPROXY_UPSTREAM_API_KEY", "MEMPROXY_ANTHROPIC_API_KEY", "MEMPROXY_QDRANT_API_KEY"}
+)
 KNOWN_VARIABLES = frozenset({CONFIG_VARIABLE, *ENV_KEYS})
 
 
@@ -303,6 +311,37 @@ def _base_url(url: str) -> str:
     return url
 
 
+def _anthropic_url(url: str) -> str:
+    """Anthropic's base URL as its SDK takes it: http(s), without ``/v1`` (memproxy forwards
+    the client's ``/v1/messages`` below it, so ``.../v1`` would send ``/v1/v1/messages``)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise PydanticCustomError("url_scheme", "must start with http:// or https://")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        from proxy.upstream import redact_url  # see _base_url
+
+        hint = redact_url(urlunsplit((parts.scheme, parts.netloc, path[:-3], parts.query, "")))
+        raise PydanticCustomError(
+            "url_no_v1",
+            "is Anthropic's base URL as ANTHROPIC_BASE_URL takes it, without /v1: "
+            "did you mean {hint}?",
+            {"hint": hint},
+        )
+    return url
+
+
+class AnthropicSettings(_Section):
+    """Anthropic's Messages API, where ``POST /v1/messages`` goes (adr/0108).
+
+    It shares the timeouts, pool limits, TLS files and client of the ``upstream`` section.
+    """
+
+    url: Annotated[str, AfterValidator(_anthropic_url)] = ANTHROPIC_URL
+    # The operator's Anthropic key, sent as x-api-key in keys mode (tenants without their own).
+    api_key: SecretRef | None = None
+
+
 class UpstreamSettings(_Section):
     """The OpenAI-compatible provider behind the proxy."""
 
@@ -314,6 +353,7 @@ class UpstreamSettings(_Section):
     tls: UpstreamTlsSettings = Field(default_factory=UpstreamTlsSettings)
     # The HTTP client library behind proxy/transport.py (adr/0085).
     client: Literal["aiohttp"] = "aiohttp"
+    anthropic: AnthropicSettings = Field(default_factory=AnthropicSettings)
 
 
 class LimitsSettings(_Section):
@@ -346,6 +386,7 @@ class TenantMemory(_Section):
     max_capture: Capture | None = None
     packer: Packer | None = None
     position: Position | None = None
+    budget_rule: BudgetRule | None = None
 
     @model_validator(mode="after")
     def _capture_within_ceiling(self) -> Self:
@@ -367,6 +408,11 @@ class MemorySettings(_Section):
     packer: Packer = "optimal"
     # Where the block goes: the latest user turn (cacheable prefix) or the system prompt.
     position: Position = MEMORY_POSITION
+    # adaptive: a memory is injected only while its value pays for its tokens (adr/0110);
+    # fill: pack as much as max_tokens holds. X-Memory-Budget-Rule chooses per request.
+    budget_rule: BudgetRule = "adaptive"
+    # adaptive's price of 100 block tokens in value units (a memory's final score ** 4).
+    token_price: Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)] = TOKEN_PRICE
     query_window: Int = 2  # last N user messages form the retrieval query
     deadline_ms: Float = 50.0  # whole pipeline; past it the request goes without memories
     stage_timeouts: StageTimeouts = Field(default_factory=StageTimeouts)
@@ -403,6 +449,7 @@ class TenantSettings(_Section):
 
     keys: tuple[SecretRef, ...] = ()
     upstream_api_key: SecretRef | None = None  # falls back to upstream.api_key
+    anthropic_api_key: SecretRef | None = None  # falls back to upstream.anthropic.api_key
     memory: TenantMemory = Field(default_factory=TenantMemory)
 
 

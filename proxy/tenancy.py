@@ -16,7 +16,8 @@ Two auth modes (``auth.mode``):
   (``auth.anonymous``).
 - ``keys``: the client presents a memproxy key (in any of the three headers); it names a
   tenant from the configuration. None of the three headers goes upstream: the upstream gets
-  that tenant's upstream key (or ``upstream.api_key``) instead.
+  that tenant's upstream key (or ``upstream.api_key``) instead, in the form of its API
+  (``bearer_auth`` for OpenAI's, ``x_api_key_auth`` for Anthropic's).
 
 Keys are only ever kept as SHA-256 digests here and never logged.
 """
@@ -83,14 +84,16 @@ class Tenant:
     """The caller: its id, its memory limits, and how its requests authenticate upstream.
 
     ``forwards_credentials``: the client's credential headers go upstream unchanged
-    (passthrough). Otherwise (keys mode) they are withheld and ``upstream_key``, when set, is
-    sent instead, in the form the upstream's API expects (``bearer_auth``).
+    (passthrough). Otherwise (keys mode) they are withheld and ``upstream_key`` (OpenAI's
+    API) or ``anthropic_key`` (Anthropic's), when set, is sent instead, in the form that API
+    expects (``bearer_auth``, ``x_api_key_auth``).
     """
 
     id: str
     memory: MemorySettings
     forwards_credentials: bool = True
     upstream_key: str | None = None
+    anthropic_key: str | None = None
 
     @property
     def keyless(self) -> bool:
@@ -110,15 +113,23 @@ CLIENT_CREDENTIALS = UpstreamAuth()
 
 
 def bearer_auth(tenant: Tenant) -> UpstreamAuth:
-    """OpenAI's form: the tenant's upstream key as ``Authorization: Bearer``.
-
-    An upstream with another form (Anthropic's ``x-api-key``) gets its own function of the
-    tenant next to this one.
-    """
+    """OpenAI's form: the tenant's upstream key as ``Authorization: Bearer``."""
     if tenant.forwards_credentials:
         return CLIENT_CREDENTIALS
     key = tenant.upstream_key
     add = ((AUTHORIZATION, header_bytes(f"Bearer {key}")),) if key else ()
+    return UpstreamAuth(CREDENTIAL_HEADERS | BILLING_HEADERS, add)
+
+
+def x_api_key_auth(tenant: Tenant) -> UpstreamAuth:
+    """Anthropic's form: the tenant's Anthropic key as ``x-api-key``.
+
+    ``anthropic-version`` and ``anthropic-beta`` are the client's and go upstream as sent.
+    """
+    if tenant.forwards_credentials:
+        return CLIENT_CREDENTIALS
+    key = tenant.anthropic_key
+    add = ((X_API_KEY, header_bytes(key)),) if key else ()
     return UpstreamAuth(CREDENTIAL_HEADERS | BILLING_HEADERS, add)
 
 
@@ -184,13 +195,16 @@ class TenantResolver:
         self._defaults = settings.memory
         self._by_digest: dict[str, Tenant] = {}
         fallback = settings.upstream.api_key
+        anthropic_fallback = settings.upstream.anthropic.api_key
         for name, conf in settings.auth.tenants.items():
             upstream_key = conf.upstream_api_key or fallback
+            anthropic_key = conf.anthropic_api_key or anthropic_fallback
             tenant = Tenant(
                 id=name,
                 memory=settings.memory.for_tenant(conf.memory),
                 forwards_credentials=False,
                 upstream_key=upstream_key.value if upstream_key else None,
+                anthropic_key=anthropic_key.value if anthropic_key else None,
             )
             for key in conf.keys:
                 self._by_digest[_digest(key.value)] = tenant

@@ -4,19 +4,33 @@ Loading an encoding reads its BPE file (~0.3 s the first time), so the engine ne
 composition root builds the process's tokenizer once (``tiktoken_tokenizer``, which first points
 tiktoken at litellm's bundled files, ``proxy/bundled_data.py``) and hands it to the engine.
 Counts use ``encode_ordinary``: text that looks like a special token counts as plain text.
+
+Claude models (a bare name starting ``claude``) are counted in the ``claude`` encoding: the
+tokenizer Anthropic published, loaded from litellm's copy as a tiktoken encoding, with a safety
+margin (``proxy/claude_tokenizer.py``). Without that file they fall back to cl100k_base.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import tiktoken
 import tiktoken.model
 
-from proxy.bundled_data import use_bundled_data
+from proxy.bundled_data import claude_tokenizer_file, use_bundled_data
+from proxy.claude_tokenizer import (
+    CLAUDE,
+    NFKC_SHRINK,
+    load_claude_encoding,
+    normalized,
+    with_margin,
+)
 from proxy.context.tokens import FALLBACK_ENCODING, O200K, STORED_ENCODINGS, Count
+
+CLAUDE_PREFIX = "claude"
 
 
 @functools.lru_cache(maxsize=1024)
@@ -34,40 +48,87 @@ def encoding_name_for_model(model: str) -> str:
 
 
 class TiktokenTokenizer:
-    """The engine's ``Tokenizer`` over tiktoken; each encoding loads once, on first use."""
+    """The engine's ``Tokenizer`` over tiktoken; each encoding loads once, on first use.
 
-    def __init__(self) -> None:
+    ``claude_file``: the Claude tokenizer to count Claude models with (``None``: they are
+    counted in cl100k_base).
+    """
+
+    def __init__(self, claude_file: Path | None = None) -> None:
         self._counters: dict[str, Count] = {}
         self._longest: dict[str, int] = {}
+        self._claude_file = claude_file
+        self._claude: tiktoken.Encoding | None = None
 
     def encoding(self, name: str) -> tiktoken.Encoding:
-        """The tiktoken encoding ``name`` (tiktoken keeps one per process)."""
-        return tiktoken.get_encoding(name)
+        """The tiktoken encoding ``name`` (tiktoken keeps one per process; this, Claude's)."""
+        if name != CLAUDE:
+            return tiktoken.get_encoding(name)
+        if self._claude is None:
+            if self._claude_file is None:
+                raise ValueError("no Claude tokenizer file")
+            self._claude = load_claude_encoding(self._claude_file)
+        return self._claude
 
     def encoding_for_model(self, model: str) -> str:
-        """The encoding ``model`` uses; cl100k_base for models tiktoken does not know."""
+        """The encoding ``model`` uses; cl100k_base for models neither tiktoken nor the Claude
+        tokenizer knows."""
+        if self._claude_file is not None and is_claude(model):
+            return CLAUDE
         return encoding_name_for_model(model)
 
     def counter(self, encoding: str) -> Count:
-        """Exact tokens of a text in ``encoding`` (one function per encoding)."""
+        """Tokens of a text in ``encoding`` (one function per encoding): exact, or for
+        ``claude`` the estimate with its margin."""
         count = self._counters.get(encoding)
         if count is None:
             encode = self.encoding(encoding).encode_ordinary
-            count = self._counters[encoding] = lambda text: len(encode(text))
+            if encoding == CLAUDE:
+                count = self._counters[encoding] = claude_count(encode)
+            else:
+                count = self._counters[encoding] = lambda text: len(encode(text))
         return count
 
     def longest_token_bytes(self, encoding: str) -> int:
-        """The most bytes one token of ``encoding`` stands for (128 for o200k and cl100k)."""
+        """The most bytes one token of ``encoding`` stands for (128 for o200k and cl100k).
+
+        For ``claude``, in the text as sent: its longest token times ``NFKC_SHRINK``.
+        """
         longest = self._longest.get(encoding)
         if longest is None:
-            longest = self._longest[encoding] = longest_token(self.encoding(encoding))
+            longest = longest_token(self.encoding(encoding))
+            if encoding == CLAUDE:
+                longest *= NFKC_SHRINK
+            self._longest[encoding] = longest
         return longest
 
-    def warm(self, encodings: Iterable[str] = STORED_ENCODINGS) -> None:
-        """Pay first-use costs now (file reads, tables), not in a request."""
+    def warm(self, encodings: Iterable[str] | None = None) -> None:
+        """Pay first-use costs now (file reads, tables), not in a request; by default for the
+        stored encodings and Claude's."""
+        if encodings is None:
+            claude = (CLAUDE,) if self._claude_file is not None else ()
+            encodings = (*STORED_ENCODINGS, *claude)
         for name in encodings:
             self.counter(name)("warm up")
             self.longest_token_bytes(name)
+
+
+@functools.lru_cache(maxsize=1024)
+def is_claude(model: str) -> bool:
+    """Whether ``model`` (provider prefixes stripped) is a Claude model."""
+    return model.rsplit("/", 1)[-1].lower().startswith(CLAUDE_PREFIX)
+
+
+def claude_count(encode: Callable[[str], list[int]]) -> Count:
+    """The ``claude`` count over its encoding: NFKC first, then the margin."""
+
+    def count(text: str) -> int:
+        if text.isascii():
+            return with_margin(len(encode(text)), len(text))
+        size = len(text.encode("utf-8", "surrogatepass"))
+        return with_margin(len(encode(normalized(text))), size)
+
+    return count
 
 
 def longest_token(encoding: tiktoken.Encoding) -> int:
@@ -88,7 +149,7 @@ def longest_token(encoding: tiktoken.Encoding) -> int:
 def tiktoken_tokenizer() -> TiktokenTokenizer:
     """The process's tokenizer, with tiktoken pointed at litellm's BPE files (no download)."""
     use_bundled_data(os.environ)
-    return TiktokenTokenizer()
+    return TiktokenTokenizer(claude_tokenizer_file())
 
 
 def count_tokens(text: str, encoding: str = O200K) -> int:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 import hypothesis
 import pytest
 
 from proxy.app import create_app
-from proxy.settings import Settings, TimeoutSettings, UpstreamSettings, load_settings, replace
+from proxy.settings import (
+    AnthropicSettings,
+    Settings,
+    TimeoutSettings,
+    UpstreamSettings,
+    load_settings,
+    replace,
+)
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
 
@@ -37,13 +45,24 @@ def fake(fake_server: FakeServer) -> FakeServer:
     return fake_server
 
 
+def anthropic_root(upstream_url: str) -> str:
+    """The same fake as Anthropic's base URL: without ``/v1`` (nor a query, which an
+    OpenAI-compatible URL may carry)."""
+    parts = urlsplit(upstream_url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.removesuffix("/v1"), "", ""))
+
+
 def proxy_settings(upstream_url: str, **timeouts: float) -> Settings:
     """Default settings pointed at ``upstream_url``, memory off (nothing read from the env).
 
     The foundation's tests are about proxying; memory-path tests build their own settings.
     """
     base = load_settings(env={})
-    upstream = UpstreamSettings(url=upstream_url, timeouts=TimeoutSettings(**timeouts))
+    upstream = UpstreamSettings(
+        url=upstream_url,
+        timeouts=TimeoutSettings(**timeouts),
+        anthropic=AnthropicSettings(url=anthropic_root(upstream_url)),
+    )
     return replace(base, upstream=upstream, memory=replace(base.memory, enabled=False))
 
 

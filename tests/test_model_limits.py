@@ -31,6 +31,8 @@ def test_seed_models_hold_over_litellm(litellm_limits: ModelLimits) -> None:
     [
         ("claude-sonnet-4-20250514", 200_000),
         ("anthropic/claude-3-5-sonnet-20241022", 200_000),
+        ("claude-3-haiku-20240307", 200_000),
+        ("claude-opus-4-1-20250805", 200_000),
         ("meta-llama/Llama-3.1-8B-Instruct", 131_072),
         ("llama3.3:70b", 131_072),
         ("gpt-oss-120b", 131_072),
@@ -54,3 +56,19 @@ def test_model_map_is_read_without_importing_litellm() -> None:
         "assert len(table) > 1000 and 'litellm' not in sys.modules, sorted(sys.modules)[:5]"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("model", "window", "output"),
+    [
+        ("claude-sonnet-4-5-20250929", 200_000, 64_000),  # litellm's own entry
+        ("claude-opus-4-1-20250805", 200_000, 32_000),
+        ("claude-3-5-haiku-20241022", 200_000, 8_192),
+        ("claude-3-opus-20240229", 200_000, 4_096),
+    ],
+)
+def test_claude_models_have_their_real_limits(
+    litellm_limits: ModelLimits, model: str, window: int, output: int
+) -> None:
+    limit = litellm_limits.lookup(model)
+    assert (limit.context_window, limit.max_output_tokens) == (window, output)

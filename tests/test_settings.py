@@ -37,6 +37,7 @@ def test_defaults_without_file_or_env() -> None:
     assert s.limits.max_body_bytes == 16 * MIB
     assert s.auth.mode == "passthrough"
     assert (s.memory.max_tokens, s.memory.top_k, s.memory.packer) == (4500, 50, "optimal")
+    assert (s.memory.budget_rule, s.memory.token_price) == ("adaptive", 0.02)
     assert s.memory.sources == ALL_SOURCES
     assert (s.memory.capture, s.memory.query_window, s.memory.deadline_ms) == ("off", 2, 50.0)
     assert (s.store.kind, s.store.data_dir, s.store.collection) == ("edge", "./data", "memproxy")
@@ -120,6 +121,13 @@ def test_qdrant_url_switches_to_server_store() -> None:
         ("store:\n  kind: qdrant\n", "store.qdrant_url"),
         ("store:\n  record_cache_entries: -1\n", "store.record_cache_entries"),
         ("memory:\n  count_flush_s: -1\n", "memory.count_flush_s"),
+        ("memory:\n  budget_rule: greedy\n", "memory.budget_rule"),
+        ("memory:\n  token_price: -0.01\n", "memory.token_price"),
+        ("memory:\n  token_price: .nan\n", "memory.token_price"),
+        (
+            "auth:\n  tenants:\n    a:\n      memory: {budget_rule: all}\n",
+            "auth.tenants.a.memory.budget_rule",
+        ),
         ("auth:\n  tenants:\n    a:\n      memory: {top_k: many}\n", "auth.tenants.a.memory.top_k"),
     ],
 )
@@ -414,3 +422,35 @@ def test_example_config_states_every_default() -> None:
     tenants = commented_tenants(text)["tenants"]
     assert isinstance(tenants, dict)
     assert unstated(tenants["acme"], TenantSettings) == []
+
+
+def test_anthropic_upstream_defaults_and_variables() -> None:
+    s = load_settings(env={})
+    assert s.upstream.anthropic.url == "https://api.anthropic.com"
+    assert s.upstream.anthropic.api_key is None
+    env = {"MEMPROXY_ANTHROPIC_URL": "http://a:1/gw", "MEMPROXY_ANTHROPIC_API_KEY": "sk-ant-x"}
+    s = load_settings(env=env)
+    assert s.upstream.anthropic.url == "http://a:1/gw"
+    assert s.upstream.anthropic.api_key == Secret("env:MEMPROXY_ANTHROPIC_API_KEY", "sk-ant-x")
+
+
+@pytest.mark.parametrize(
+    ("url", "hint"),
+    [
+        ("https://api.anthropic.com/v1", "https://api.anthropic.com"),
+        ("http://gw:1/anthropic/v1/", "http://gw:1/anthropic"),
+        ("https://user:s3cret@h/v1", "https://***@h"),  # never printed
+    ],
+)
+def test_anthropic_url_with_v1_is_refused_with_a_hint(tmp_path: Path, url: str, hint: str) -> None:
+    error = load_yaml(tmp_path, f"upstream:\n  anthropic:\n    url: '{url}'\n")
+    assert error.param == "upstream.anthropic.url"
+    assert f"did you mean {hint}?" in error.message
+    assert "s3cret" not in error.message
+
+
+def test_anthropic_url_must_be_http() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={"MEMPROXY_ANTHROPIC_URL": "api.anthropic.com"})
+    assert caught.value.param == "upstream.anthropic.url"
+    assert "http://" in caught.value.message

@@ -14,9 +14,11 @@ from proxy.tenancy import (
     CREDENTIAL_HEADERS,
     Credential,
     TenantResolver,
+    UpstreamAuth,
     bearer_auth,
     client_credential,
     tenant_id,
+    x_api_key_auth,
 )
 
 
@@ -91,6 +93,7 @@ def test_passthrough_tenant_is_a_stable_hash_and_credentials_go_upstream() -> No
     assert a1.forwards_credentials
     assert bearer_auth(a1).withhold == frozenset()
     assert bearer_auth(a1).add == ()
+    assert x_api_key_auth(a1) == bearer_auth(a1)  # passthrough: the client's headers, as sent
 
 
 def test_keyless_caller_has_no_memory_unless_anonymous_is_on() -> None:
@@ -151,3 +154,25 @@ def test_keys_mode(tmp_path: Path) -> None:
     ):
         with pytest.raises(AuthError):
             resolver.resolve(bad)
+
+
+def test_keys_mode_sends_the_anthropic_key_as_x_api_key(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "upstream:\n  api_key: env:SHARED\n  anthropic: {api_key: env:ANT_SHARED}\n"
+        "auth:\n  mode: keys\n  tenants:\n"
+        "    acme:\n      keys: [env:ACME]\n"
+        "    beta:\n      keys: [env:BETA]\n      anthropic_api_key: env:BETA_ANT\n"
+    )
+    env = {"SHARED": "sk-s", "ANT_SHARED": "ant-s", "ACME": "mp-a", "BETA": "mp-b"}
+    resolver = TenantResolver(load_settings(config, env={**env, "BETA_ANT": "ant-b"}))
+    acme, beta = resolver.for_key("mp-a"), resolver.for_key("mp-b")
+    assert x_api_key_auth(acme).add == ((b"x-api-key", b"ant-s"),)
+    assert x_api_key_auth(beta).add == ((b"x-api-key", b"ant-b"),)
+    assert x_api_key_auth(acme).withhold == CREDENTIAL_HEADERS | BILLING_HEADERS
+    assert bearer_auth(beta).add == ((b"authorization", b"Bearer sk-s"),)  # OpenAI's untouched
+    # Without an Anthropic key configured, the client's key is still withheld: the tenant's
+    # memproxy key never reaches Anthropic.
+    config.write_text("auth:\n  mode: keys\n  tenants:\n    acme: {keys: [env:ACME]}\n")
+    keyless = TenantResolver(load_settings(config, env=env)).for_key("mp-a")
+    assert x_api_key_auth(keyless) == UpstreamAuth(CREDENTIAL_HEADERS | BILLING_HEADERS, ())

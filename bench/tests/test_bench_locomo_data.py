@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -160,36 +161,65 @@ def test_locomo_summarize_and_rows() -> None:
     rows = [
         {
             "category": 1,
+            "memproxy@default": 1.0,
+            "memproxy_block@default": 300,
+            "latency@default": 0.01,
+            "status@default": "injected",
             "memproxy@500": 1.0,
+            "memproxy_block@500": 400,
             "topk@500": 0.0,
             "latency@500": 0.01,
             "status@500": "injected",
-            "tokens@500": 400,
             "topk_short@500": False,
         },
         {
             "category": 4,
+            "memproxy@default": 0.0,
+            "memproxy_block@default": 0,
+            "latency@default": 0.02,
+            "status@default": "injected",
             "memproxy@500": 0.5,
+            "memproxy_block@500": 0,
             "topk@500": 0.5,
             "latency@500": 0.03,
             "status@500": "degraded",
-            "tokens@500": 0,
             "topk_short@500": True,
         },
     ]
     summary = locomo.summarize(rows, [500])
     assert summary["recall"]["memproxy"]["500"]["overall"] == pytest.approx(0.75)
+    assert summary["recall"]["memproxy"]["default"]["overall"] == pytest.approx(0.5)
+    assert "default" not in summary["recall"]["topk"]  # a baseline always has a budget
     assert summary["recall"]["topk"]["500"]["multi-hop"] == 0.0
     assert summary["diagnostics"]["500"]["degraded"] == 1
     assert summary["diagnostics"]["500"]["topk_short"] == 1
+    assert summary["block_tokens"]["memproxy"]["default"]["median"] == 150.0
+    assert summary["block_tokens"]["memproxy"]["500"]["max"] == 400.0
     printed = locomo.recall_rows(summary, [500])
     assert printed[0] == {
-        "budget": 500,
+        "budget": "default",
         "method": "memproxy",
         "multi-hop": 100.0,
-        "single-hop": 50.0,
-        "overall": 75.0,
+        "single-hop": 0.0,
+        "overall": 50.0,
+        "median_tokens": 150.0,
+        "p90_tokens": 300.0,
     }
+    assert printed[2]["method"] == "topk"
+    assert printed[2]["median_tokens"] == ""
+    lines = locomo.verdicts({**summary, "questions": 2}, [500])
+    assert lines[0].startswith("default settings: recall 50.0 % in a median 150 block tokens")
+    assert lines[1].startswith("memproxy - topk at 500 tokens, overall: +50.0 points")
+
+
+def test_locomo_split_argument() -> None:
+    from bench import locomo
+
+    assert locomo.parse_args([]).data == locomo.DEFAULT_DATA
+    assert locomo.parse_args(["other.json"]).data == Path("other.json")
+    assert locomo.parse_args(["--data", "x.json"]).data == Path("x.json")
+    with pytest.raises(SystemExit):
+        locomo.parse_args(["a.json", "--data", "b.json"])
 
 
 def test_locomo_smoke_arguments() -> None:

@@ -14,7 +14,18 @@ Integration contract (stable):
   and each line's ``[source] `` label and newline, then the block is counted and trimmed if over.
 - ``Assembly`` keeps every intermediate figure for explain mode: each candidate's score
   components, keyword overlap, final score and fate (``packed``, ``bundle``, ``duplicate``,
-  ``packer``, ``trimmed``).
+  ``floor``, ``packer``, ``trimmed``).
+
+Adaptive budget (ADR-0110): with ``token_price`` p > 0 the packer maximises what the question
+adds, net of its tokens: ``sum(value - prior_value - p / 100 * line_tokens)``, where
+``value = final ** 4`` and ``prior_value`` is the same with no relevance to the query (the
+similarity's and the overlap's share of ``final`` taken out). A memory whose relevance does not
+pay for its line is never injected (fate ``floor``): the block is as long as the question's
+evidence is strong, an unrelated question gets next to nothing, and the budget only caps it.
+For values to mean the same in every request the overlap is absolute (``absolute_overlap``):
+query words no candidate has count in the IDF mass at the weight of an unseen word, so a
+question the memories know nothing about scores low everywhere instead of crowning its best
+weak match. ``token_price=0`` with ``absolute_overlap=False`` is the old rule: fill the budget.
 
 Ranking (ADR-0040): ``final = 0.2 * composite + 0.8 * synth`` (``composite_weight``,
 ``keyword_weight``) where ``composite`` is the seed scorer's exact formula and
@@ -39,6 +50,8 @@ from proxy.context.knapsack import PACKER_KINDS, PackerKind, select_greedy, sele
 from proxy.context.ranking import (
     BASE_RELEVANCE,
     DEFAULT_BASE_RELEVANCE,
+    OVERLAP_WEIGHT,
+    WEIGHT_RELEVANCE,
     ScoredMemory,
     fragment_score,
     score_candidate,
@@ -54,8 +67,16 @@ from proxy.context.render import (
     sanitise,
 )
 from proxy.context.shortlist import BundleConfig, BundleStats, priorities_of, shortlist
-from proxy.context.words import STOPWORDS, dedup_words, idf_weights, normalise_words, query_matcher
+from proxy.context.words import (
+    STOPWORDS,
+    dedup_words,
+    idf_weights,
+    normalise_words,
+    query_matcher,
+    unseen_weight,
+)
 from proxy.defaults import MEMORY_MAX_TOKENS as DEFAULT_MAX_TOKENS
+from proxy.defaults import PRICE_UNIT_TOKENS, TOKEN_PRICE
 from proxy.errors import ConfigError
 
 __all__ = [
@@ -63,10 +84,17 @@ __all__ = [
     "BLOCK_CLOSE",
     "BLOCK_NOTICE",
     "BLOCK_OPEN",
+    "BUNDLE",
+    "DUPLICATE",
+    "FLOOR",
+    "PACKED",
+    "PACKER",
+    "TRIMMED",
     "AssemblerConfig",
     "Assembly",
     "MemoryExplanation",
     "assemble",
+    "priced_values",
     "render_block",
     "sanitise",
 ]
@@ -79,6 +107,8 @@ ASSEMBLER_BUNDLE = BundleConfig(
     recency_half_life_days=14.0,
 )
 PACKED, BUNDLE, DUPLICATE, PACKER, TRIMMED = "packed", "bundle", "duplicate", "packer", "trimmed"
+FLOOR = "floor"  # what the query adds to its value does not pay for its tokens
+DROPPED = (BUNDLE, DUPLICATE, FLOOR, PACKER, TRIMMED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +126,11 @@ class AssemblerConfig:
     idf_overlap: bool = True  # weight query words by their rarity among the candidates
     drop_stopwords: bool = True
     stemmed: bool = True
+    # What 100 block tokens cost in value units (``final ** value_exponent``, at most 1) of what
+    # the query adds to a memory; 0 fills the budget (adr/0110).
+    token_price: float = TOKEN_PRICE
+    # Query words no candidate has still count in the overlap's IDF mass (adaptive budget).
+    absolute_overlap: bool = True
 
     def __post_init__(self) -> None:
         if self.packer not in PACKER_KINDS:
@@ -106,6 +141,8 @@ class AssemblerConfig:
             raise ConfigError("value_exponent must be positive", param="value_exponent")
         if not 0.0 <= self.dedup_threshold < 1.0:
             raise ConfigError("dedup_threshold must be in [0, 1)", param="dedup_threshold")
+        if not 0.0 <= self.token_price < float("inf"):  # also refuses NaN
+            raise ConfigError("token_price must be a finite number >= 0", param="token_price")
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +230,29 @@ class Assembly:
         }
 
 
+def priced_values(
+    values: Sequence[float],
+    priors: Sequence[float],
+    costs: Sequence[int],
+    kept: Sequence[int],
+    price: float,
+) -> tuple[dict[int, float], list[int]]:
+    """The packer's values under the token price, and the ``kept`` indices that still pay.
+
+    With ``price`` p > 0 an item is worth what the query adds to it (``values[i] - priors[i]``,
+    priors never above values) minus ``p / PRICE_UNIT_TOKENS`` per token of its line; it is kept
+    only when that is positive. Invariants: ``price == 0`` keeps every item at its own value; a
+    kept item's net value is positive and below ``values[i] - priors[i]``; a higher price never
+    keeps an item that a lower one dropped; an item the query adds nothing to is never kept.
+    """
+    if price <= 0:
+        return {i: values[i] for i in kept}, list(kept)
+    per_token = price / PRICE_UNIT_TOKENS
+    net = {i: values[i] - priors[i] - per_token * costs[i] for i in kept}
+    paying = {i: value for i, value in net.items() if value > 0}
+    return paying, [i for i in kept if i in paying]
+
+
 def assemble(
     candidates: Sequence[Candidate],
     query: str,
@@ -214,10 +274,16 @@ def assemble(
     weights = idf_weights(matches) if idf else {}
     weight_of = weights.__getitem__
     mass = sum(weights.values())  # ``weighted_overlap``'s denominator, summed once
+    if idf and cfg.absolute_overlap:
+        mass += len(query_words.difference(weights)) * unseen_weight(len(candidates))
     size = max(1, len(query_words))
     composite_weight, keyword_weight = cfg.composite_weight, cfg.keyword_weight
+    # The shares of ``final`` that come from the query: similarity and keyword overlap.
+    similarity_share = composite_weight * WEIGHT_RELEVANCE
+    overlap_share = keyword_weight * OVERLAP_WEIGHT
     base_of = BASE_RELEVANCE.get
     finals: list[float] = []
+    priors: list[float] = []
     unsorted: list[tuple[float, int, ScoredMemory[Candidate], float, float, int, int]] = []
     for position, candidate in enumerate(candidates):
         record = candidate.record
@@ -233,6 +299,8 @@ def assemble(
         final = composite_weight * scored.composite_score + keyword_weight * synth
         content_tokens = record.token_count(encoding, count)
         finals.append(final)
+        query_part = similarity_share * scored.relevance_score + overlap_share * overlap
+        priors.append(max(0.0, final - query_part))
         unsorted.append(
             (
                 final,
@@ -250,6 +318,7 @@ def assemble(
 
     exponent = cfg.value_exponent
     values_all = [row[0] ** exponent for row in rows]
+    prior_values = [priors[row[1]] ** exponent for row in rows]
     records = [row[2].memory.record for row in rows]
 
     saliences = [row[0] for row in rows]
@@ -269,11 +338,17 @@ def assemble(
     for i in duplicates:
         status[i] = DUPLICATE
 
-    fence_tokens = tokens.fence if kept else 0
+    costs = [row[6] for row in rows]
+    net, priced = priced_values(values_all, prior_values, costs, kept, cfg.token_price)
+    for i in kept:
+        if i not in net:
+            status[i] = FLOOR
+
+    fence_tokens = tokens.fence if priced else 0
     room = max(0, limit - fence_tokens)
     solve = select_optimal if cfg.packer == "optimal" else select_greedy
-    solution = solve([values_all[i] for i in kept], [rows[i][6] for i in kept], room)
-    chosen = [kept[j] for j in solution.indices]
+    solution = solve([net[i] for i in priced], [rows[i][6] for i in priced], room)
+    chosen = [priced[j] for j in solution.indices]
 
     block, rendered, trimmed = render_within(
         records, values_all, [r[6] for r in rows], chosen, limit, tokens
@@ -289,8 +364,7 @@ def assemble(
     packed = tuple(explained[i] for i in chosen if i not in trimmed)
     ids = [record.id for record in records]
     dropped = {
-        name: tuple([ids[i] for i, fate in enumerate(status) if fate == name])
-        for name in (BUNDLE, DUPLICATE, PACKER, TRIMMED)
+        name: tuple([ids[i] for i, fate in enumerate(status) if fate == name]) for name in DROPPED
     }
     return Assembly(
         query=query,

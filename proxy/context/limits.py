@@ -34,12 +34,18 @@ DEFAULT_CONTEXT_WINDOW = 8_192  # conservative fallback for unknown models
 # by provider, e.g. "anthropic.claude-..."). Matched by prefix after exact names fail, longest
 # first, so dated releases ("claude-sonnet-4-20250514") and size suffixes find their family.
 MODEL_FAMILIES: dict[str, tuple[int, int | None]] = {
+    # Claude on Anthropic's API (its "Models overview"): litellm's map names only the newest
+    # releases bare. A newer release of a family gets the family's window until litellm lists
+    # it: never larger than the real one (1M-token windows behind a beta header count as 200k).
     "claude-opus-4": (200_000, 32_000),
     "claude-sonnet-4": (200_000, 64_000),
     "claude-haiku-4": (200_000, 64_000),
     "claude-3-7-sonnet": (200_000, 64_000),
     "claude-3-5-sonnet": (200_000, 8_192),
     "claude-3-5-haiku": (200_000, 8_192),
+    "claude-3-opus": (200_000, 4_096),
+    "claude-3-sonnet": (200_000, 4_096),
+    "claude-3-haiku": (200_000, 4_096),
     "llama-3.1": (131_072, None),
     "llama3.1": (131_072, None),
     "llama-3.3": (131_072, None),

@@ -14,6 +14,7 @@ and property tests compare them on arbitrary text. Pure functions, no state.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -22,6 +23,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 WORD = re.compile(r"[^\W_]+")
+# Word sets kept per memory text (each ~1-2 KB): candidates recur across requests, and on real
+# text computing them was ~0.3 ms of a 10k-memory request's assemble (docs/benchmarks.md).
+TEXTS_MEMOISED = 8_192
 # A stem of 3+ letters, then one suffix, at the end of a space-separated word.
 STEM = re.compile(r"\b([^\W_]{3,}?)(?:ing|ed|es|(?<!s)s)\b")
 # Function words carry no topic; dropping them keeps "how do I ..." from matching everything.
@@ -147,6 +151,12 @@ def word_runs(text: str) -> list[str]:
     return WORD.findall(text.casefold())
 
 
+@functools.lru_cache(maxsize=TEXTS_MEMOISED)
+def text_words(text: str) -> frozenset[str]:
+    """The set of ``word_runs(text)``, memoised: a memory is a candidate of many requests."""
+    return frozenset(word_runs(text))
+
+
 def normalise_words(
     text: str, *, stopwords: frozenset[str] = NO_WORDS, stemmed: bool = False
 ) -> frozenset[str]:
@@ -160,12 +170,14 @@ def normalise_words(
     return words
 
 
+@functools.lru_cache(maxsize=TEXTS_MEMOISED)
 def dedup_words(text: str) -> frozenset[str]:
     """Case-folded words split at whitespace and punctuation: the sets dedup compares.
 
     ``str.translate`` plus ``split`` run in C, several times faster than the word regex; they
     split at ASCII and common typographic punctuation only. ASCII text takes a byte table that
-    folds case in the same pass, about twice as fast.
+    folds case in the same pass, about twice as fast. Memoised: a memory is a candidate of many
+    requests.
     """
     if text.isascii():
         return frozenset(text.encode().translate(ASCII_FOLD).decode().split())
@@ -197,7 +209,7 @@ def query_matcher(query_words: frozenset[str], *, stemmed: bool) -> Callable[[st
     keys = forms.keys()
 
     def found(text: str) -> set[str]:
-        return set(map(lookup, keys & word_runs(text)))
+        return set(map(lookup, keys & text_words(text)))
 
     return found
 
@@ -218,6 +230,11 @@ def idf_weights(matches: Sequence[set[str]]) -> dict[str, float]:
     total = len(matches)
     df = Counter(itertools.chain.from_iterable(matches))
     return {word: math.log(1.0 + (total - n + 0.5) / (n + 0.5)) for word, n in df.items()}
+
+
+def unseen_weight(total: int) -> float:
+    """The IDF ``idf_weights`` would give a word no candidate has (df = 0) among ``total``."""
+    return math.log(1.0 + (total + 0.5) / 0.5)
 
 
 def weighted_overlap(found: set[str], weights: dict[str, float]) -> float:

@@ -8,13 +8,15 @@ delete_user's count) still take a lock so two of them never interleave.
 Durability: updates go through the shard's write-ahead log. ``add`` returns once ``update`` has
 returned, i.e. the batch is in the WAL; that survives the process being killed (SIGKILL) and is
 replayed on the next open. Flushes (in the background while writes come in, and on close) and
-index builds are ``edge_maintenance.ShardMaintenance``'s. See adr/0011.
+index builds are ``edge_maintenance.ShardMaintenance``'s. See adr/0011. Retrieval counts are not
+payload updates: they live in ``edge_counts.RetrievalCounts`` beside the shard (adr/0103).
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -30,6 +32,7 @@ from proxy.context.records import Candidate, MemoryRecord
 from proxy.defaults import HYBRID
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
+from proxy.memory.edge_counts import COUNTS_FILE, RetrievalCounts
 from proxy.memory.edge_maintenance import OPTIMIZE_AFTER_POINTS, ShardMaintenance
 from proxy.memory.edge_query import list_filter, search_hits, tenant_filter, uuid_of
 from proxy.memory.edge_shard import open_shard
@@ -38,7 +41,7 @@ from proxy.memory.points import (
     DENSE_VECTOR,
     RETRIEVAL_COUNT_KEY,
     SPARSE_VECTOR,
-    group_new_counts,
+    TENANT_KEY,
     owned,
     owned_or_fail,
     point_id,
@@ -59,6 +62,7 @@ from proxy.memory.vectors import clip_similarity
 SHARD_DIR = "memories"
 DEFAULT_WORKERS = 2
 T = TypeVar("T")
+LOGGER = logging.getLogger("memproxy.store")
 
 
 def is_engine_error(exc: BaseException) -> bool:
@@ -80,6 +84,7 @@ class EdgeStore:
         hybrid: bool,
         optimize_after: int | None = OPTIMIZE_AFTER_POINTS,
         record_cache_entries: int = DEFAULT_MAX_ENTRIES,
+        counts: RetrievalCounts | None = None,
     ) -> None:
         self.dimensions = dimensions
         self.hybrid = hybrid
@@ -91,6 +96,7 @@ class EdgeStore:
         self._rmw_lock = threading.Lock()
         self.record_cache_entries = record_cache_entries
         self._records = RecordCache(record_cache_entries)
+        self._counts = counts if counts is not None else RetrievalCounts()
 
     @classmethod
     async def open(
@@ -113,9 +119,11 @@ class EdgeStore:
             raise ConfigError(f"embedding dimensions must be positive, got {dimensions}")
         path = Path(data_dir) / SHARD_DIR
         executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edge-store")
+        loop = asyncio.get_running_loop()
         try:
-            shard = await asyncio.get_running_loop().run_in_executor(
-                executor, open_shard, path, dimensions
+            shard = await loop.run_in_executor(executor, open_shard, path, dimensions)
+            counts = await loop.run_in_executor(
+                executor, RetrievalCounts.load, Path(data_dir) / COUNTS_FILE
             )
         except BaseException:
             executor.shutdown(wait=False)
@@ -127,6 +135,7 @@ class EdgeStore:
             hybrid=hybrid,
             optimize_after=optimize_after,
             record_cache_entries=record_cache_entries,
+            counts=counts,
         )
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
@@ -156,7 +165,9 @@ class EdgeStore:
             vector = {DENSE_VECTOR: row, SPARSE_VECTOR: qe.SparseVector(indices, values)}
             points.append(qe.Point(point_id(full.tenant, full.id), vector, to_payload(full)))
         self._shard.update(qe.UpdateOperation.upsert_points(points))
-        self._records.invalidate(point_uuid(r.tenant, r.id) for r in records)
+        written = [point_uuid(r.tenant, r.id) for r in records]
+        self._counts.drop(written)  # the payload carries the record's own count again
+        self._records.invalidate(written)
         self._maintenance.after_write(len(points))
 
     async def optimize(self) -> bool:
@@ -170,7 +181,12 @@ class EdgeStore:
 
     def _get_sync(self, tenant: str, memory_id: str) -> MemoryRecord | None:
         found = self._shard.retrieve([point_id(tenant, memory_id)], True, False)
-        return owned(found[0].payload, tenant) if found else None
+        return self._owned(found[0], tenant) if found else None
+
+    def _owned(self, point: Any, tenant: str) -> MemoryRecord | None:
+        """The tenant's record of a retrieved point, with its current retrieval count."""
+        record = owned(point.payload, tenant)
+        return None if record is None else self._counts.merged(uuid_of(point.id), record)
 
     async def list(
         self, tenant: str, *, user: str | None, source: str | None, limit: int, after: str | None
@@ -194,7 +210,7 @@ class EdgeStore:
             with_vector=False,
         )
         found, _ = self._shard.scroll(request)
-        records = [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
+        records = [r for r in (self._owned(p, tenant) for p in found) if r is not None]
         if after is not None and records and records[0].id == after:
             records = records[1:]
         page = records[:limit]
@@ -216,6 +232,7 @@ class EdgeStore:
             if not found or owned(found[0].payload, tenant) is None:
                 return False
             self._shard.update(qe.UpdateOperation.delete_points([pid]))
+            self._counts.drop([uuid_of(pid)])
             self._records.invalidate([uuid_of(pid)])
         return True
 
@@ -257,8 +274,9 @@ class EdgeStore:
         found, generation = self._records.lookup(pids)
         missing: builtins.list[Any] = [pid for pid in pids if pid not in found]
         if missing:
+            merged = self._counts.merged
             fetched = {
-                uuid_of(point.id): owned_or_fail(point.payload, tenant)
+                (pid := uuid_of(point.id)): merged(pid, owned_or_fail(point.payload, tenant))
                 for point in self._shard.retrieve(missing, True, False)
             }
             self._records.store(fetched, generation)
@@ -276,16 +294,26 @@ class EdgeStore:
             await self._run(self._increment_sync, tenant, deltas)
 
     def _increment_sync(self, tenant: str, deltas: Counter[UUID]) -> None:
+        # A read, never a shard write (adr/0103): it finds which points exist in the tenant and
+        # the counts they were written with; new counts go to the table beside the shard.
         with self._rmw_lock:
             found = self._shard.retrieve(list(deltas), list(COUNT_FIELDS), False)
-            points = ((uuid_of(p.id), p.payload) for p in found)
-            for count, pids in group_new_counts(tenant, deltas, points).items():
-                operation = qe.UpdateOperation.set_payload(pids, {RETRIEVAL_COUNT_KEY: count})
-                self._shard.update(operation)
-                self._records.update(pids, retrieval_count=count)
-        # Replaced payload blocks are reclaimed only by a flush: without this, a chat-only load
-        # (no adds) grew the payload storage without bound (tests/reliability/test_store_growth).
-        self._maintenance.after_write(0)
+            counts: dict[UUID, int] = {}
+            for point in found:
+                payload = point.payload
+                if not payload or payload.get(TENANT_KEY) != tenant:
+                    continue
+                pid = uuid_of(point.id)
+                current = self._counts.get(pid)
+                if current is None:
+                    current = int(payload.get(RETRIEVAL_COUNT_KEY) or 0)
+                counts[pid] = current + deltas[pid]
+            self._counts.set_many(counts)
+            self._records.update_counts(counts)
+        try:
+            self._counts.save_if_due()
+        except OSError as exc:  # counts only nudge a score; the next save tries again
+            LOGGER.warning("saving retrieval counts failed: %s", exc)
 
     async def set_usefulness(
         self, tenant: str, memory_id: str, usefulness: float
@@ -306,14 +334,14 @@ class EdgeStore:
         pid = point_id(tenant, memory_id)
         with self._rmw_lock:
             found = self._shard.retrieve([pid], True, False)
-            current = owned(found[0].payload, tenant) if found else None
+            current = self._owned(found[0], tenant) if found else None
             if current is None:
                 return None
             value = update(current.usefulness)
             self._shard.update(qe.UpdateOperation.set_payload([pid], {"usefulness": value}))
             self._records.invalidate([uuid_of(pid)])
             after = self._shard.retrieve([pid], True, False)
-        return owned(after[0].payload, tenant)
+        return self._owned(after[0], tenant)
 
     async def count(self, tenant: str) -> int:
         """Return how many memories the tenant has."""
@@ -340,5 +368,6 @@ class EdgeStore:
         self._executor.shutdown(wait=True)
 
     def _close_sync(self) -> None:
+        self._counts.save()
         self._shard.flush()
         self._shard.close()

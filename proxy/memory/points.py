@@ -114,7 +114,7 @@ def group_new_counts(
     """Group the tenant's found points by their new retrieval count.
 
     ``deltas`` maps point ids to increments, ``found`` yields (point id, payload), ids of one
-    type (the backend's: UUIDs for the embedded store, strings for qdrant-client). Points that
+    type (the backend's: strings for qdrant-client). Points that
     share a new count are written with one ``set_payload``: counts are small integers, so a
     batch of hundreds of increments becomes a handful of writes instead of one per point.
     """

@@ -17,7 +17,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import Any
 from uuid import UUID
 
 from proxy.context.records import MemoryRecord
@@ -78,15 +77,15 @@ class RecordCache:
             for key in keys:
                 self._entries.pop(key, None)
 
-    def update(self, keys: Iterable[UUID], **changes: Any) -> None:
-        """Apply a payload change the store just wrote (e.g. a retrieval count) to cached copies."""
+    def update_counts(self, counts: Mapping[UUID, int]) -> None:
+        """Apply new retrieval counts the store just recorded to the cached copies."""
         with self._lock:
             self._generation += 1
             entries = self._entries
-            for key in keys:
+            for key, count in counts.items():
                 record = entries.get(key)
                 if record is not None:
-                    entries[key] = replace(record, **changes)
+                    entries[key] = replace(record, retrieval_count=count)
 
     def clear(self) -> None:
         """Drop everything (a write whose points are not known one by one)."""

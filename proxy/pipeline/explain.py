@@ -4,6 +4,12 @@ When something needs saying (a budget counted only as an upper bound, memories t
 injected, messages that cannot be shown), the document gets a ``notes`` list of sentences; it is
 absent otherwise, so the usual document keeps exactly the contract's keys. Explain answers 200
 whatever the body: it never fails where inject mode would forward.
+
+``dropped`` lists every candidate that is not injected, best first, with the reason
+(``DROP_REASONS``): a near-``duplicate`` of a better memory, below the token price (``floor``,
+adr/0110), no room left in the memory budget (``cap`` when the ``max_tokens`` cap or
+``X-Memory-Max-Tokens`` set that budget, ``budget`` when the context window did), or past the
+assembler's candidate ``shortlist``.
 """
 
 from __future__ import annotations
@@ -15,7 +21,15 @@ import orjson
 from starlette.responses import Response
 
 from proxy.context.allocation import TokenBudget
-from proxy.context.assembler import Assembly, MemoryExplanation
+from proxy.context.assembler import (
+    BUNDLE,
+    DUPLICATE,
+    FLOOR,
+    PACKER,
+    TRIMMED,
+    Assembly,
+    MemoryExplanation,
+)
 
 EXPLAIN_OBJECT = "memory.explain"
 NOTE_BOUNDS = (
@@ -36,6 +50,7 @@ NOTE_MESSAGES_HIDDEN = (
     "messages is null: they are nested deeper than the 254 levels this document can encode; "
     "they would be forwarded exactly as sent."
 )
+DROP_REASONS = ("duplicate", "floor", "cap", "budget", "shortlist")
 SCORE_KEYS = ("composite", "relevance", "recency", "usefulness", "confidence", "frequency")
 
 
@@ -61,13 +76,45 @@ def budget_fields(budget: TokenBudget | None, model: str) -> dict[str, object]:
     return fields
 
 
+def out_of_room(budget: TokenBudget | None) -> str:
+    """Why a memory that did not fit was left out: the cap's room, or the context window's."""
+    if budget is None or budget.memory_cap is None:
+        return "budget"
+    return "cap" if budget.memory_tokens >= budget.memory_cap else "budget"
+
+
+def drop_reason(status: str, budget: TokenBudget | None) -> str | None:
+    """The explain reason of an assembler fate; ``None`` for a packed memory."""
+    if status in (PACKER, TRIMMED):
+        return out_of_room(budget)
+    return {DUPLICATE: "duplicate", FLOOR: "floor", BUNDLE: "shortlist"}.get(status)
+
+
+def dropped_entries(assembly: Assembly, budget: TokenBudget | None) -> list[dict[str, object]]:
+    """Every candidate left out, best first: id, reason, final score and content tokens."""
+    entries: list[dict[str, object]] = []
+    for item in assembly.candidates:
+        reason = drop_reason(item.status, budget)
+        if reason is not None:
+            entries.append(
+                {
+                    "id": item.id,
+                    "reason": reason,
+                    "score": round(item.final_score, 6),
+                    "tokens": item.tokens,
+                }
+            )
+    return entries
+
+
 def explain_body(
     model: str,
     budget: TokenBudget | None,
     assembly: Assembly | None,
     messages: Sequence[Mapping[str, object]],
 ) -> dict[str, object]:
-    """The explain document: ``object, model, budget, candidates, memories, block, messages``."""
+    """The explain document: ``object, model, budget, candidates, memories, block, dropped,
+    messages``."""
     return {
         "object": EXPLAIN_OBJECT,
         "model": model,
@@ -75,6 +122,7 @@ def explain_body(
         "candidates": len(assembly.candidates) if assembly is not None else 0,
         "memories": [memory_entry(m) for m in assembly.packed] if assembly is not None else [],
         "block": assembly.block if assembly is not None else "",
+        "dropped": dropped_entries(assembly, budget) if assembly is not None else [],
         "messages": list(messages),
     }
 

@@ -2,11 +2,13 @@
 
 Headers choose *within* the tenant's configuration, never beyond it: ``X-Memory-Max-Tokens`` and
 ``X-Memory-Top-K`` are clamped to the tenant's caps, ``X-Memory-Sources`` is intersected with the
-tenant's sources, ``X-Memory-Capture`` is clamped to its ``max_capture``. A caller whose memory
-is off (``enabled`` false: no key, adr/0086) gets mode and capture ``off`` whatever it asks.
+tenant's sources, ``X-Memory-Capture`` is clamped to its ``max_capture``;
+``X-Memory-Budget-Rule`` picks ``adaptive`` or ``fill`` (adr/0110), as a tenant's config may;
 ``X-Memory-Position`` picks where the block goes (either is safe, so no limit applies). A
-malformed value (not a number, a negative number, an unknown mode, source, capture kind or
-position) is the client's mistake and gets a 400 in OpenAI's shape naming the header.
+caller whose memory is off (``enabled`` false: no key, adr/0086) gets mode and capture ``off``
+whatever it asks. A malformed value (not a number, a negative number, an unknown mode, source,
+capture kind, budget rule or position) is the client's mistake and gets a 400 in OpenAI's shape
+naming the header.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from proxy.context.records import SOURCES
-from proxy.defaults import CAPTURES, POSITIONS, Capture, Position
+from proxy.defaults import BUDGET_RULES, CAPTURES, POSITIONS, BudgetRule, Capture, Position
 from proxy.errors import RequestError
 from proxy.settings import MemorySettings
 
@@ -33,6 +35,7 @@ HEADER_TOP_K = "x-memory-top-k"
 HEADER_SOURCES = "x-memory-sources"
 HEADER_CAPTURE = "x-memory-capture"
 HEADER_POSITION = "x-memory-position"
+HEADER_BUDGET_RULE = "x-memory-budget-rule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,7 @@ class RequestOptions:
     sources: tuple[str, ...]
     capture: Capture
     position: Position = "turn"
+    budget_rule: BudgetRule = "adaptive"
 
 
 def bad_header(header: str, message: str) -> RequestError:
@@ -131,6 +135,12 @@ def parse_options(
         capture = CAPTURES[min(asked, CAPTURES.index(limits.max_capture))]
     raw = get(HEADER_POSITION)
     position = parse_choice(HEADER_POSITION, raw, POSITIONS) if raw is not None else limits.position
+    raw = get(HEADER_BUDGET_RULE)
+    budget_rule = (
+        parse_choice(HEADER_BUDGET_RULE, raw, BUDGET_RULES)
+        if raw is not None
+        else limits.budget_rule
+    )
     if not limits.enabled:
         # A caller without memory (keyless, adr/0086): its headers are still checked, so a bad
         # one is the same 400 with or without a key, but nothing is read, explained or stored.
@@ -144,4 +154,5 @@ def parse_options(
         sources=sources,
         capture=capture,
         position=position,  # type: ignore[arg-type]  # checked against POSITIONS
+        budget_rule=budget_rule,  # type: ignore[arg-type]  # checked against BUDGET_RULES
     )

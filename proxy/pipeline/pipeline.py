@@ -42,8 +42,10 @@ from proxy.context.allocation import BudgetCalculator, TokenBudget
 from proxy.context.assembler import AssemblerConfig, Assembly, assemble
 from proxy.context.billing import EXACT, message_key, walk_size
 from proxy.context.position import candidate_indices, slot
+from proxy.context.records import Candidate
 from proxy.context.render import BlockTokens
 from proxy.context.tokens import STORED_ENCODINGS
+from proxy.defaults import BUDGET_RULES
 from proxy.memory.retriever import EMBED, SEARCH, Retrieval, Retriever
 from proxy.memory.service import MemoryWriter
 from proxy.metrics import Metrics
@@ -98,6 +100,11 @@ WALK_ON_LOOP_ITEMS = 2_000
 # bytes at most (a long non-ASCII text at 4 a character): an estimate on the safe side.
 COUNT_BYTES_PER_S = 60e6
 KEYS_BYTES_PER_S = 1e9
+# Assembling more candidates than this runs off the loop (adr/0104): pure Python, so a thread
+# only lets the loop in at the GIL's switch interval, but that bounds what the assembly holds up
+# (500 candidates: loop lag p99 605 -> 89 ms, bench/loop_lag.py). At the default 50 candidates
+# (~1 ms) the thread hop would cost more of the request than it frees.
+ASSEMBLE_ON_LOOP_CANDIDATES = 100
 # Rendered, counted memory lines kept per encoding (~0.5 KB each): a memory injected again
 # skips sanitising and encoding its line, which cost 0.3 ms of a 50-memory block.
 LINE_CACHE_ENTRIES = 16_384
@@ -208,8 +215,16 @@ class Pipeline:
         self.embed_s = settings.stage_timeouts.embed_ms / 1000.0
         self.search_s = settings.stage_timeouts.search_ms / 1000.0
         # The budget already holds the tenant's cap, so the assembler adds none of its own.
+        # ``fill`` packs the budget full (no token price); ``adaptive`` charges the price.
         self.configs = {
-            kind: AssemblerConfig(packer=kind, max_tokens=None) for kind in ("optimal", "greedy")
+            (kind, rule): AssemblerConfig(
+                packer=kind,
+                max_tokens=None,
+                token_price=settings.token_price if rule == "adaptive" else 0.0,
+                absolute_overlap=rule == "adaptive",
+            )
+            for kind in ("optimal", "greedy")
+            for rule in BUDGET_RULES
         }
         self._blocks: dict[str, BlockTokens] = {}
         for encoding in STORED_ENCODINGS:  # first-use costs paid at start, not by a request
@@ -309,14 +324,28 @@ class Pipeline:
         hits = await self.retriever.retrieve(run.tenant.id, want, run)
         if not run.cache.served:
             run.degrade("cache")
-        now, tokens = self.clock(), self._block_tokens(budget.encoding)
-        config = self.configs[run.tenant.memory.packer]
-        run.assembly = assemble(hits, query, room, now=now, tokens=tokens, config=config)
+        work = functools.partial(
+            assemble,
+            query=query,
+            budget=room,
+            now=self.clock(),
+            tokens=self._block_tokens(budget.encoding),
+            config=self.configs[run.tenant.memory.packer, options.budget_rule],
+        )
+        run.assembly = await self._assemble(work, hits)
         fresh = unseen(run.assembly, hits, placement.visible)
         if fresh is not None:  # some of what this turn gets is in the prompt already
             run.placement, hits = placement.showing(fresh[1]), fresh[0]
-            run.assembly = assemble(hits, query, room, now=now, tokens=tokens, config=config)
+            run.assembly = await self._assemble(work, hits)
         run.clock.mark("assemble")
+
+    async def _assemble(
+        self, work: Callable[[Sequence[Candidate]], Assembly], hits: Sequence[Candidate]
+    ) -> Assembly:
+        """``work(hits)``: many candidates off the loop (waits within the deadline only)."""
+        if len(hits) > ASSEMBLE_ON_LOOP_CANDIDATES:
+            return await self.offloader.run(work, hits)
+        return work(hits)
 
     async def _recall(self, run: Run, budget: TokenBudget) -> Placement:
         """Where this request's blocks go; with position ``turn``, the earlier turns' blocks

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from proxy.routes import chat, health, memories, openapi, passthrough, responses
+from proxy.routes import chat, health, memories, messages, openapi, passthrough, responses
 
 
 def build_routes() -> list[BaseRoute]:
-    """All routes; specific ``/v1/*`` routes (chat, responses, memories) go before the
-    passthrough."""
+    """All routes; specific ``/v1/*`` routes (chat, responses, messages, memories) go before
+    the passthrough."""
     return [
         *chat.routes,
         *responses.routes,
+        *messages.routes,
         *memories.routes,
         *health.routes,
         *openapi.routes,

@@ -6,36 +6,48 @@ from __future__ import annotations
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from proxy.error_responses import send_error
+from proxy.error_responses import OPENAI as OPENAI_ERRORS
+from proxy.error_responses import ErrorShape, send_error
 from proxy.errors import MemproxyError
+from proxy.providers import OPENAI, Provider
 from proxy.relay import Relay
 from proxy.request_body import receive_body
 from proxy.services import Services
-from proxy.tenancy import bearer_auth
 from proxy.upstream import upstream_headers
 
 ROUTE = "passthrough"
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
 
-async def forward(scope: Scope, receive: Receive, send: Send) -> None:
-    """Forward the request unchanged except for hop-by-hop headers and auth."""
+async def forward(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    provider: Provider = OPENAI,
+    errors: ErrorShape = OPENAI_ERRORS,
+    route: str = ROUTE,
+) -> None:
+    """Forward the request to ``provider`` unchanged except for hop-by-hop headers and auth;
+    errors of ours in the ``errors`` shape."""
     services: Services = scope["app"].state.services
+    client = provider.client(services)
     try:
-        url = services.upstream.url_for(scope)
+        url = client.url_for(scope)
         tenant = services.tenants.resolve(scope["headers"])
-        headers = upstream_headers(scope, bearer_auth(tenant))
+        headers = upstream_headers(scope, provider.auth(tenant))
         body = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
     except MemproxyError as exc:
-        await send_error(exc, scope, receive, send)
+        await send_error(exc, scope, receive, send, shape=errors)
         return
     relay = Relay(
         services,
+        client=client,
         method=scope["method"],
         url=url,
         headers=headers,
         body=body,
-        route=ROUTE,
+        route=route,
+        errors=errors,
     )
     await relay(scope, receive, send)
 

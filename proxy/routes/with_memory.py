@@ -22,10 +22,10 @@ from proxy.apis.answer import completion_hook
 from proxy.error_responses import send_error
 from proxy.errors import MemproxyError
 from proxy.pipeline.contract import Prepared
+from proxy.providers import OPENAI, Provider
 from proxy.relay import Relay
 from proxy.request_body import parse_json_object, receive_body
 from proxy.services import Services
-from proxy.tenancy import bearer_auth
 from proxy.upstream import upstream_headers
 
 LOGGER = logging.getLogger("memproxy.forward")
@@ -49,15 +49,22 @@ def forwarded_bytes(raw: bytes, body: dict[str, object], prepared: Prepared) -> 
         return raw
 
 
-async def forward_with_memory(api: ApiAdapter, scope: Scope, receive: Receive, send: Send) -> None:
-    """Forward one request of ``api``, streaming or not, after the pipeline's ``prepare``."""
+async def forward_with_memory(
+    api: ApiAdapter,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    provider: Provider = OPENAI,
+) -> None:
+    """Forward one request of ``api`` to ``provider``, streaming or not, after the pipeline's
+    ``prepare``."""
     started = time.perf_counter()
     services: Services = scope["app"].state.services
     headers = Headers(scope=scope)
     try:
-        url = services.upstream.url_for(scope)
+        url = provider.client(services).url_for(scope)
         tenant = services.tenants.resolve(scope["headers"])
-        forward_headers = upstream_headers(scope, bearer_auth(tenant))
+        forward_headers = upstream_headers(scope, provider.auth(tenant))
         raw = await receive_body(scope, receive, services.settings.limits.max_body_bytes)
         body = parse_json_object(raw)
         if len(raw) > YIELD_AFTER_BYTES:
@@ -77,6 +84,7 @@ async def forward_with_memory(api: ApiAdapter, scope: Scope, receive: Receive, s
     on_answer = completion_hook(api.read_completion, on_complete) if on_complete else None
     relay = Relay(
         services,
+        client=provider.client(services),
         method="POST",
         url=url,
         headers=forward_headers,
@@ -94,9 +102,10 @@ async def forward_with_memory(api: ApiAdapter, scope: Scope, receive: Receive, s
 class MemoryEndpoint:
     """``forward_with_memory`` for one API, as an ASGI app (Starlette's router, the fast path)."""
 
-    def __init__(self, api: ApiAdapter) -> None:
+    def __init__(self, api: ApiAdapter, provider: Provider = OPENAI) -> None:
         self.api = api
+        self.provider = provider
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve one request."""
-        await forward_with_memory(self.api, scope, receive, send)
+        await forward_with_memory(self.api, scope, receive, send, self.provider)

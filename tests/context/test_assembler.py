@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import math
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
@@ -16,9 +17,10 @@ from proxy.context.assembler import (
     assemble,
 )
 from proxy.context.bundle import BundleConfig
-from proxy.context.records import Candidate, MemoryRecord
+from proxy.context.records import Candidate
 from proxy.errors import ConfigError
-from proxy.tokenizer import count_all, count_tokens
+from proxy.tokenizer import count_tokens
+from tests.context import support
 from tests.context.support import block_tokens
 
 NOW = datetime(2026, 1, 15, tzinfo=UTC)
@@ -33,16 +35,7 @@ def cand(
     source: str = "learnings",
     age_days: float = 1.0,
 ) -> Candidate:
-    record = MemoryRecord(
-        id=name,
-        tenant="t",
-        user="u",
-        source=source,
-        content=content,
-        created_at=NOW - timedelta(days=age_days),
-        tokens=count_all(content),
-    )
-    return Candidate(record, similarity)
+    return support.candidate(name, content, similarity, now=NOW, source=source, age_days=age_days)
 
 
 CANDIDATES = [
@@ -59,9 +52,20 @@ def test_pipeline_keeps_every_intermediate_figure() -> None:
     assert by_id["dup"].status == "duplicate"
     assert result.dropped["duplicate"] == ("dup",)
     assert {m.id for m in result.packed} == {"docker", "yaml", "rsync"}
+    assert result.dropped["floor"] == ()  # each is similar enough to pay for its short line
     assert result.packed[0].id == "docker"  # keyword overlap lifts it above higher similarity
-    # IDF overlap counts only query words some candidate has: "fix" is in none.
-    assert by_id["docker"].overlap == 1.0
+    # Absolute IDF overlap: "fix", in no candidate, weighs what an unseen word does.
+    docker, network = (math.log(1 + (4 - 1 + 0.5) / 1.5),) * 2
+    unseen = math.log(1 + 4.5 / 0.5)
+    assert by_id["docker"].overlap == pytest.approx(
+        (docker + network) / (docker + network + unseen)
+    )
+    fill = AssemblerConfig(token_price=0.0, absolute_overlap=False)
+    relative = assemble(
+        CANDIDATES, "How do I fix Docker networking?", 500, now=NOW, tokens=TOKENS, config=fill
+    )
+    # The old rule's overlap counts only query words some candidate has.
+    assert next(m for m in relative.candidates if m.id == "docker").overlap == 1.0
     plain = assemble(
         CANDIDATES,
         "How do I fix Docker networking?",
@@ -140,6 +144,9 @@ def test_greedy_and_optimal_configs() -> None:
         {"value_exponent": 0},
         {"dedup_threshold": 1.0},
         {"composite_weight": -1},
+        {"token_price": -0.1},
+        {"token_price": float("nan")},
+        {"token_price": float("inf")},
     ],
 )
 def test_bad_config_is_rejected(bad: dict[str, object]) -> None:
@@ -170,7 +177,7 @@ def test_rendered_block_fits_exactly(
     result = assemble(candidates, "query words", budget, now=NOW, tokens=block_tokens(encoding))
     assert result.rendered_tokens == count_tokens(result.block, encoding) <= budget
     statuses = {m.status for m in result.candidates}
-    assert statuses <= {"packed", "bundle", "duplicate", "packer", "trimmed"}
+    assert statuses <= {"packed", "bundle", "duplicate", "floor", "packer", "trimmed"}
     assert len(result.packed) == sum(m.status == "packed" for m in result.candidates)
 
 
@@ -188,9 +195,10 @@ WORDS = ["docker", "yaml", "json", "port", "networking", "config", "the", "deplo
         max_size=30,
     ),
     st.booleans(),
+    st.booleans(),
 )
 def test_ranking_matches_the_reference_formulas(
-    specs: list[tuple[list[str], float, str]], idf: bool
+    specs: list[tuple[list[str], float, str]], idf: bool, absolute: bool
 ) -> None:
     # The assembler inlines the overlap and sorts indices; it must equal the plain formulas.
     from proxy.context.scorer import MemoryScorer
@@ -206,14 +214,19 @@ def test_ranking_matches_the_reference_formulas(
 
     query = "docker networking deploy config ports"
     pool = [cand(f"m{i}", " ".join(w), sim, src) for i, (w, sim, src) in enumerate(specs)]
-    config = AssemblerConfig(idf_overlap=idf)
+    config = AssemblerConfig(idf_overlap=idf, absolute_overlap=absolute)
     result = assemble(pool, query, 4_500, now=NOW, tokens=TOKENS, config=config)
     query_words = normalise_words(query, stopwords=STOPWORDS, stemmed=True)
     matches = [query_matcher(query_words, stemmed=True)(c.record.content) for c in pool]
     weights = idf_weights(matches)
+    # Absolute overlap: a query word no candidate has weighs what df = 0 gives, ln(1 + (N+.5)/.5).
+    unseen = math.log(1 + (len(pool) + 0.5) / 0.5)
+    mass = sum(weights.values()) + (len(query_words - set(weights)) * unseen if absolute else 0)
     expected = []
     for position, (candidate, found) in enumerate(zip(pool, matches, strict=True)):
-        overlap = weighted_overlap(found, weights) if idf else len(found) / len(query_words)
+        share = sum(weights[w] for w in found) / mass if mass else 0.0
+        relative = weighted_overlap(found, weights)
+        overlap = (share if absolute else relative) if idf else len(found) / len(query_words)
         synth = fragment_score(BASE_RELEVANCE[candidate.record.source], overlap)
         composite = MemoryScorer.score_candidate(candidate, now=NOW).composite_score
         final = 0.2 * composite + 0.8 * synth

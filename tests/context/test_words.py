@@ -8,6 +8,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from proxy.context import words
 from proxy.context.words import (
     PUNCTUATION_TO_SPACE,
     STOPWORDS,
@@ -103,3 +104,15 @@ def test_query_matcher_ascii_lookup_equals_the_regex(
 @given(st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
 def test_word_runs_ascii_table_equals_the_word_regex(text: str) -> None:
     assert word_runs(text) == WORD.findall(text.casefold())
+
+
+def test_word_sets_of_a_memory_are_computed_once() -> None:
+    # A memory is a candidate of many requests: its word sets come from the memo the second time.
+    text = "Caroline: I went to the LGBTQ support group yesterday, it was so powerful."
+    matcher = query_matcher(frozenset({"support", "group"}), stemmed=True)
+    hits = (words.text_words.cache_info().hits, words.dedup_words.cache_info().hits)
+    assert matcher(text) == matcher(text) == {"support", "group"}
+    assert dedup_words(text) is dedup_words(text)
+    after = (words.text_words.cache_info().hits, words.dedup_words.cache_info().hits)
+    assert after[0] > hits[0]
+    assert after[1] > hits[1]

@@ -22,8 +22,9 @@ from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.inputs import MemoryInput
 from proxy.memory.service import MemoryService
-from proxy.settings import Settings, UpstreamSettings, load_settings, replace
+from proxy.settings import AnthropicSettings, Settings, UpstreamSettings, load_settings, replace
 from proxy.tenancy import TenantResolver
+from tests.conftest import anthropic_root
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
 from tests.redis_server import redis_server
@@ -42,7 +43,9 @@ def memory_settings(upstream_url: str, data_dir: Path, **memory: Any) -> Setting
     stages = replace(base.memory.stage_timeouts, embed_ms=1_000.0, search_ms=1_000.0)
     return replace(
         base,
-        upstream=UpstreamSettings(url=upstream_url),
+        upstream=UpstreamSettings(
+            url=upstream_url, anthropic=AnthropicSettings(url=anthropic_root(upstream_url))
+        ),
         store=replace(base.store, data_dir=str(data_dir)),
         memory=replace(
             base.memory, enabled=True, stage_timeouts=stages, **{**LOOSE_DEADLINES, **memory}

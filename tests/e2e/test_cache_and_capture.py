@@ -89,7 +89,9 @@ def test_redis_cache_shared_by_replicas(
         async def write_through_another_replica() -> None:
             other = RequestCache(create_cache(redis_server.url, 100))
             service = MemoryService(backends.store, backends.embedder, other)
-            await service.write(tenant, [MemoryInput(content="Biscuit hates thunder storms.")])
+            # It must answer the question too: the adaptive budget leaves out what does not.
+            fact = MemoryInput(content="The user's dog Biscuit hates thunder storms.")
+            await service.write(tenant, [fact])
             await other.close()
 
         asyncio.run(write_through_another_replica())

@@ -3,6 +3,8 @@ latest user turn by default, the system prompt with position ``system``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import openai
 import pytest
@@ -116,6 +118,7 @@ def test_explain_returns_the_documented_shape_without_an_upstream_call(
         "block",
         "messages",
         "placement",
+        "dropped",
     }
     assert doc["object"] == "memory.explain"
     assert doc["model"] == MODEL
@@ -219,3 +222,28 @@ def test_other_tenants_memories_never_injected(memproxy: MemoryProxy) -> None:
     )
     assert raw.headers["x-memory-status"] == "empty"
     assert "Biscuit" not in str(memproxy.fake.fake.requests[-1].json())
+
+
+def test_adaptive_budget_by_default_and_fill_by_header(memproxy: MemoryProxy) -> None:
+    """The default budget injects what pays for its tokens and says why the rest is left out;
+    ``X-Memory-Budget-Rule: fill`` packs the budget as before (adr/0110)."""
+    memproxy.backends.write(memproxy.tenant, FACTS)
+
+    def explain(*extra: tuple[str, str]) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {API_KEY}", "X-Memory-Mode": "explain", **dict(extra)}
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "What is my dog called?"}]}
+        response = httpx.post(f"{memproxy.url}/chat/completions", headers=headers, json=body)
+        assert response.status_code == 200
+        document: dict[str, Any] = response.json()
+        return document
+
+    adaptive = explain()
+    injected = [m["content"] for m in adaptive["memories"]]
+    assert injected[0] == FACTS[0]
+    assert len(injected) < len(FACTS)
+    reasons = {entry["id"]: entry["reason"] for entry in adaptive["dropped"]}
+    assert len(reasons) == len(FACTS) - len(injected)
+    assert set(reasons.values()) == {"floor"}
+    filled = explain(("X-Memory-Budget-Rule", "fill"))
+    assert len(filled["memories"]) == len(FACTS)
+    assert filled["dropped"] == []

@@ -45,6 +45,11 @@ class ProxyServer:
         """Base URL ending in ``/v1``."""
         return f"http://{self.host}:{self.port}/v1"
 
+    @property
+    def root(self) -> str:
+        """Base URL without ``/v1`` (what ``ANTHROPIC_BASE_URL`` takes)."""
+        return f"http://{self.host}:{self.port}"
+
     def __enter__(self) -> ProxyServer:
         self._thread.start()
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -28,8 +28,13 @@ event by event, each flushed as it is sent, so it still arrives as it is produce
 ``POST /v1/responses`` answers as the Responses API does: a response object (echoing the
 request's ``instructions``, ``tools``, ...), or with ``stream`` its typed events (an ``event:``
 line each, ``sequence_number`` in order, ``response.completed`` last, no ``[DONE]``);
-``X-Fake-No-Finish`` leaves out ``response.completed``. A chat request with ``tools`` answers
-with a tool call; ``n`` gives that many choices;
+``X-Fake-No-Finish`` leaves out ``response.completed``. ``POST /v1/messages`` answers as
+Anthropic's Messages API does: a message object, or with ``stream`` its named events
+(``message_start``, ``content_block_start``, ``ping``, ``content_block_delta``,
+``content_block_stop``, ``message_delta``, ``message_stop``), a ``request-id`` header, errors
+in Anthropic's shape; ``X-Fake-Stream-Error: overloaded_error`` ends a stream with that error
+event after the first delta; ``POST /v1/messages/count_tokens`` answers ``input_tokens``.
+A chat request with ``tools`` answers with a tool call; ``n`` gives that many choices;
 ``stream_options.include_usage`` adds the usage chunk. Every request is recorded
 (``FakeUpstream.requests``, or ``GET /_fake/requests`` for a subprocess), including whether the
 client went away before a stream ended (or, for a delayed non-streamed answer, before it was
@@ -48,7 +53,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -222,6 +227,8 @@ class FakeUpstream:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/_fake/requests", self._dump)
@@ -265,7 +272,9 @@ class FakeUpstream:
             body=data, status=status, headers=headers, content_type="application/json"
         )
 
-    async def _preamble(self, request: web.Request) -> tuple[Recorded, web.Response | None]:
+    async def _preamble(
+        self, request: web.Request, error_body: ErrorBody | None = None
+    ) -> tuple[Recorded, web.Response | None]:
         rec = await self._record(request)
         latency = self._knob(request, "Latency-Ms", self.config.latency_ms)
         if latency:
@@ -281,14 +290,7 @@ class FakeUpstream:
             headers = {}
             if "X-Fake-Retry-After" in request.headers:
                 headers["Retry-After"] = request.headers["X-Fake-Retry-After"]
-            body = {
-                "error": {
-                    "message": f"fake upstream error {status}",
-                    "type": "invalid_request_error" if status < 500 else "server_error",
-                    "param": None,
-                    "code": f"fake_{status}",
-                }
-            }
+            body = (error_body or openai_error)(status)
             rec.finished = True
             return rec, self._json(request, body, status, headers)
         return rec, None
@@ -326,13 +328,17 @@ class FakeUpstream:
         return await self._write_events(request, rec, events)
 
     async def _write_events(
-        self, request: web.Request, rec: Recorded, events: Sequence[bytes]
+        self,
+        request: web.Request,
+        rec: Recorded,
+        events: Sequence[bytes],
+        extra_headers: dict[str, str] | None = None,
     ) -> web.StreamResponse:
         """Send SSE ``events`` with the request's knobs (encoding, pacing, resets)."""
         interval = self._knob(request, "Interval-Ms", self.config.interval_ms) / 1000
         reset_after = int(self._knob(request, "Reset-After", -1))
         first_byte = self._knob(request, "First-Byte-Ms", 0) / 1000
-        headers = {"Content-Type": "text/event-stream"}
+        headers = {"Content-Type": "text/event-stream", **(extra_headers or {})}
         codings = self._codings(request)
         coder = StackedEncoder(codings) if codings else None
         if coder is not None:
@@ -381,6 +387,32 @@ class FakeUpstream:
         if request.headers.get("X-Fake-No-Finish"):
             events = events[:-1]  # no response.completed
         return await self._write_events(request, rec, events)
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/messages``: a message object, or its event stream (Anthropic's)."""
+        rec, error = await self._preamble(request, anthropic_error)
+        if error is not None:
+            error.headers[REQUEST_ID_HEADER] = ANTHROPIC_REQUEST_ID
+            return error
+        payload = rec.json()
+        chunks = int(self._knob(request, "Chunks", self.config.chunks))
+        headers = {REQUEST_ID_HEADER: ANTHROPIC_REQUEST_ID}
+        if not payload.get("stream"):
+            rec.finished = not rec.disconnected
+            return self._json(request, message_object(payload, chunks), headers=headers)
+        events = message_events(payload, chunks)
+        failure = request.headers.get("X-Fake-Stream-Error")
+        if failure:  # Anthropic's mid-stream error: an error event, then the body ends
+            events = [*events[:4], anthropic_event("error", anthropic_error_body(failure))]
+        return await self._write_events(request, rec, events, headers)
+
+    async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``."""
+        rec, error = await self._preamble(request, anthropic_error)
+        if error is not None:
+            return error
+        rec.finished = True
+        return self._json(request, {"input_tokens": fake_input_tokens(rec.json())})
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         rec, error = await self._preamble(request)
@@ -433,6 +465,21 @@ class FakeUpstream:
     async def _clear(self, request: web.Request) -> web.Response:
         self.requests.clear()
         return web.Response(status=204)
+
+
+ErrorBody = Callable[[int], dict[str, Any]]  # the error body an API answers a status with
+
+
+def openai_error(status: int) -> dict[str, Any]:
+    """The error body OpenAI answers ``status`` with."""
+    return {
+        "error": {
+            "message": f"fake upstream error {status}",
+            "type": "invalid_request_error" if status < 500 else "server_error",
+            "param": None,
+            "code": f"fake_{status}",
+        }
+    }
 
 
 def _dumps(obj: Any) -> str:
@@ -658,6 +705,118 @@ def response_events(payload: dict[str, Any], chunks: int) -> list[bytes]:
     return [typed_event(kind, i, fields) for i, (kind, fields) in enumerate(steps)]
 
 
+# --- Anthropic's Messages API (POST /v1/messages, /count_tokens), as api.anthropic.com ----------
+
+ANTHROPIC_MESSAGE_ID = "msg_01FakeMessage"
+TOOL_USE_ID = "toolu_01FakeToolUse"
+ANTHROPIC_REQUEST_ID = "req_01FakeRequest"
+REQUEST_ID_HEADER = "request-id"
+# Anthropic's error types by status (its "Errors" reference).
+ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error_body(kind: str, message: str = "fake upstream error") -> dict[str, Any]:
+    """An error in Anthropic's shape (also the data of its stream's ``error`` event)."""
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def anthropic_error(status: int) -> dict[str, Any]:
+    """The error body Anthropic answers ``status`` with."""
+    default = "api_error" if status >= 500 else "invalid_request_error"
+    kind = ANTHROPIC_ERROR_TYPES.get(status, default)
+    return anthropic_error_body(kind, f"fake upstream error {status}")
+
+
+def anthropic_usage(output_tokens: int) -> dict[str, Any]:
+    """A message's ``usage``."""
+    return {
+        "input_tokens": 10,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "output_tokens": output_tokens,
+        "service_tier": "standard",
+    }
+
+
+def message_object(payload: dict[str, Any], chunks: int) -> dict[str, Any]:
+    """The message object: the answer as one text block, or with ``tools`` one ``tool_use``."""
+    if payload.get("tools"):
+        content: list[dict[str, Any]] = [tool_use_block({"city": "Paris"})]
+        stop = "tool_use"
+    else:
+        content = [{"type": "text", "text": "".join(answer_words(chunks))}]
+        stop = "end_turn"
+    return {
+        "id": ANTHROPIC_MESSAGE_ID,
+        "type": "message",
+        "role": "assistant",
+        "model": str(payload.get("model") or MODEL),
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": anthropic_usage(chunks),
+    }
+
+
+def tool_use_block(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The ``tool_use`` block the fake answers a request with tools with."""
+    return {"type": "tool_use", "id": TOOL_USE_ID, "name": "get_weather", "input": arguments}
+
+
+def anthropic_event(kind: str, data: dict[str, Any]) -> bytes:
+    """One event of a Messages stream: its name on an ``event:`` line, its ``type`` in data."""
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def message_events(payload: dict[str, Any], chunks: int) -> list[bytes]:
+    """The events of a streamed message, in Anthropic's order: ``message_start`` (the message,
+    no content), ``content_block_start``, a ``ping``, the deltas, ``content_block_stop``,
+    ``message_delta`` (stop reason, output usage), ``message_stop``."""
+    whole = message_object(payload, chunks)
+    started = {**whole, "content": [], "stop_reason": None, "usage": anthropic_usage(1)}
+    block = whole["content"][0]
+    steps: list[tuple[str, dict[str, Any]]] = [("message_start", {"message": started})]
+    if block["type"] == "tool_use":
+        arguments = orjson.dumps(block["input"]).decode()
+        middle = len(arguments) // 2
+        steps.append(("content_block_start", {"index": 0, "content_block": tool_use_block({})}))
+        steps.append(("ping", {}))
+        steps += [
+            ("content_block_delta", {"index": 0, "delta": {"type": "input_json_delta", **part}})
+            for part in ({"partial_json": arguments[:middle]}, {"partial_json": arguments[middle:]})
+        ]
+    else:
+        empty = {"type": "text", "text": ""}
+        steps.append(("content_block_start", {"index": 0, "content_block": empty}))
+        steps.append(("ping", {}))
+        steps += [
+            ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": word}})
+            for word in answer_words(chunks)
+        ]
+    delta = {"stop_reason": whole["stop_reason"], "stop_sequence": None}
+    steps += [
+        ("content_block_stop", {"index": 0}),
+        ("message_delta", {"delta": delta, "usage": {"output_tokens": chunks}}),
+        ("message_stop", {}),
+    ]
+    return [anthropic_event(kind, {"type": kind, **fields}) for kind, fields in steps]
+
+
+def fake_input_tokens(payload: dict[str, Any]) -> int:
+    """A deterministic ``count_tokens`` answer: a quarter of the request's JSON bytes."""
+    counted = {key: payload.get(key) for key in ("system", "messages", "tools")}
+    return len(orjson.dumps(counted)) // 4
+
+
 class FakeServer:
     """Runs a ``FakeUpstream`` on a free port in a background thread (context manager)."""
 
@@ -673,6 +832,12 @@ class FakeServer:
     def url(self) -> str:
         """Base URL ending in ``/v1``."""
         return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def root(self) -> str:
+        """Base URL without ``/v1``: Anthropic's, as its SDK and ``upstream.anthropic.url``
+        take it."""
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> FakeServer:
         """Start serving; returns when the port is bound."""

@@ -436,6 +436,36 @@ async def test_data_survives_a_restart(open_store: StoreFactory) -> None:
     assert hits[0].record.id == "m3"
 
 
+async def test_retrieval_counts_survive_a_restart(open_store: StoreFactory) -> None:
+    store = await open_store()
+    await put(store, record("m1"), record("m2"))
+    await store.increment_retrievals("t1", ["m1", "m1", "m2"])
+    await store.close()
+    reopened = await open_store()
+    counts = {r.id: r.retrieval_count for r in await list_all(reopened, "t1")}
+    assert counts == {"m1": 2, "m2": 1}
+
+
+async def test_a_rewrite_carries_its_own_retrieval_count(store: MemoryStore) -> None:
+    await put(store, record("m1"), record("m2"))
+    await store.increment_retrievals("t1", ["m1", "m1", "m2"])
+    await put(store, record("m1", retrieval_count=7))  # an import restoring its own count
+    assert await store.delete("t1", "m2")
+    await put(store, record("m2"))
+    await store.increment_retrievals("t1", ["m1"])
+    counts = {r.id: r.retrieval_count for r in await list_all(store, "t1")}
+    assert counts == {"m1": 8, "m2": 0}
+
+
+async def test_search_returns_current_retrieval_counts(store: MemoryStore) -> None:
+    await put(store, record("m1"))
+    query = query_for(record("m1").content, top_k=1)
+    await store.increment_retrievals("t1", ["m1"])
+    assert (await store.search("t1", query))[0].record.retrieval_count == 1  # read, then kept
+    await store.increment_retrievals("t1", ["m1", "m1"])
+    assert (await store.search("t1", query))[0].record.retrieval_count == 3
+
+
 async def test_reopening_with_another_vector_size_is_a_config_error(
     open_store: StoreFactory,
 ) -> None:

@@ -31,7 +31,7 @@ def test_lookup_returns_hits_only_and_the_generation() -> None:
     ("write", "kept"),
     [
         (lambda c: c.invalidate([key("x")]), False),
-        (lambda c: c.update([key("x")], retrieval_count=3), False),
+        (lambda c: c.update_counts({key("x"): 3}), False),
         (lambda c: c.clear(), False),
         (lambda c: c.lookup([key("x")]), True),  # a read is not a write
     ],
@@ -47,7 +47,7 @@ def test_a_write_since_the_lookup_keeps_the_reader_from_storing(write, kept: boo
 def test_invalidate_drops_and_update_replaces() -> None:
     cache = RecordCache(10)
     cache.store({key("a"): record("a"), key("b"): record("b")}, 0)
-    cache.update([key("a"), key("missing")], retrieval_count=7)
+    cache.update_counts({key("a"): 7, key("missing"): 7})
     cache.invalidate([key("b")])
     found, _ = cache.lookup([key("a"), key("b"), key("missing")])
     assert list(found) == [key("a")]

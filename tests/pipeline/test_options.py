@@ -43,6 +43,9 @@ def headers(**values: str) -> dict[str, str]:
         ({}, "position", "turn"),
         (headers(position=" System "), "position", "system"),
         (headers(position="turn"), "position", "turn"),
+        ({}, "budget_rule", "adaptive"),
+        (headers(budget_rule="FILL"), "budget_rule", "fill"),
+        (headers(budget_rule=" adaptive "), "budget_rule", "adaptive"),
     ],
 )
 def test_header_values(given_headers: dict[str, str], field: str, expected: Any) -> None:
@@ -68,6 +71,8 @@ def test_header_values(given_headers: dict[str, str], field: str, expected: Any)
         ("capture", "all"),
         ("position", "front"),
         ("position", ""),
+        ("budget_rule", "greedy"),
+        ("budget_rule", ""),
         ("user", "x" * 300),
         ("session", "bad\nid"),
     ],
@@ -146,3 +151,10 @@ def test_the_tenants_position_is_the_default() -> None:
     limits = MemorySettings().for_tenant(TenantMemory(position="system"))
     assert parse_options(limits, {}, {}).position == "system"
     assert parse_options(limits, headers(position="turn"), {}).position == "turn"
+
+
+def test_budget_rule_defaults_to_the_tenants() -> None:
+    """``memory.budget_rule`` (or a tenant's) is what a request without the header gets."""
+    tenant = MemorySettings().for_tenant(TenantMemory(budget_rule="fill"))
+    assert parse_options(tenant, {}, {}).budget_rule == "fill"
+    assert parse_options(tenant, headers(budget_rule="adaptive"), {}).budget_rule == "adaptive"

@@ -540,3 +540,26 @@ async def test_bounds_never_settle_a_continued_response_above_its_counted_budget
         prepared = await pipeline.prepare(TENANT, headers, ask, RESPONSES)
         budgets.append(int(prepared.response_headers["X-Memory-Budget"]))
     assert budgets == [0, 0]
+
+
+@pytest.mark.parametrize(("memories", "on_loop"), [(40, True), (150, False)])
+async def test_a_large_assembly_runs_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch, memories: int, on_loop: bool
+) -> None:
+    from proxy.pipeline import pipeline as pipeline_module
+
+    threads: list[int] = []
+    real = pipeline_module.assemble
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline_module, "assemble", spy)
+    records = [replace(BISCUIT, id=f"m{i}", content=f"Biscuit fact {i}.") for i in range(memories)]
+    tenant = Tenant("t1", MemorySettings(top_k=200))
+    pipeline = build(FakeStore(records, dimensions=DIMS), FakeEmbedder(DIMS))
+    prepared = await pipeline.prepare(tenant, {}, body("what is my dog called?"), OPENAI_CHAT)
+    assert prepared.response_headers["X-Memory-Status"] == "injected"
+    assert (threads == [threading.get_ident()]) is on_loop
+    assert len(threads) == 1

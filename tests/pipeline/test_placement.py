@@ -82,14 +82,22 @@ def chat(*turns: str) -> dict[str, Any]:
 
 async def test_the_block_goes_in_the_latest_turn_and_comes_back_next_turn() -> None:
     pipeline, spawned, _ = build()
-    first = await pipeline.prepare(TENANT, {"x-memory-max-tokens": "30"}, chat("dog?"), OPENAI_CHAT)
+    first = await pipeline.prepare(
+        TENANT,
+        {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"},
+        chat("dog?"),
+        OPENAI_CHAT,
+    )
     await spawned.run()
     sent = first.body["messages"]
     assert sent[0] == SYSTEM
     assert sent[1]["content"].startswith(BLOCK_OPEN)
     assert sent[1]["content"].endswith("\n\ndog?")
     second = await pipeline.prepare(
-        TENANT, {"x-memory-max-tokens": "30"}, chat("dog?", "Biscuit.", "tea?"), OPENAI_CHAT
+        TENANT,
+        {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"},
+        chat("dog?", "Biscuit.", "tea?"),
+        OPENAI_CHAT,
     )
     assert second.body["messages"][: len(sent)] == sent  # the previous prompt, byte for byte
     assert second.response_headers["X-Memory-Status"] == "injected"
@@ -200,7 +208,7 @@ def responses(*turns: str, **fields: object) -> dict[str, Any]:
 
 async def test_responses_blocks_come_back_in_the_input_items_that_held_them() -> None:
     pipeline, spawned, _ = build()
-    headers = {"x-memory-max-tokens": "30"}
+    headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
     first = await pipeline.prepare(TENANT, headers, responses("dog?"), RESPONSES)
     await spawned.run()
     sent = first.body["input"]

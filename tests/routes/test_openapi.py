@@ -60,10 +60,12 @@ def test_document_is_served_and_describes_every_memories_endpoint(root: str) -> 
     }
     assert operations >= MEMORY_PATHS
     assert {("/healthz", "get"), ("/readyz", "get"), ("/v1/chat/completions", "post")} <= operations
-    for path in ("/v1/chat/completions", "/v1/responses"):
+    for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
         route = document["paths"][path]["post"]
         assert {p["name"] for p in route["parameters"]} >= {"X-Memory-Mode", "X-Memory-User"}
         assert "X-Memory-Status" in route["responses"]["200"]["headers"]
+    messages_400 = document["paths"]["/v1/messages"]["post"]["responses"]["400"]
+    assert messages_400["content"]["application/json"]["schema"]["required"] == ["type", "error"]
     for schema in document["components"]["schemas"].values():
         Draft202012Validator.check_schema(schema)
 
@@ -76,7 +78,7 @@ def test_document_follows_the_settings(fuzz_settings: Settings) -> None:
     # A key is required for memories unless keyless callers share the anonymous tenant; a
     # keyless chat request still passes through (memory off) in passthrough mode.
     assert document["security"] == keyed
-    for path in ("/v1/chat/completions", "/v1/responses"):
+    for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
         assert document["paths"][path]["post"]["security"] == [{}, *keyed]
     anonymous = replace(fuzz_settings, auth=replace(fuzz_settings.auth, anonymous=True))
     assert build_openapi(anonymous)["security"] == [{}, *keyed]

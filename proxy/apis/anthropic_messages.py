@@ -1,0 +1,333 @@
+"""Anthropic's Messages API (``POST /v1/messages``) as an ``ApiAdapter``.
+
+Reading a request: ``system`` (a string or text blocks) and ``messages`` become the
+chat-shaped conversation the pipeline budgets, queries and captures. Text blocks stay text
+parts; an image counts as two high-detail chat images (1,530 tokens: Anthropic bills an image
+of its largest size, 1.15 megapixels, ~1,600 = pixels / 750); a document as a file part (the
+billing's guess); a ``tool_use`` becomes an assistant tool call, a ``tool_result`` a tool
+message; ``thinking`` counts as its text; any other block as its compact JSON, an upper
+estimate. ``tools`` count as chat tools, ``max_tokens`` (required by the API) is the response
+reserve. Claude models are counted with Claude's tokenizer and a margin
+(``proxy/claude_tokenizer.py``); the system prompt Anthropic adds for tool use (a few hundred
+tokens) is left to the budget's 5% safety buffer.
+
+Writing the block, position ``turn`` (the default, adr/0111): a text block at the start of the
+latest user message's content, after any ``tool_result`` blocks (the API wants them first) and
+after its last ``cache_control`` breakpoint (string content: the block, a blank line, the text);
+earlier turns' blocks go back where they were, so the previous prompt stays a prefix. When an
+assistant message after it carries a breakpoint there is no slot; the block then goes where
+position ``system`` puts it, unless that would be in front of a breakpoint: then nowhere.
+
+Position ``system`` (adr/0108): never in front of the app's ``cache_control`` breakpoints, so
+the prefix the app caches stays byte for byte what it sent. Anthropic caches the prefix
+tools -> system -> messages up to each breakpoint:
+
+- no breakpoint in ``messages`` (none at all, or only on tools or system): the block goes in
+  ``system``, after the app's own text: a string gets ``"\\n\\n" + block``; blocks get one
+  more text block at the end, after the last breakpoint (an existing block is never edited);
+  none becomes the block;
+- the last breakpoint in ``messages`` (the app caches its conversation): a block in ``system``
+  would change that whole cached prefix whenever the memories change. The block goes as a new
+  text block right after the breakpoint's block when that is in a user message, else at the
+  start of the first user message after it; with none after it, in ``system`` after all.
+
+A body of no shape this reads (``messages`` not a list of objects, ``system`` neither a string
+nor a list of objects) has nothing to retrieve for: it goes upstream untouched, and the upstream
+answers it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from proxy.apis.adapter import (
+    SYSTEM,
+    TURN,
+    Blocks,
+    Conversation,
+    Injected,
+    TurnRule,
+    chat_messages,
+    in_turns,
+)
+from proxy.apis.answer import Answer
+from proxy.apis.openai_chat import parsed_body
+from proxy.context.position import has_breakpoint
+from proxy.defaults import Position
+from proxy.error_responses import ANTHROPIC, ErrorShape
+from proxy.pipeline.contract import Completion
+from proxy.sse import iter_events
+
+SEPARATOR = "\n\n"  # between the app's system text and the block, as in a chat system prompt
+CACHE_CONTROL = "cache_control"
+USER = "user"
+TOOL_RESULT = "tool_result"
+HIGH_DETAIL_IMAGE = {"type": "image_url", "image_url": {"detail": "high"}}
+IMAGE_PARTS = 2  # chat images an Anthropic image counts as (2 x 765 >= ~1,600 max)
+FAILED_EVENTS = ("error",)
+
+
+def pinned(part: object) -> bool:
+    """Whether the block must come after ``part``: a breakpoint or a ``tool_result``."""
+    return has_breakpoint(part) or (isinstance(part, Mapping) and part.get("type") == TOOL_RESULT)
+
+
+def preamble(system: object) -> str | None:
+    """The system prompt as text for the blocks' keys, breakpoints left out (moving one changes
+    no prompt token); ``None`` when it cannot be written as JSON."""
+    if isinstance(system, list):
+        system = [
+            {k: v for k, v in part.items() if k != CACHE_CONTROL}
+            if isinstance(part, Mapping)
+            else part
+            for part in system
+        ]
+    try:
+        return orjson.dumps(system).decode()
+    except orjson.JSONEncodeError:
+        return None
+
+
+class AnthropicMessages:
+    """``POST /v1/messages`` as an ``ApiAdapter``."""
+
+    route = "messages"
+    errors: ErrorShape = ANTHROPIC
+    positions: frozenset[Position] = frozenset({SYSTEM, TURN})
+    # Tool results open a user message (the API requires them first): the block follows them.
+    rule = TurnRule(behind_roles=(USER,), pinned=pinned)
+
+    def conversation(self, body: Mapping[str, object]) -> Conversation:
+        """The conversation of ``system`` and ``messages``; the chat body it costs."""
+        model = str(body.get("model") or "")
+        system = body.get("system")
+        sent = chat_messages(body.get("messages"))
+        if not sent or system_blocks(system) is None:
+            return Conversation(model=model, messages=(), billed={"model": model})
+        messages: list[Mapping[str, object]] = []
+        if system:
+            messages.append({"role": "system", "content": chat_content(system)})
+        for message in sent:
+            messages += as_messages(message)
+        return Conversation(
+            model=model,
+            messages=messages,
+            billed=billed_body(body, messages),
+            turns=sent,
+            preamble=preamble(system),
+        )
+
+    def inject(
+        self, body: Mapping[str, object], conversation: Conversation, blocks: Blocks
+    ) -> Injected:
+        """Position ``turn``: at the start of the latest user message, after its ``tool_result``
+        blocks and breakpoints; ``system``: after the app's last breakpoint (module notes)."""
+        messages = body.get("messages")
+        if blocks.position == TURN and blocks.slot is not None:
+            new, held = in_turns(conversation.turns, blocks, self.rule)
+            return Injected({**body, "messages": new}, held is not None, held)
+        block = blocks.block
+        if not block:
+            return Injected(dict(body))
+        if isinstance(messages, list):
+            placed = after_breakpoint(messages, block)
+            if placed is not None:
+                at = next(
+                    i for i, (a, b) in enumerate(zip(messages, placed, strict=True)) if a is not b
+                )
+                return Injected({**body, "messages": placed}, True, at)
+            if blocks.position == TURN and breakpoint_at(messages) is not None:
+                return Injected(dict(body))  # the system prompt would precede a breakpoint
+        return Injected({**body, "system": with_block(body.get("system"), block)}, True)
+
+    def shown(self, body: Mapping[str, object]) -> dict[str, object]:
+        """``system`` and ``messages``, as they would be forwarded."""
+        return {"system": body.get("system"), "messages": body.get("messages")}
+
+    def read_completion(self, answer: Answer) -> Completion:
+        """The text of a message object's text blocks, or of a stream's ``text_delta`` events."""
+        raw = answer.decoded()
+        if not answer.streamed:
+            body = parsed_body(raw) if answer.ok else None
+            content = body.get("content") if body is not None else None
+            return Completion(
+                status=answer.status,
+                streamed=False,
+                ok=answer.ok,
+                text=message_text(content),
+                body=body,
+            )
+        text, failed = stream_text(iter_events(raw))
+        return Completion(
+            status=answer.status, streamed=True, ok=answer.ok and not failed, text=text
+        )
+
+
+ANTHROPIC_MESSAGES = AnthropicMessages()
+
+
+def system_blocks(system: object) -> list[Mapping[str, object]] | str | None:
+    """``system`` as sent when the API takes it (a string or a list of objects, absent as
+    ``""``); ``None`` when malformed."""
+    if system is None or isinstance(system, str):
+        return system or ""
+    if not isinstance(system, list):
+        return None
+    blocks: list[Mapping[str, object]] = [b for b in system if isinstance(b, dict)]
+    return blocks if len(blocks) == len(system) else None
+
+
+def as_messages(message: Mapping[str, object]) -> list[Mapping[str, object]]:
+    """One Anthropic message as the chat messages that cost as much and read the same.
+
+    Tool results become tool messages (after the message's other content, in order); the
+    rest stays one message of the same role, tool uses as its tool calls.
+    """
+    role, content = message.get("role"), message.get("content")
+    if not isinstance(content, list):
+        return [{"role": role, "content": content}]
+    parts: list[object] = []
+    calls: list[dict[str, object]] = []
+    results: list[Mapping[str, object]] = []
+    for block in content:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "tool_use" and isinstance(block, Mapping):
+            arguments = orjson.dumps(block.get("input")).decode()
+            function = {"name": block.get("name"), "arguments": arguments}
+            calls.append({"id": block.get("id"), "type": "function", "function": function})
+        elif kind == "tool_result" and isinstance(block, Mapping):
+            output = chat_content(block.get("content"))
+            results.append(
+                {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": output}
+            )
+        else:
+            parts += chat_parts(block)
+    out: list[Mapping[str, object]] = []
+    if parts or calls or not results:
+        chat: dict[str, object] = {"role": role, "content": parts}
+        if calls:
+            chat["tool_calls"] = calls
+        out.append(chat)
+    return [*results, *out] if role == USER else [*out, *results]
+
+
+def chat_content(content: object) -> object:
+    """Content (a string or blocks) with Anthropic's blocks as the chat parts billed the same."""
+    if not isinstance(content, list):
+        return content
+    parts: list[object] = []
+    for block in content:
+        parts += chat_parts(block)
+    return parts
+
+
+def chat_parts(block: object) -> list[object]:
+    """One content block as chat parts: text as ``text``, media as the parts of their cost."""
+    if not isinstance(block, Mapping):
+        return [block]
+    kind = block.get("type")
+    if kind == "text":
+        return [{"type": "text", "text": block.get("text")}]
+    if kind == "thinking":
+        return [{"type": "text", "text": block.get("thinking")}]
+    if kind == "image":
+        return [HIGH_DETAIL_IMAGE] * IMAGE_PARTS
+    if kind == "document":
+        return [{"type": "file"}]
+    return [block]  # redacted thinking, server tool blocks...: billed as their JSON
+
+
+def billed_body(
+    body: Mapping[str, object], messages: Sequence[Mapping[str, object]]
+) -> dict[str, object]:
+    """The chat completions body that costs what ``body`` costs."""
+    billed: dict[str, object] = {"model": body.get("model"), "messages": messages}
+    tools = body.get("tools")
+    if tools is not None:
+        billed["tools"] = tools
+    limit = body.get("max_tokens")
+    if limit is not None:
+        billed["max_completion_tokens"] = limit
+    return billed
+
+
+def with_block(system: object, block: str) -> str | list[object]:
+    """``system`` with the block after the app's text: a string appended to, blocks given
+    one more text block at the end (after any breakpoint), nothing replaced by the block."""
+    if isinstance(system, list) and system:
+        return [*system, {"type": "text", "text": block}]
+    if isinstance(system, str) and system:
+        return system + SEPARATOR + block
+    return block
+
+
+def breakpoint_at(messages: Sequence[object]) -> tuple[int, int] | None:
+    """(message, block) of the last ``cache_control`` breakpoint in ``messages``, if any."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if not isinstance(content, list):
+            continue
+        for position in range(len(content) - 1, -1, -1):
+            part = content[position]
+            if isinstance(part, Mapping) and part.get(CACHE_CONTROL) is not None:
+                return index, position
+    return None
+
+
+def after_breakpoint(messages: Sequence[Any], block: str) -> list[Any] | None:
+    """``messages`` with the block as a text block after their last breakpoint; ``None``
+    when they have none, or no user message holds or follows it."""
+    found = breakpoint_at(messages)
+    if found is None:
+        return None
+    index, position = found
+    text = {"type": "text", "text": block}
+    for at in range(index, len(messages)):
+        message = messages[at]
+        if not isinstance(message, Mapping) or message.get("role") != USER:
+            continue
+        content = message.get("content")
+        if at == index:
+            assert isinstance(content, list)  # the breakpoint is one of its blocks
+            placed = [*content[: position + 1], text, *content[position + 1 :]]
+        elif isinstance(content, list):
+            placed = [text, *content]
+        else:
+            placed = [text, {"type": "text", "text": content}] if content else [text]
+        return [*messages[:at], {**message, "content": placed}, *messages[at + 1 :]]
+    return None
+
+
+def message_text(content: object) -> str:
+    """The text of a message object's ``content``: its text blocks, joined (what the SDK's
+    text blocks hold; tool uses and thinking carry none)."""
+    if not isinstance(content, list):
+        return ""
+    texts = [
+        block.get("text")
+        for block in content
+        if isinstance(block, dict) and block.get("type") == "text"
+    ]
+    return "".join(text for text in texts if isinstance(text, str))
+
+
+def stream_text(events: Sequence[Mapping[str, Any]]) -> tuple[str, bool]:
+    """The answer text of a stream (its ``text_delta`` events), and whether it failed (an
+    ``error`` event: the stream's status is 200 even then)."""
+    deltas: list[str] = []
+    failed = False
+    for event in events:
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            delta = event.get("delta")
+            if isinstance(delta, Mapping) and delta.get("type") == "text_delta":
+                text = delta.get("text")
+                if isinstance(text, str):
+                    deltas.append(text)
+        elif kind in FAILED_EVENTS:
+            failed = True
+    return "".join(deltas), failed

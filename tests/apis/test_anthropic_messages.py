@@ -1,0 +1,320 @@
+"""Anthropic's Messages API adapter: reading bodies into the pipeline's conversation, placing
+the block in the latest user turn (position turn) or after the app's cache breakpoints
+(position system), reading answers (object and stream)."""
+
+from __future__ import annotations
+
+import gzip
+from typing import Any
+
+import orjson
+import pytest
+
+from proxy.apis.adapter import SYSTEM, TURN, Blocks, Injected
+from proxy.apis.answer import Answer
+from proxy.apis.anthropic_messages import ANTHROPIC_MESSAGES as API
+from proxy.context.allocation import BudgetCalculator
+from proxy.context.limits import ModelLimits
+from proxy.context.position import Slot, slot
+from proxy.tokenizer import tiktoken_tokenizer
+from tests.fakes.upstream import message_events, message_object
+
+BLOCK = "<memories>\nthe user's cat is Miso\n</memories>"
+CACHED = {"type": "ephemeral"}
+USER = {"role": "user", "content": "What is my cat called?"}
+
+
+def inject(body: dict[str, Any]) -> dict[str, object]:
+    return API.inject(body, API.conversation(body), Blocks(BLOCK, SYSTEM)).body
+
+
+def text(value: str, **extra: object) -> dict[str, object]:
+    return {"type": "text", "text": value, **extra}
+
+
+@pytest.mark.parametrize(
+    ("system", "expected"),
+    [
+        (None, BLOCK),
+        ("", BLOCK),
+        ("You are kind.", "You are kind.\n\n" + BLOCK),
+        ([text("You are kind.")], [text("You are kind."), text(BLOCK)]),
+        # The block goes after the breakpoint as a new block: the cached block is not edited.
+        (
+            [text("Rules.", cache_control=CACHED)],
+            [text("Rules.", cache_control=CACHED), text(BLOCK)],
+        ),
+        (
+            [text("A.", cache_control=CACHED), text("B.")],
+            [text("A.", cache_control=CACHED), text("B."), text(BLOCK)],
+        ),
+    ],
+)
+def test_the_block_goes_in_system_after_the_apps_own(system: object, expected: object) -> None:
+    body: dict[str, Any] = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [USER]}
+    if system is not None:
+        body["system"] = system
+    forwarded = inject(body)
+    assert forwarded["system"] == expected
+    assert forwarded["messages"] == [USER]
+    assert "system" not in body or body["system"] == system  # the input is untouched
+
+
+def test_breakpoints_on_tools_keep_the_block_in_system() -> None:
+    tools = [{"name": "t", "input_schema": {"type": "object"}, "cache_control": CACHED}]
+    body = {"model": "m", "max_tokens": 9, "tools": tools, "system": "S.", "messages": [USER]}
+    assert inject(body)["system"] == "S.\n\n" + BLOCK
+
+
+def test_a_breakpoint_in_a_user_message_gets_the_block_right_after_it() -> None:
+    history = [
+        {"role": "user", "content": [text("Long document.", cache_control=CACHED), text("Q1")]},
+        {"role": "assistant", "content": "A1"},
+        USER,
+    ]
+    body = {"model": "m", "max_tokens": 9, "system": "S.", "messages": history}
+    forwarded = inject(body)
+    assert forwarded["system"] == "S."  # the cached prefix (tools, system, ...) is unchanged
+    messages: Any = forwarded["messages"]
+    assert messages[0]["content"] == [
+        text("Long document.", cache_control=CACHED),
+        text(BLOCK),
+        text("Q1"),
+    ]
+    assert messages[1:] == history[1:]
+    assert history[0]["content"] == [text("Long document.", cache_control=CACHED), text("Q1")]
+
+
+@pytest.mark.parametrize(
+    ("later", "placed"),
+    [
+        ("Thanks!", [text(BLOCK), text("Thanks!")]),
+        ([text("Thanks!")], [text(BLOCK), text("Thanks!")]),
+    ],
+)
+def test_a_breakpoint_in_an_assistant_message_puts_the_block_in_the_next_user_message(
+    later: object, placed: object
+) -> None:
+    history = [
+        USER,
+        {"role": "assistant", "content": [text("Miso.", cache_control=CACHED)]},
+        {"role": "user", "content": later},
+    ]
+    forwarded = inject({"model": "m", "max_tokens": 9, "messages": history})
+    assert "system" not in forwarded
+    messages: Any = forwarded["messages"]
+    assert messages[:2] == history[:2]
+    assert messages[2] == {"role": "user", "content": placed}
+
+
+def test_no_user_message_after_the_breakpoint_falls_back_to_system() -> None:
+    history = [USER, {"role": "assistant", "content": [text("Mi", cache_control=CACHED)]}]
+    forwarded = inject({"model": "m", "max_tokens": 9, "messages": history})
+    assert forwarded["system"] == BLOCK
+    assert forwarded["messages"] == history
+
+
+def test_the_conversation_in_chat_terms() -> None:
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 1000,
+        "system": [text("S.", cache_control=CACHED)],
+        "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": [text("Weather in Paris?"), {"type": "image"}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "Call the tool.", "signature": "x"},
+                    {"type": "tool_use", "id": "tu1", "name": "get_weather", "input": {"c": 1}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "tu1", "content": "Sunny"},
+                    text("And tomorrow?"),
+                ],
+            },
+        ],
+    }
+    conversation = API.conversation(body)
+    high = {"type": "image_url", "image_url": {"detail": "high"}}
+    assert conversation.messages == [
+        {"role": "system", "content": [text("S.")]},
+        {"role": "user", "content": [text("Weather in Paris?"), high, high]},
+        {
+            "role": "assistant",
+            "content": [text("Call the tool.")],
+            "tool_calls": [
+                {
+                    "id": "tu1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"c":1}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "tu1", "content": "Sunny"},
+        {"role": "user", "content": [text("And tomorrow?")]},
+    ]
+    assert conversation.billed["tools"] == body["tools"]
+    assert conversation.billed["max_completion_tokens"] == 1000
+    assert not conversation.unseen_history
+
+
+def test_the_budget_uses_claudes_window_max_tokens_and_tokenizer() -> None:
+    body = {"model": "claude-3-5-haiku-20241022", "max_tokens": 2000, "messages": [USER]}
+    calculator = BudgetCalculator(ModelLimits(), tiktoken_tokenizer(), memory_cap=None)
+    budget = calculator.calculate_request(API.conversation(body).billed)
+    assert budget.context_window == 200_000
+    assert budget.response_reserve == 2000
+    assert budget.encoding == "claude"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "m", "messages": "hi"},
+        {"model": "m", "messages": [USER, "hi"]},
+        {"model": "m", "system": 7, "messages": [USER]},
+        {"model": "m", "system": ["S."], "messages": [USER]},
+        {"model": "m"},
+    ],
+)
+def test_malformed_bodies_have_nothing_to_retrieve_for(body: dict[str, object]) -> None:
+    assert API.conversation(body).messages == ()
+
+
+def answer(chunks: list[bytes], *, streamed: bool, ok: bool = True, gz: bool = False) -> Answer:
+    headers = [(b"content-encoding", b"gzip")] if gz else []
+    body = [gzip.compress(b"".join(chunks))] if gz else chunks
+    return Answer(200, streamed=streamed, ok=ok, chunks=body, headers=headers)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_reading_a_message_object(gz: bool) -> None:
+    body = message_object({"model": "m"}, 3)
+    body["content"] = [text("Hello "), {"type": "tool_use", "id": "t", "input": {}}, text("you")]
+    completion = API.read_completion(answer([orjson.dumps(body)], streamed=False, gz=gz))
+    assert completion.text == "Hello you"
+    assert completion.body == body
+    assert completion.ok
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_reading_a_stream(gz: bool) -> None:
+    events = message_events({"model": "m"}, 4)
+    completion = API.read_completion(answer(events, streamed=True, gz=gz))
+    assert completion.text == "Hello from the fake"
+    assert completion.ok
+    assert completion.streamed
+
+
+def test_a_stream_with_an_error_event_failed() -> None:
+    events = message_events({"model": "m"}, 4)[:4]
+    events.append(b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error"}}\n\n')
+    completion = API.read_completion(answer(events, streamed=True))
+    assert not completion.ok
+    assert completion.text == "Hello "
+
+
+def test_tool_input_deltas_are_no_text() -> None:
+    events = message_events({"model": "m", "tools": [{"name": "t"}]}, 4)
+    assert API.read_completion(answer(events, streamed=True)).text == ""
+
+
+RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "21 C"}
+CALL = {
+    "role": "assistant",
+    "content": [{"type": "tool_use", "id": "t1", "name": "w", "input": {}}],
+}
+
+
+def in_turn(messages: list[Any], **fields: object) -> Injected:
+    """The block placed as the pipeline places it with position turn."""
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": messages, **fields}
+    seen = API.conversation(body)
+    rule = API.rule
+    at = slot(
+        seen.turns,
+        anchor_roles=rule.anchor_roles,
+        behind_roles=rule.behind_roles,
+        pinned=rule.pinned,
+    )
+    return API.inject(body, seen, Blocks(BLOCK, TURN, at))
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected", "message"),
+    [
+        # String content: the block, a blank line, the user's text.
+        ([USER], [{"role": "user", "content": BLOCK + "\n\n" + USER["content"]}], 0),
+        # Blocks: a text block first.
+        (
+            [{"role": "user", "content": [text("Q")]}],
+            [{"role": "user", "content": [text(BLOCK), text("Q")]}],
+            0,
+        ),
+        # Tool results come first in their message: the block follows them.
+        (
+            [USER, CALL, {"role": "user", "content": [RESULT, text("and?")]}],
+            [USER, CALL, {"role": "user", "content": [RESULT, text(BLOCK), text("and?")]}],
+            2,
+        ),
+        # Never in front of a breakpoint: behind the last one of the message.
+        (
+            [{"role": "user", "content": [text("Doc.", cache_control=CACHED), text("Q")]}],
+            [
+                {
+                    "role": "user",
+                    "content": [text("Doc.", cache_control=CACHED), text(BLOCK), text("Q")],
+                }
+            ],
+            0,
+        ),
+    ],
+)
+def test_position_turn_puts_the_block_at_the_start_of_the_latest_user_message(
+    messages: list[Any], expected: list[Any], message: int
+) -> None:
+    injected = in_turn(messages, system=[text("S.", cache_control=CACHED)])
+    assert injected.body["messages"] == expected
+    assert injected.body["system"] == [text("S.", cache_control=CACHED)]  # the prefix unchanged
+    assert (injected.held, injected.message) == (True, message)
+
+
+def test_position_turn_with_a_breakpoint_on_a_later_assistant_message_injects_nothing() -> None:
+    prefill = {"role": "assistant", "content": [text("Sure,", cache_control=CACHED)]}
+    injected = in_turn([USER, prefill], system="S.")
+    assert injected == Injected(
+        {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 64,
+            "messages": [USER, prefill],
+            "system": "S.",
+        }
+    )
+
+
+def test_position_turn_puts_earlier_blocks_back() -> None:
+    messages = [
+        USER,
+        {"role": "assistant", "content": "Miso."},
+        {"role": "user", "content": "And?"},
+    ]
+    body = {"model": "m", "max_tokens": 9, "messages": messages}
+    blocks = Blocks("NEW", TURN, Slot(2, 0), earlier=((Slot(0, 0), "OLD"),))
+    sent = API.inject(body, API.conversation(body), blocks).body["messages"]
+    assert sent == [
+        {"role": "user", "content": "OLD\n\n" + USER["content"]},
+        messages[1],
+        {"role": "user", "content": "NEW\n\nAnd?"},
+    ]
+
+
+def test_the_system_prompt_is_part_of_the_blocks_keys_without_its_breakpoints() -> None:
+    def preamble(system: object) -> object:
+        return API.conversation({"model": "m", "system": system, "messages": [USER]}).preamble
+
+    assert preamble([text("S.", cache_control=CACHED)]) == preamble([text("S.")])
+    assert preamble("S.") != preamble("T.")

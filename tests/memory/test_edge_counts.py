@@ -1,0 +1,78 @@
+"""RetrievalCounts: the embedded store's count table, its file; counts stay off the shard."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+import qdrant_edge as qe
+
+from proxy.memory import edge_counts
+from proxy.memory.edge import EdgeStore
+from proxy.memory.edge_counts import COUNTS_FILE, MAGIC, RetrievalCounts
+from proxy.memory.points import RETRIEVAL_COUNT_KEY, point_id
+from tests.memory.support import record, vectors_for
+
+DIM = 32
+
+
+def pid(n: int) -> uuid.UUID:
+    return uuid.UUID(int=n)
+
+
+def test_saved_counts_load_back(tmp_path: Path) -> None:
+    path = tmp_path / COUNTS_FILE
+    table = RetrievalCounts(path)
+    table.set_many({pid(1): 3, pid(2): 2**40})
+    table.drop([pid(3)])
+    table.save()
+    loaded = RetrievalCounts.load(path)
+    assert (loaded.get(pid(1)), loaded.get(pid(2)), loaded.get(pid(3))) == (3, 2**40, None)
+    assert len(loaded) == 2
+
+
+def test_a_missing_or_damaged_file_is_an_empty_table(tmp_path: Path) -> None:
+    path = tmp_path / COUNTS_FILE
+    assert len(RetrievalCounts.load(path)) == 0
+    path.write_bytes(MAGIC + b"\x01" * 7)  # not a whole entry
+    assert len(RetrievalCounts.load(path)) == 0
+    path.write_bytes(b"something else entirely")
+    assert len(RetrievalCounts.load(path)) == 0
+
+
+def test_saves_only_changes_and_at_most_every_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / COUNTS_FILE
+    table = RetrievalCounts(path)
+    table.save_if_due()
+    assert not path.exists()  # nothing changed
+    table.set_many({pid(1): 1})
+    table.save_if_due()
+    assert not path.exists()  # changed, but the interval has not passed
+    monkeypatch.setattr(edge_counts, "SAVE_INTERVAL_S", 0.0)
+    table.save_if_due()
+    assert RetrievalCounts.load(path).get(pid(1)) == 1
+    path.unlink()
+    table.save_if_due()
+    assert not path.exists()  # saved already: nothing new to write
+
+
+async def test_increments_never_write_the_shard(tmp_path: Path) -> None:
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        records = [record("m1"), record("m2")]
+        await store.add(records, vectors_for(records))
+        await store.increment_retrievals("t1", ["m1", "m1", "m2"])
+        got = await store.get("t1", "m1")
+        assert got is not None
+        assert got.retrieval_count == 2
+        # The point's payload keeps the count it was written with: no payload update, so the
+        # point stays in its indexed segment (adr/0103).
+        shard: qe.EdgeShard = store._shard
+        raw = shard.retrieve([point_id("t1", "m1")], True, False)
+        assert raw[0].payload[RETRIEVAL_COUNT_KEY] == 0
+    finally:
+        await store.close()
+    assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(uuid.UUID(point_id("t1", "m1"))) == 2
