@@ -1,19 +1,20 @@
-"""End to end with the ``openai`` SDK, chat completions and the Responses API: over a
-conversation, each upstream prompt starts with the previous one byte for byte (position
-``turn``, adr/0111), and a lost block costs one prefix."""
+"""End to end with the official SDKs (chat completions, the Responses API, Anthropic's Messages
+API): over a conversation, each upstream prompt starts with the previous one byte for byte
+(position ``turn``, adr/0111), and a lost block costs one prefix."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any
+from typing import Any, ClassVar
 
+import anthropic
 import orjson
 import pytest
 
 from proxy.context.render import BLOCK_OPEN
 from tests.e2e import test_chat_memory
-from tests.e2e.conftest import MemoryProxy
+from tests.e2e.conftest import API_KEY, MemoryProxy
 
 MODEL = "gpt-4o-mini"
 FACTS = [
@@ -35,6 +36,8 @@ QUESTIONS = [
     "What does my sister play?",
 ]
 SYSTEM = {"role": "system", "content": "You are terse."}
+# The anthropic SDK warns about model names it deprecates; not what is tested.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 def turns_prefix(body: bytes, field: str) -> bytes:
@@ -64,7 +67,8 @@ class Chat:
     def __init__(self, proxy: MemoryProxy, **headers: str) -> None:
         self.proxy = proxy
         self.api = test_chat_memory.client(proxy)
-        self.headers = {"X-Memory-Max-Tokens": "45", **headers}
+        # fill: every turn gets memories (the adaptive rule may find none worth their tokens).
+        self.headers = {"X-Memory-Max-Tokens": "45", "X-Memory-Budget-Rule": "fill", **headers}
         self.history: list[dict[str, Any]] = [SYSTEM]
         self.bodies: list[bytes] = []
 
@@ -125,7 +129,51 @@ class Responses(Chat):
         return same and super().continues(before, after)
 
 
-APIS = [Chat, Responses]
+class Messages(Chat):
+    """The same app on Anthropic's Messages API (the ``anthropic`` SDK): ``system`` and the
+    history as ``messages``, its system prompt a cached block (``cache_control``)."""
+
+    CACHED: ClassVar[dict[str, Any]] = {"type": "ephemeral"}
+
+    def __init__(self, proxy: MemoryProxy, **headers: str) -> None:
+        # Claude's counts carry a margin (and a longer block header): a cap of 45 fits only the
+        # shortest memory, which every turn would choose again.
+        super().__init__(proxy, **{"X-Memory-Max-Tokens": "90", **headers})
+        self.history = []
+        self.client = anthropic.Anthropic(
+            base_url=proxy.server.root, api_key=API_KEY, max_retries=0
+        )
+
+    def say(self, question: str) -> str:
+        """One turn; returns X-Memory-Status."""
+        self.history.append({"role": "user", "content": question})
+        system = [{"type": "text", "text": SYSTEM["content"], "cache_control": self.CACHED}]
+        raw = self.client.messages.with_raw_response.create(
+            model="claude-sonnet-4-5",
+            max_tokens=256,
+            system=system,  # type: ignore[arg-type]
+            messages=self.history,  # type: ignore[arg-type]
+            extra_headers=self.headers,
+        )
+        answer = "".join(b.text for b in raw.parse().content if b.type == "text")
+        self.history.append({"role": "assistant", "content": answer})
+        self.bodies.append(self.proxy.fake.fake.requests[-1].body)
+        return raw.headers["x-memory-status"]
+
+    def system_prompt(self, body: bytes) -> str:
+        """The system prompt's text as the upstream got it."""
+        return text_of(orjson.loads(body)["system"])
+
+    def continues(self, before: bytes, after: bytes) -> bool:
+        """The prompt is tools, system, messages; the SDK writes ``system`` after
+        ``messages``: it must be the same, and the body up to the end of ``messages`` a
+        prefix."""
+        same = orjson.loads(before)["system"] == orjson.loads(after)["system"]
+        return same and super().continues(before, after)
+
+
+APIS = [Chat, Responses, Messages]
+IDS = ["chat", "responses", "messages"]
 Api = type[Chat]
 
 
@@ -139,7 +187,7 @@ def user_turns(chat: Chat, body: bytes) -> list[str]:
     return [text_of(m["content"]) for m in orjson.loads(body)[chat.field] if m["role"] == "user"]
 
 
-@pytest.mark.parametrize("api", APIS, ids=["chat", "responses"])
+@pytest.mark.parametrize("api", APIS, ids=IDS)
 def test_every_upstream_prompt_starts_with_the_previous_one(
     memproxy: MemoryProxy, api: Api
 ) -> None:
@@ -159,7 +207,7 @@ def test_every_upstream_prompt_starts_with_the_previous_one(
     assert sum(joined.count(fact) for fact in FACTS) > 2
 
 
-@pytest.mark.parametrize("api", APIS, ids=["chat", "responses"])
+@pytest.mark.parametrize("api", APIS, ids=IDS)
 def test_position_system_changes_the_prompt_near_its_start(memproxy: MemoryProxy, api: Api) -> None:
     memproxy.backends.write(memproxy.tenant, FACTS)
     chat = api(memproxy, **{"X-Memory-Position": "system"})
@@ -170,7 +218,7 @@ def test_position_system_changes_the_prompt_near_its_start(memproxy: MemoryProxy
     assert full_prefixes(chat).count(False) >= 2
 
 
-@pytest.mark.parametrize("api", APIS, ids=["chat", "responses"])
+@pytest.mark.parametrize("api", APIS, ids=IDS)
 def test_a_lost_block_breaks_one_prefix_and_nothing_fails(memproxy: MemoryProxy, api: Api) -> None:
     memproxy.backends.write(memproxy.tenant, FACTS)
     chat = api(memproxy)
