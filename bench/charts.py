@@ -4,6 +4,8 @@
   LiteLLM) against concurrency, from ``overhead.json`` (or the peer check's ``litellm-peer.json``).
 - ``docs/recall-vs-budget.png``: LoCoMo evidence recall against the memory token budget, memproxy
   vs the top-k baseline, from ``locomo.json``.
+- ``docs/prefix-share-by-turn.png``: the median share of each upstream prompt that repeats the
+  previous turn's, per turn and block position, from ``prefix_cache.json``.
 
 Results files hold ``rows`` as written by ``bench.lib.loadgen.result_rows`` and ``recall`` as
 written by ``bench/locomo.py``. Run: ``.venv/bin/python bench/charts.py``.
@@ -34,6 +36,7 @@ DOCS = ROOT / "docs"
 LATENCY_SOURCES = ("overhead", "litellm-peer")
 LATENCY_PNG = "latency-vs-concurrency.png"
 RECALL_PNG = "recall-vs-budget.png"
+PREFIX_PNG = "prefix-share-by-turn.png"
 DPI = 120
 
 
@@ -143,17 +146,47 @@ def plot_recall(results: Mapping[str, Any], out: Path) -> Path:
     ax.set_ylim(0, 100)
     ax.set_xlabel("memory budget (tokens)")
     ax.set_ylabel("evidence recall (%)")
-    ax.set_title(
-        f"LoCoMo evidence recall, {results.get('questions', '?')} questions "
-        f"({results.get('machine', {}).get('date', '')[:10]})",
-        fontsize=10,
-    )
+    title = f"LoCoMo evidence recall, {results.get('questions', '?')} questions"
+    return finish(fig, ax, title, results, out)
+
+
+def finish(fig: Any, ax: Any, title: str, results: Mapping[str, Any], out: Path) -> Path:
+    """Title (with the run's date), grid and legend below the plot; write ``out``."""
+    ax.set_title(f"{title} ({results.get('machine', {}).get('date', '')[:10]})", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     fig.tight_layout()
     fig.savefig(out, dpi=DPI)
     plt.close(fig)
     return out
+
+
+def plot_prefix(results: Mapping[str, Any], out: Path) -> Path:
+    """Draw the median cacheable-prefix share per turn, one line per variant (solid: default
+    cap, dashed: the smaller cap)."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    variants = list(dict.fromkeys(name.split(" / ")[0] for name in results["results"]))
+    for name, series in results["results"].items():
+        variant, cap = name.split(" / ")
+        if variant == "off" and "default" not in cap:
+            continue  # memory off: no block, the cap changes nothing
+        turns = sorted(int(t) for t in series["by_turn"])
+        ax.plot(
+            turns,
+            [100 * series["by_turn"][str(t)] for t in turns],
+            linestyle="-" if "default" in cap else "--",
+            color=colors[variants.index(variant) % len(colors)],
+            marker=".",
+            label=name if variant != "off" else "memory off",
+        )
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.axhline(90, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("turn")
+    ax.set_ylabel("prompt repeating the previous one (%)")
+    title = f"Cacheable prompt prefix, {len(results['conversations'])} LoCoMo conversations"
+    return finish(fig, ax, title, results, out)
 
 
 def main() -> None:
@@ -178,6 +211,12 @@ def main() -> None:
         drawn += 1
     else:
         print("no locomo.json: run bench/locomo.py first")
+    prefix = report.load_results("prefix_cache", args.results)
+    if prefix is not None:
+        print(plot_prefix(prefix, args.out / PREFIX_PNG))
+        drawn += 1
+    else:
+        print("no prefix_cache.json: run bench/prefix_cache.py first")
     if not drawn:
         raise SystemExit(1)
 

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from proxy.background import Background
+from proxy.cache.blocks import CachedTurnBlocks
 from proxy.cache.factory import create_cache
 from proxy.cache.protocol import MemoryCache
 from proxy.cache.request_cache import CacheTTLs, LookupHook, RequestCache
@@ -340,6 +341,13 @@ async def build_pipeline(
             store, background.spawn, metrics, delay_s=settings.memory.count_flush_s
         )
         stack.push_async_callback(counter.flush)
+    # Earlier turns' blocks live in the same byte cache (Redis: shared by workers, kept across
+    # restarts); a provided typed cache of another kind has none, and turns then go without.
+    blocks = (
+        CachedTurnBlocks(cache.cache, settings.cache.blocks_ttl_s)
+        if isinstance(cache, RequestCache)
+        else None
+    )
     return Pipeline(
         settings.memory,
         calculator=BudgetCalculator(await load_limits(), tiktoken_tokenizer(), memory_cap=None),
@@ -349,4 +357,5 @@ async def build_pipeline(
         counter=counter,
         metrics=metrics,
         spawn=background.spawn,
+        blocks=blocks,
     )

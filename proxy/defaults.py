@@ -19,6 +19,11 @@ SOURCES: tuple[Source, ...] = get_args(Source)
 # ``max_capture`` in this order.
 Capture = Literal["off", "user", "turn"]
 CAPTURES: tuple[Capture, ...] = get_args(Capture)
+# Where the memory block goes (proxy/context/position.py, adr/0111): in the latest user turn,
+# leaving the prompt before it byte-identical for provider prompt caches, or in the system prompt.
+Position = Literal["turn", "system"]
+POSITIONS: tuple[Position, ...] = get_args(Position)
+MEMORY_POSITION: Position = "turn"
 
 UPSTREAM_URL = "https://api.openai.com/v1"
 # Anthropic's base URL as its SDK takes it (ANTHROPIC_BASE_URL): without /v1.
@@ -46,6 +51,9 @@ TOKENS_TTL_S = 7 * DAY_S
 # the TTL bounds a result whose write lost its generation bump (cache down) and the retrieval
 # counts it ignores (adr/0031).
 RETRIEVAL_TTL_S = 30
+# Blocks of earlier turns are put back where they were (proxy/cache/blocks.py) for this long
+# after their turn: providers keep a prompt cache 5-60 minutes, so an hour covers them.
+BLOCKS_TTL_S = 3600
 
 COLLECTION = "memproxy"
 HYBRID = True  # dense + sparse (keyword) search

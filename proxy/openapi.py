@@ -18,6 +18,7 @@ from pydantic.json_schema import JsonSchemaMode
 
 from proxy import __version__
 from proxy.context.records import SOURCES
+from proxy.defaults import POSITIONS
 from proxy.memory import outputs
 from proxy.memory.inputs import (
     CONTENT_LIMIT_KEY,
@@ -44,6 +45,13 @@ MEMORY_HEADERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("X-Memory-Top-K", "Candidates to fetch from the store.", {}),
     ("X-Memory-Sources", f"Comma list of sources among {', '.join(SOURCES)}.", {}),
     ("X-Memory-Capture", "`off`, `user` or `turn`: store this turn as memory.", {}),
+    (
+        "X-Memory-Position",
+        "`turn` (default: in the latest user message of `messages` or `input`, the prompt "
+        "before it unchanged) or `system` (appended to the system prompt or `instructions`): "
+        "where the memory block goes.",
+        {"enum": list(POSITIONS)},
+    ),
 )
 RESPONSE_HEADERS: tuple[tuple[str, str], ...] = (
     ("X-Memory-Status", "`injected`, `empty`, `off` or `degraded`."),

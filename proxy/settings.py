@@ -46,6 +46,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from proxy.defaults import (
     ANTHROPIC_URL,
+    BLOCKS_TTL_S,
     CACHE_LOCAL_MAX_ENTRIES,
     CACHE_TIMEOUT_MS,
     CAPTURES,
@@ -55,6 +56,7 @@ from proxy.defaults import (
     HYBRID,
     MAX_CONTENT_CHARS,
     MEMORY_MAX_TOKENS,
+    MEMORY_POSITION,
     MIB,
     RECORD_CACHE_ENTRIES,
     RETRIEVAL_TTL_S,
@@ -64,6 +66,7 @@ from proxy.defaults import (
     UPSTREAM_URL,
     BudgetRule,
     Capture,
+    Position,
     Source,
 )
 from proxy.errors import ConfigError
@@ -387,6 +390,7 @@ class TenantMemory(_Section):
     capture: Capture | None = None
     max_capture: Capture | None = None
     packer: Packer | None = None
+    position: Position | None = None
     budget_rule: BudgetRule | None = None
 
     @model_validator(mode="after")
@@ -407,6 +411,8 @@ class MemorySettings(_Section):
     capture: Capture = "off"
     max_capture: Capture = "turn"
     packer: Packer = "optimal"
+    # Where the block goes: the latest user turn (cacheable prefix) or the system prompt.
+    position: Position = MEMORY_POSITION
     # adaptive: a memory is injected only while its value pays for its tokens (adr/0110);
     # fill: pack as much as max_tokens holds. X-Memory-Budget-Rule chooses per request.
     budget_rule: BudgetRule = "adaptive"
@@ -535,6 +541,7 @@ class CacheSettings(_Section):
     embedding_ttl_s: Int = EMBEDDING_TTL_S
     tokens_ttl_s: Int = TOKENS_TTL_S
     retrieval_ttl_s: Int = RETRIEVAL_TTL_S
+    blocks_ttl_s: Int = BLOCKS_TTL_S
 
 
 class Settings(_Section):

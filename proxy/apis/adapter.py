@@ -9,21 +9,35 @@ pipeline and no second route: ``proxy/routes/with_memory.py`` forwards for any a
 
 Where the block goes is a parameter (``Position``): ``system`` puts it into the app's own system
 prompt or instructions, after the app's text; ``turn`` puts it just before the latest user input,
-which keeps everything before that turn a stable prompt-cache prefix. An adapter says which
-positions it has (``positions``); the pipeline falls back to ``system``, which every API has.
+which keeps everything before that turn a stable prompt-cache prefix (adr/0111). An adapter says
+which positions it has (``positions``); the pipeline falls back to ``system``, which every API
+has. For ``turn`` an adapter exposes its own turn list (``Conversation.turns``) and the
+parameters of the position rule for its shapes (``TurnRule``): the pipeline finds the slot and
+recalls earlier blocks over those turns (``proxy/context/position.py``, ``proxy/cache/blocks.py``),
+and the adapter writes every block back (``inject`` with ``Blocks``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Protocol
 
 from proxy.apis.answer import Answer
+from proxy.context.position import (
+    BEHIND_BREAKPOINT_ROLES,
+    USER_ROLES,
+    PartPredicate,
+    Slot,
+    TextPart,
+    chat_text_part,
+    has_breakpoint,
+)
+from proxy.context.position import place as place_blocks
+from proxy.defaults import Position
 from proxy.error_responses import ErrorShape
 from proxy.pipeline.contract import Completion
 
-Position = Literal["system", "turn"]
 SYSTEM: Position = "system"
 TURN: Position = "turn"
 
@@ -39,12 +53,50 @@ class Conversation:
     it. Empty ``messages`` mean nothing to retrieve for (a malformed body goes upstream as is).
     ``unseen_history`` says the request continues a context the proxy cannot see (e.g. the
     Responses API's ``previous_response_id``): the budget then holds room back for it.
+    ``turns`` are the API's own turn list, where position ``turn`` puts blocks (``Slot``
+    indices count in it); ``preamble`` is what comes before them in the prompt and is not in
+    them (instructions, a stored context's id), as text: it is part of the blocks' keys, so a
+    block is only put back into the conversation it was shown in (``None``: no text for it, so
+    no block is kept or put back).
     """
 
     model: str
     messages: Sequence[Mapping[str, object]]
     billed: Mapping[str, object]
     unseen_history: bool = False
+    turns: Sequence[Mapping[str, Any]] = ()
+    preamble: str | None = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRule:
+    """The position rule's parameters for one API's turns (``proxy/context/position.py``)."""
+
+    anchor_roles: tuple[str, ...] = USER_ROLES
+    behind_roles: tuple[str, ...] = BEHIND_BREAKPOINT_ROLES
+    pinned: PartPredicate = has_breakpoint
+    text_part: TextPart = chat_text_part
+
+
+@dataclass(frozen=True, slots=True)
+class Blocks:
+    """What one body gets: this turn's ``block`` at ``position`` (with ``turn``, at ``slot``;
+    ``None``: the API's system place) and earlier turns' blocks put back at theirs."""
+
+    block: str
+    position: Position = SYSTEM
+    slot: Slot | None = None
+    earlier: tuple[tuple[Slot, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Injected:
+    """A body with its blocks; ``held``: this turn's block went in, at turn ``message`` (its
+    index in ``Conversation.turns``; ``None`` when outside them, e.g. in instructions)."""
+
+    body: dict[str, object]
+    held: bool = False
+    message: int | None = None
 
 
 class ApiAdapter(Protocol):
@@ -69,14 +121,15 @@ class ApiAdapter(Protocol):
         """Read the request body into the pipeline's terms (never raises on odd shapes)."""
         ...
 
+    @property
+    def rule(self) -> TurnRule:
+        """Where position ``turn`` may put a block in this API's turns."""
+        ...
+
     def inject(
-        self,
-        body: Mapping[str, object],
-        conversation: Conversation,
-        block: str,
-        position: Position,
-    ) -> dict[str, object]:
-        """A new body with ``block`` at ``position`` (one of ``positions``); ``body`` untouched."""
+        self, body: Mapping[str, object], conversation: Conversation, blocks: Blocks
+    ) -> Injected:
+        """A new body with ``blocks`` in place (``body`` untouched)."""
         ...
 
     def shown(self, body: Mapping[str, object]) -> dict[str, object]:
@@ -91,6 +144,17 @@ class ApiAdapter(Protocol):
 def place(api: ApiAdapter, wanted: Position) -> Position:
     """``wanted`` when ``api`` has that place for the block, else ``system``."""
     return wanted if wanted in api.positions else SYSTEM
+
+
+def in_turns(
+    turns: Sequence[Mapping[str, Any]], blocks: Blocks, rule: TurnRule
+) -> tuple[list[dict[str, Any]], int | None]:
+    """``turns`` with the earlier blocks and this turn's (at ``blocks.slot``) in place, and the
+    index of the turn holding this turn's block (``None``: it went nowhere)."""
+    where = blocks.slot
+    new = [(where, blocks.block)] if where is not None and blocks.block else []
+    result, filled = place_blocks(turns, [*blocks.earlier, *new], text_part=rule.text_part)
+    return result, where.index if where is not None and new and where in filled else None
 
 
 def chat_messages(value: object) -> list[Mapping[str, object]]:

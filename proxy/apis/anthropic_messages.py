@@ -11,7 +11,14 @@ reserve. Claude models are counted with Claude's tokenizer and a margin
 (``proxy/claude_tokenizer.py``); the system prompt Anthropic adds for tool use (a few hundred
 tokens) is left to the budget's 5% safety buffer.
 
-Writing the block (adr/0108): never in front of the app's ``cache_control`` breakpoints, so
+Writing the block, position ``turn`` (the default, adr/0111): a text block at the start of the
+latest user message's content, after any ``tool_result`` blocks (the API wants them first) and
+after its last ``cache_control`` breakpoint (string content: the block, a blank line, the text);
+earlier turns' blocks go back where they were, so the previous prompt stays a prefix. When an
+assistant message after it carries a breakpoint there is no slot; the block then goes where
+position ``system`` puts it, unless that would be in front of a breakpoint: then nowhere.
+
+Position ``system`` (adr/0108): never in front of the app's ``cache_control`` breakpoints, so
 the prefix the app caches stays byte for byte what it sent. Anthropic caches the prefix
 tools -> system -> messages up to each breakpoint:
 
@@ -36,9 +43,20 @@ from typing import Any
 
 import orjson
 
-from proxy.apis.adapter import SYSTEM, Conversation, Position, chat_messages
+from proxy.apis.adapter import (
+    SYSTEM,
+    TURN,
+    Blocks,
+    Conversation,
+    Injected,
+    TurnRule,
+    chat_messages,
+    in_turns,
+)
 from proxy.apis.answer import Answer
 from proxy.apis.openai_chat import parsed_body
+from proxy.context.position import has_breakpoint
+from proxy.defaults import Position
 from proxy.error_responses import ANTHROPIC, ErrorShape
 from proxy.pipeline.contract import Completion
 from proxy.sse import iter_events
@@ -46,9 +64,31 @@ from proxy.sse import iter_events
 SEPARATOR = "\n\n"  # between the app's system text and the block, as in a chat system prompt
 CACHE_CONTROL = "cache_control"
 USER = "user"
+TOOL_RESULT = "tool_result"
 HIGH_DETAIL_IMAGE = {"type": "image_url", "image_url": {"detail": "high"}}
 IMAGE_PARTS = 2  # chat images an Anthropic image counts as (2 x 765 >= ~1,600 max)
 FAILED_EVENTS = ("error",)
+
+
+def pinned(part: object) -> bool:
+    """Whether the block must come after ``part``: a breakpoint or a ``tool_result``."""
+    return has_breakpoint(part) or (isinstance(part, Mapping) and part.get("type") == TOOL_RESULT)
+
+
+def preamble(system: object) -> str | None:
+    """The system prompt as text for the blocks' keys, breakpoints left out (moving one changes
+    no prompt token); ``None`` when it cannot be written as JSON."""
+    if isinstance(system, list):
+        system = [
+            {k: v for k, v in part.items() if k != CACHE_CONTROL}
+            if isinstance(part, Mapping)
+            else part
+            for part in system
+        ]
+    try:
+        return orjson.dumps(system).decode()
+    except orjson.JSONEncodeError:
+        return None
 
 
 class AnthropicMessages:
@@ -56,7 +96,9 @@ class AnthropicMessages:
 
     route = "messages"
     errors: ErrorShape = ANTHROPIC
-    positions: frozenset[Position] = frozenset({SYSTEM})
+    positions: frozenset[Position] = frozenset({SYSTEM, TURN})
+    # Tool results open a user message (the API requires them first): the block follows them.
+    rule = TurnRule(behind_roles=(USER,), pinned=pinned)
 
     def conversation(self, body: Mapping[str, object]) -> Conversation:
         """The conversation of ``system`` and ``messages``; the chat body it costs."""
@@ -70,24 +112,36 @@ class AnthropicMessages:
             messages.append({"role": "system", "content": chat_content(system)})
         for message in sent:
             messages += as_messages(message)
-        return Conversation(model=model, messages=messages, billed=billed_body(body, messages))
+        return Conversation(
+            model=model,
+            messages=messages,
+            billed=billed_body(body, messages),
+            turns=sent,
+            preamble=preamble(system),
+        )
 
     def inject(
-        self,
-        body: Mapping[str, object],
-        conversation: Conversation,
-        block: str,
-        position: Position,
-    ) -> dict[str, object]:
-        """The block after the app's last cache breakpoint (module docstring)."""
-        if not block:
-            return dict(body)
+        self, body: Mapping[str, object], conversation: Conversation, blocks: Blocks
+    ) -> Injected:
+        """Position ``turn``: at the start of the latest user message, after its ``tool_result``
+        blocks and breakpoints; ``system``: after the app's last breakpoint (module notes)."""
         messages = body.get("messages")
+        if blocks.position == TURN and blocks.slot is not None:
+            new, held = in_turns(conversation.turns, blocks, self.rule)
+            return Injected({**body, "messages": new}, held is not None, held)
+        block = blocks.block
+        if not block:
+            return Injected(dict(body))
         if isinstance(messages, list):
             placed = after_breakpoint(messages, block)
             if placed is not None:
-                return {**body, "messages": placed}
-        return {**body, "system": with_block(body.get("system"), block)}
+                at = next(
+                    i for i, (a, b) in enumerate(zip(messages, placed, strict=True)) if a is not b
+                )
+                return Injected({**body, "messages": placed}, True, at)
+            if blocks.position == TURN and breakpoint_at(messages) is not None:
+                return Injected(dict(body))  # the system prompt would precede a breakpoint
+        return Injected({**body, "system": with_block(body.get("system"), block)}, True)
 
     def shown(self, body: Mapping[str, object]) -> dict[str, object]:
         """``system`` and ``messages``, as they would be forwarded."""

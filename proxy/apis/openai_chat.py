@@ -1,19 +1,38 @@
 """OpenAI chat completions: the pipeline's own shape, and reading an answer (JSON or SSE).
 
 The chat body already is what the pipeline works in (``proxy/apis/adapter.py``): its messages
-are the conversation and the body is what the budget counts, as is, with no copy.
+are the conversation, the turns position ``turn`` puts blocks in, and the body is what the
+budget counts, as is, with no copy.
+
+Writing blocks: position ``turn`` puts this turn's block in front of the latest user message's
+content and earlier blocks back where they were (``proxy/context/position.py``); position
+``system`` appends it to the first system message (``proxy/context/inject.py``). Neither ever
+puts it in front of a ``cache_control`` breakpoint: where the system prompt would sit in front
+of one, position ``system`` takes the turn's slot instead, and position ``turn`` without a slot
+injects nothing (adr/0111).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
-from proxy.apis.adapter import SYSTEM, Conversation, Position, chat_messages
+from proxy.apis.adapter import (
+    SYSTEM,
+    TURN,
+    Blocks,
+    Conversation,
+    Injected,
+    TurnRule,
+    chat_messages,
+    in_turns,
+)
 from proxy.apis.answer import Answer
-from proxy.context.inject import inject
+from proxy.context.inject import clear_of_breakpoints, inject, inject_index
+from proxy.context.position import slot
+from proxy.defaults import Position
 from proxy.error_responses import OPENAI, ErrorShape
 from proxy.pipeline.contract import Completion
 from proxy.sse import iter_events
@@ -24,25 +43,41 @@ class OpenAIChat:
 
     route = "chat"
     errors: ErrorShape = OPENAI
-    positions: frozenset[Position] = frozenset({SYSTEM})
+    positions: frozenset[Position] = frozenset({SYSTEM, TURN})
+    rule = TurnRule()  # user turns; behind a breakpoint in a user or tool message; text parts
 
     def conversation(self, body: Mapping[str, object]) -> Conversation:
-        """The body's messages (none when malformed); the body itself is billed."""
+        """The body's messages (none when malformed), also its turns; the body is billed."""
+        messages = chat_messages(body.get("messages"))
         return Conversation(
-            model=str(body.get("model") or ""),
-            messages=chat_messages(body.get("messages")),
-            billed=body,
+            model=str(body.get("model") or ""), messages=messages, billed=body, turns=messages
         )
 
     def inject(
-        self,
-        body: Mapping[str, object],
-        conversation: Conversation,
-        block: str,
-        position: Position,
-    ) -> dict[str, object]:
-        """The block appended to the first system message (``proxy/context/inject.py``)."""
-        return {**body, "messages": inject(conversation.messages, block)}
+        self, body: Mapping[str, object], conversation: Conversation, blocks: Blocks
+    ) -> Injected:
+        """The blocks in the messages (module notes)."""
+        messages = conversation.messages
+        if blocks.position == TURN and blocks.slot is not None:
+            return self._in_turns(body, messages, blocks)
+        block = blocks.block
+        if not block:
+            return Injected(dict(body))
+        if not clear_of_breakpoints(messages):
+            # The system prompt would sit in front of a breakpoint: position system takes the
+            # turn's slot instead; without one (or with position turn), nothing goes anywhere.
+            where = slot(messages) if blocks.position == SYSTEM else None
+            if where is None:
+                return Injected(dict(body))
+            return self._in_turns(body, messages, Blocks(block, TURN, where))
+        new = inject(messages, block)
+        return Injected({**body, "messages": new}, True, inject_index(messages))
+
+    def _in_turns(
+        self, body: Mapping[str, object], messages: Sequence[Mapping[str, object]], blocks: Blocks
+    ) -> Injected:
+        new, held = in_turns(messages, blocks, self.rule)
+        return Injected({**body, "messages": new}, held is not None, held)
 
     def shown(self, body: Mapping[str, object]) -> dict[str, object]:
         """The messages."""

@@ -10,9 +10,17 @@ counted as its compact JSON, an upper estimate. ``tools``, ``text.format`` and
 ``previous_response_id``, a stored ``conversation``, a ``prompt`` template, an ``item_reference``)
 is unseen: the pipeline holds room back for it (``proxy/pipeline/unseen.py``).
 
-Writing the block: after the app's own ``instructions`` (``system``). Instructions are the
-Responses API's system prompt and hold for one request only (a ``previous_response_id`` does not
-carry them over), so a block never piles up in a stored conversation (adr/0106).
+Writing the block: position ``turn`` (the default, adr/0111) puts it in front of the latest user
+message item's content, as an ``input_text`` part when the content is a list of parts, as text
+in front of it when the content is a string (``input`` given as a string stays a string), so
+the prompt before that turn stays byte-identical; earlier turns' blocks go back into the items
+that held them. With a ``previous_response_id`` the history lives upstream with its blocks in
+it, as they were forwarded: only the new input gets a block, and blocks are keyed by that id
+too (``Conversation.preamble``), so none is put back. Without a user message in ``input`` (a
+tool output sent back), the block goes where position ``system`` puts it: after the app's own
+``instructions``. Instructions are the Responses API's system prompt and hold for one request
+only (a ``previous_response_id`` does not carry them over), so a block never piles up in a
+stored conversation there (adr/0106). The API has no cache breakpoints to keep clear of.
 
 A body of no shape this reads (``input`` neither a string nor a list of objects, or
 ``instructions`` not a string) has nothing to retrieve for: it goes upstream untouched, and the
@@ -26,9 +34,18 @@ from typing import Any
 
 import orjson
 
-from proxy.apis.adapter import SYSTEM, Conversation, Position
+from proxy.apis.adapter import (
+    SYSTEM,
+    TURN,
+    Blocks,
+    Conversation,
+    Injected,
+    TurnRule,
+    in_turns,
+)
 from proxy.apis.answer import Answer
 from proxy.apis.openai_chat import parsed_body
+from proxy.defaults import Position
 from proxy.error_responses import OPENAI_RESPONSES, ErrorShape
 from proxy.pipeline.contract import Completion
 from proxy.sse import iter_events
@@ -43,12 +60,18 @@ FAILED_EVENTS = ("error", "response.failed")
 FAILED_STATUSES = ("failed", "cancelled")
 
 
+def input_text_part(text: str) -> dict[str, object]:
+    """The Responses API's text part of an input message."""
+    return {"type": "input_text", "text": text}
+
+
 class OpenAIResponses:
     """``POST /v1/responses`` as an ``ApiAdapter``."""
 
     route = "responses"
     errors: ErrorShape = OPENAI_RESPONSES
-    positions: frozenset[Position] = frozenset({SYSTEM})
+    positions: frozenset[Position] = frozenset({SYSTEM, TURN})
+    rule = TurnRule(text_part=input_text_part)
 
     def conversation(self, body: Mapping[str, object]) -> Conversation:
         """The conversation of ``instructions`` and ``input``; the chat body it costs."""
@@ -69,21 +92,26 @@ class OpenAIResponses:
             messages=messages,
             billed=billed_body(body, model, messages),
             unseen_history=unseen,
+            turns=items,
+            preamble=preamble(body),
         )
 
     def inject(
-        self,
-        body: Mapping[str, object],
-        conversation: Conversation,
-        block: str,
-        position: Position,
-    ) -> dict[str, object]:
-        """The block after the app's ``instructions`` (the only position this API has yet)."""
+        self, body: Mapping[str, object], conversation: Conversation, blocks: Blocks
+    ) -> Injected:
+        """The blocks in ``input`` (position ``turn``) or after ``instructions`` (module notes)."""
+        if blocks.position == TURN and blocks.slot is not None:
+            items, held = in_turns(conversation.turns, blocks, self.rule)
+            given = body.get("input")
+            # A string input is one user message: its text, with the block, stays a string.
+            value: object = items[0]["content"] if isinstance(given, str) else items
+            return Injected({**body, "input": value}, held is not None, held)
+        block = blocks.block
         if not block:
-            return dict(body)
+            return Injected(dict(body))
         own = body.get("instructions")
         instructions = own + SEPARATOR + block if isinstance(own, str) and own else block
-        return {**body, "instructions": instructions}
+        return Injected({**body, "instructions": instructions}, True)
 
     def shown(self, body: Mapping[str, object]) -> dict[str, object]:
         """``instructions`` and ``input``, as they would be forwarded."""
@@ -109,6 +137,16 @@ class OpenAIResponses:
 
 
 RESPONSES = OpenAIResponses()
+
+
+def preamble(body: Mapping[str, object]) -> str | None:
+    """What precedes ``input`` in the prompt: instructions and the context pointed at;
+    ``None`` when it cannot be written as JSON (no block is then kept or put back)."""
+    fields = ("instructions", *UNSEEN_FIELDS)
+    try:
+        return orjson.dumps([body.get(name) for name in fields]).decode()
+    except orjson.JSONEncodeError:
+        return None
 
 
 def input_items(value: object) -> list[Mapping[str, object]] | None:

@@ -1,11 +1,15 @@
-"""Put the memory block into a chat request's messages, never mutating the input.
+"""Put the memory block into a chat request's system prompt, never mutating the input.
+
+This is position ``system`` (``proxy/context/position.py`` has the rule choosing between it and
+the default, ``turn``).
 
 Integration contract (stable): ``inject(messages, block) -> list[dict]``.
 
 - The block is appended to the first system (or developer) message, after the application's own
-  text, so the provider's prompt-cache prefix (everything before it) stays byte-identical across
-  requests. String content gets ``"\\n\\n" + block``; list content (content parts) gets one
-  more text part; ``None`` content becomes the block.
+  text: the system text before it stays byte-identical, but everything after it (the whole
+  conversation) follows a block that changes every turn. String content gets
+  ``"\\n\\n" + block``; list content (content parts) gets one more text part; ``None``
+  content becomes the block.
 - Without a system message, or when its content is of no shape that takes text (a number, an
   object), ``{"role": "system", "content": block}`` is inserted first: the client's message is
   never rewritten into something it did not send.
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from proxy.context.position import carries_breakpoint, has_breakpoint
 
 SYSTEM_ROLES = ("system", "developer")
 SEPARATOR = "\n\n"
@@ -38,6 +44,27 @@ def inject(messages: Sequence[Mapping[str, Any]], block: str) -> list[dict[str, 
             message["content"] = content
             return result
     return [{"role": "system", "content": block}, *result]
+
+
+def inject_index(messages: Sequence[Mapping[str, Any]]) -> int:
+    """The index of the message ``inject`` puts a block in (0 when it adds one in front)."""
+    for index, message in enumerate(messages):
+        if message.get("role") in SYSTEM_ROLES:
+            return index if with_block(message.get("content"), "x") is not None else 0
+    return 0
+
+
+def clear_of_breakpoints(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether ``inject`` would leave the block behind every cache breakpoint: none in a later
+    message, and none on the system message as a whole (its text then ends at the breakpoint)."""
+    for index, message in enumerate(messages):
+        if message.get("role") not in SYSTEM_ROLES:
+            continue
+        if with_block(message.get("content"), "x") is None:
+            break  # a system message of its own goes first: every message follows the block
+        later = messages[index + 1 :]
+        return not has_breakpoint(message) and not any(map(carries_breakpoint, later))
+    return not any(map(carries_breakpoint, messages))
 
 
 def with_block(content: Any, block: str) -> str | list[Any] | None:

@@ -3,11 +3,12 @@
 Headers choose *within* the tenant's configuration, never beyond it: ``X-Memory-Max-Tokens`` and
 ``X-Memory-Top-K`` are clamped to the tenant's caps, ``X-Memory-Sources`` is intersected with the
 tenant's sources, ``X-Memory-Capture`` is clamped to its ``max_capture``;
-``X-Memory-Budget-Rule`` picks ``adaptive`` or ``fill`` (adr/0110), as a tenant's config may. A
+``X-Memory-Budget-Rule`` picks ``adaptive`` or ``fill`` (adr/0110), as a tenant's config may;
+``X-Memory-Position`` picks where the block goes (either is safe, so no limit applies). A
 caller whose memory is off (``enabled`` false: no key, adr/0086) gets mode and capture ``off``
 whatever it asks. A malformed value (not a number, a negative number, an unknown mode, source,
-capture kind or budget rule) is the client's mistake and gets a 400 in OpenAI's shape naming
-the header.
+capture kind, budget rule or position) is the client's mistake and gets a 400 in OpenAI's shape
+naming the header.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from proxy.context.records import SOURCES
-from proxy.defaults import BUDGET_RULES, CAPTURES, BudgetRule, Capture
+from proxy.defaults import BUDGET_RULES, CAPTURES, POSITIONS, BudgetRule, Capture, Position
 from proxy.errors import RequestError
 from proxy.settings import MemorySettings
 
@@ -33,6 +34,7 @@ HEADER_MAX_TOKENS = "x-memory-max-tokens"
 HEADER_TOP_K = "x-memory-top-k"
 HEADER_SOURCES = "x-memory-sources"
 HEADER_CAPTURE = "x-memory-capture"
+HEADER_POSITION = "x-memory-position"
 HEADER_BUDGET_RULE = "x-memory-budget-rule"
 
 
@@ -47,6 +49,7 @@ class RequestOptions:
     top_k: int
     sources: tuple[str, ...]
     capture: Capture
+    position: Position = "turn"
     budget_rule: BudgetRule = "adaptive"
 
 
@@ -130,6 +133,8 @@ def parse_options(
     if raw is not None:  # up to the tenant's max_capture, in the order off < user < turn
         asked = CAPTURES.index(parse_choice(HEADER_CAPTURE, raw, CAPTURES))
         capture = CAPTURES[min(asked, CAPTURES.index(limits.max_capture))]
+    raw = get(HEADER_POSITION)
+    position = parse_choice(HEADER_POSITION, raw, POSITIONS) if raw is not None else limits.position
     raw = get(HEADER_BUDGET_RULE)
     budget_rule = (
         parse_choice(HEADER_BUDGET_RULE, raw, BUDGET_RULES)
@@ -148,5 +153,6 @@ def parse_options(
         top_k=top_k,
         sources=sources,
         capture=capture,
+        position=position,  # type: ignore[arg-type]  # checked against POSITIONS
         budget_rule=budget_rule,  # type: ignore[arg-type]  # checked against BUDGET_RULES
     )

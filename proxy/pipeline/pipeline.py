@@ -33,13 +33,16 @@ from typing import TypeVar, TypeVarTuple
 
 import orjson
 
-from proxy.apis.adapter import SYSTEM, ApiAdapter, Conversation, place
+from proxy.apis.adapter import TURN, ApiAdapter, Conversation, Injected, place
 from proxy.background import Job, Spawner
+from proxy.cache.blocks import TurnBlocks, prefix_keys
 from proxy.cache.outcome import CacheOutcome, cache_outcome
 from proxy.cache.protocol import MemoryCache
 from proxy.context.allocation import BudgetCalculator, TokenBudget
 from proxy.context.assembler import AssemblerConfig, Assembly, assemble
 from proxy.context.billing import EXACT, message_key, walk_size
+from proxy.context.position import candidate_indices, slot
+from proxy.context.records import Candidate
 from proxy.context.render import BlockTokens
 from proxy.context.tokens import STORED_ENCODINGS
 from proxy.defaults import BUDGET_RULES
@@ -58,6 +61,15 @@ from proxy.pipeline.explain import (
 )
 from proxy.pipeline.offload import Offloader
 from proxy.pipeline.options import RequestOptions, parse_options
+from proxy.pipeline.placement import (
+    Placement,
+    blocks,
+    describe,
+    recalled,
+    remembered,
+    shown,
+    unseen,
+)
 from proxy.pipeline.query import query_text
 from proxy.pipeline.reencode import reencode
 from proxy.pipeline.timing import StageClock
@@ -113,6 +125,7 @@ class Run:
     deadline_at: float = float("inf")  # the memory deadline, in the event loop's clock
     budget: TokenBudget | None = None
     assembly: Assembly | None = None
+    placement: Placement | None = None  # where the blocks go (set once the budget is known)
     reasons: list[str] = field(default_factory=list)
     cache: CacheOutcome = field(default_factory=CacheOutcome)  # this request's cache calls
     # Cache writes wait until the response is out: they cost CPU (encoding) the client would
@@ -185,6 +198,7 @@ class Pipeline:
         counter: RetrievalCounter | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         offloader: Offloader | None = None,
+        blocks: TurnBlocks | None = None,
     ) -> None:
         self.settings = settings
         self.calculator = calculator
@@ -192,6 +206,7 @@ class Pipeline:
         self.counts = counts
         self.writer = writer
         self.counter = counter
+        self.blocks = blocks  # earlier turns' blocks, put back in place (position turn)
         self.metrics = metrics
         self.spawn = spawn
         self.clock = clock
@@ -261,21 +276,30 @@ class Pipeline:
         if options.mode == "explain":
             return self._explain(run, body)
         assembly = run.assembly
-        if assembly is None or not assembly.block:
+        placement = self._placement(run)
+        injected = self._inject(run, body, assembly.block if assembly is not None else "")
+        if not injected.held and not placement.earlier:
             return self._finish(run, body, DEGRADED if run.reasons else EMPTY)
-        forwarded = self._inject(run, body, assembly.block)
+        forwarded = injected.body
         encoded = reencode(forwarded)
         run.clock.mark("inject")
         if encoded is None:
             LOGGER.debug("injected body not re-encodable; forwarding the original")
-            run.assembly = None  # nothing was injected after all
+            run.assembly = run.placement = None  # nothing was injected after all
             run.degrade(ENCODE)
             return self._finish(run, body, DEGRADED)
-        return self._finish(run, forwarded, DEGRADED if run.reasons else INJECTED, encoded)
+        if injected.held and placement.key and assembly is not None and self.blocks:
+            self.spawn(self.blocks.remember(placement.key, remembered(placement, assembly)))
+        status = INJECTED if injected.held else EMPTY
+        return self._finish(run, forwarded, DEGRADED if run.reasons else status, encoded)
 
-    def _inject(self, run: Run, body: Mapping[str, object], block: str) -> dict[str, object]:
-        """``body`` with ``block`` where its API puts it."""
-        return run.api.inject(body, run.conversation, block, place(run.api, SYSTEM))
+    def _placement(self, run: Run) -> Placement:
+        """Where this request's blocks go (the position asked for, if its API has it)."""
+        return run.placement or Placement(place(run.api, run.options.position))
+
+    def _inject(self, run: Run, body: Mapping[str, object], block: str) -> Injected:
+        """``body`` with ``block`` (and earlier turns' blocks) where its API puts them."""
+        return run.api.inject(body, run.conversation, blocks(self._placement(run), block))
 
     async def _retrieve(self, run: Run) -> None:
         """Budget, query, retrieval (cache, embed, search), assemble; fills ``run``."""
@@ -283,6 +307,11 @@ class Pipeline:
         budget = run.budget = await self._budget(run)
         run.clock.mark("budget")
         if budget.memory_tokens <= 0:
+            return
+        placement = await self._recall(run, budget)
+        room = placement.room(budget.memory_tokens, budget.available_tokens)
+        placement = run.placement = placement.reusable(room)
+        if placement.reused is not None or room <= 0:
             return
         query = query_text(run.messages, self.settings.query_window)
         run.clock.mark("query")
@@ -297,18 +326,60 @@ class Pipeline:
             run.degrade("cache")
         work = functools.partial(
             assemble,
-            hits,
-            query,
-            budget.memory_tokens,
+            query=query,
+            budget=room,
             now=self.clock(),
             tokens=self._block_tokens(budget.encoding),
             config=self.configs[run.tenant.memory.packer, options.budget_rule],
         )
-        if len(hits) > ASSEMBLE_ON_LOOP_CANDIDATES:
-            run.assembly = await self.offloader.run(work)  # waits within the deadline only
-        else:
-            run.assembly = work()
+        run.assembly = await self._assemble(work, hits)
+        fresh = unseen(run.assembly, hits, placement.visible)
+        if fresh is not None:  # some of what this turn gets is in the prompt already
+            run.placement, hits = placement.showing(fresh[1]), fresh[0]
+            run.assembly = await self._assemble(work, hits)
         run.clock.mark("assemble")
+
+    async def _assemble(
+        self, work: Callable[[Sequence[Candidate]], Assembly], hits: Sequence[Candidate]
+    ) -> Assembly:
+        """``work(hits)``: many candidates off the loop (waits within the deadline only)."""
+        if len(hits) > ASSEMBLE_ON_LOOP_CANDIDATES:
+            return await self.offloader.run(work, hits)
+        return work(hits)
+
+    async def _recall(self, run: Run, budget: TokenBudget) -> Placement:
+        """Where this request's blocks go; with position ``turn``, the earlier turns' blocks
+        (one cache round trip; hashing a long conversation off the loop)."""
+        options, api, conversation = run.options, run.api, run.conversation
+        position = place(api, options.position)
+        turns, rule = conversation.turns, api.rule
+        where = (
+            slot(
+                turns,
+                anchor_roles=rule.anchor_roles,
+                behind_roles=rule.behind_roles,
+                pinned=rule.pinned,
+            )
+            if position == TURN
+            else None
+        )
+        placement = Placement(position, where)
+        if where is None or self.blocks is None or conversation.preamble is None:
+            return placement
+        indices = candidate_indices(turns, where.index, rule.behind_roles)
+        scope = (options.user, *options.sources, budget.encoding, conversation.preamble)
+        args = (run.tenant.id, scope, turns, indices)
+        # UTF-8 bytes, at most (the whole conversation's: its turns are a part of it).
+        size = sum(budget.message_counts) * 4
+        if size <= KEYS_ON_LOOP_BYTES:
+            keys = prefix_keys(*args)
+        else:
+            keys = await self._off_loop(run, size / KEYS_BYTES_PER_S, prefix_keys, *args)
+        known = [key for key in keys if key is not None]
+        found = iter(await self.blocks.recall(known))
+        kept = [next(found) if key is not None else None for key in keys]
+        run.clock.mark("recall")
+        return recalled(placement, indices, keys, kept, budget.available_tokens)
 
     async def _budget(self, run: Run) -> TokenBudget:
         """The memory budget: from byte-length bounds when they settle it, else counted.
@@ -420,22 +491,24 @@ class Pipeline:
     def _explain(self, run: Run, body: Mapping[str, object]) -> Prepared:
         assembly = run.assembly
         block = assembly.block if assembly is not None else ""
-        forwarded = self._inject(run, body, block)
+        placement = self._placement(run)
+        injected = self._inject(run, body, block)
         notes: list[str] = []
-        if block and reencode(forwarded) is None:
+        if injected.body != body and reencode(injected.body) is None:
             run.degrade(ENCODE)
             notes.append(NOTE_NOT_INJECTED)
-            forwarded = self._inject(run, body, "")  # what inject mode would send: the client's
+            injected = Injected(dict(body))  # what inject mode would send: the client's own
         budget = run.budget
         if budget is not None and budget.counting != EXACT:
             notes.append(NOTE_BOUNDS if budget.settled else NOTE_UNFINISHED)
         if run.conversation.unseen_history:
             notes.append(unseen_note(budget))
-        shown = run.api.shown(forwarded)
+        shown = run.api.shown(injected.body)
         document = explain_body(run.conversation.model, budget, assembly, ())
         del document["messages"]  # the API's own fields instead (chat: the same messages)
         document.update(shown)
-        status = DEGRADED if run.reasons else (INJECTED if block else EMPTY)
+        document["placement"] = describe(placement, run.options.position, injected)
+        status = DEGRADED if run.reasons else (INJECTED if injected.held else EMPTY)
         headers = self._headers(run, status)
         self._record(run, EXPLAIN)
         for write in run.deferred:
@@ -457,12 +530,13 @@ class Pipeline:
 
     def _headers(self, run: Run, status: str) -> dict[str, str]:
         total_ms = run.clock.total_ms()
-        assembly = run.assembly if status in (INJECTED, DEGRADED) else None
-        injected = assembly is not None and bool(assembly.block)
+        count, tokens = (
+            shown(run.placement, run.assembly) if status in (INJECTED, DEGRADED) else (0, 0)
+        )
         headers = {
             "X-Memory-Status": status,
-            "X-Memory-Injected": str(len(assembly.packed)) if injected and assembly else "0",
-            "X-Memory-Tokens": str(assembly.rendered_tokens) if injected and assembly else "0",
+            "X-Memory-Injected": str(count),
+            "X-Memory-Tokens": str(tokens),
             "X-Memory-Budget": str(run.budget.memory_tokens if run.budget is not None else 0),
             "X-Memory-Overhead-Ms": f"{total_ms:.3f}",
             "Server-Timing": run.clock.server_timing(total_ms),

@@ -7,8 +7,10 @@ from typing import Any
 import pytest
 
 from proxy.apis.adapter import SYSTEM, TURN, Position, chat_messages, place
+from proxy.apis.anthropic_messages import ANTHROPIC_MESSAGES
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.apis.openai_responses import RESPONSES
+from proxy.defaults import MEMORY_POSITION
 
 
 class TurnTaking:
@@ -17,7 +19,7 @@ class TurnTaking:
     positions: frozenset[Position] = frozenset({SYSTEM, TURN})
 
 
-@pytest.mark.parametrize("api", [OPENAI_CHAT, RESPONSES])
+@pytest.mark.parametrize("api", [OPENAI_CHAT, RESPONSES, ANTHROPIC_MESSAGES])
 def test_every_api_has_the_system_place_and_falls_back_to_it(api: Any) -> None:
     assert SYSTEM in api.positions
     assert place(api, SYSTEM) == SYSTEM
@@ -40,3 +42,10 @@ def test_a_position_the_api_has_is_kept() -> None:
 )
 def test_chat_messages(value: object, expected: list[Any]) -> None:
     assert chat_messages(value) == expected
+
+
+@pytest.mark.parametrize("api", [OPENAI_CHAT, RESPONSES, ANTHROPIC_MESSAGES])
+def test_every_api_takes_the_default_position_turn(api: Any) -> None:
+    """The cache-friendly place is the default for every API memproxy serves memory on."""
+    assert MEMORY_POSITION == TURN
+    assert place(api, MEMORY_POSITION) == TURN

@@ -1,5 +1,6 @@
 """Anthropic's Messages API adapter: reading bodies into the pipeline's conversation, placing
-the block after the app's cache breakpoints, reading answers (object and stream)."""
+the block in the latest user turn (position turn) or after the app's cache breakpoints
+(position system), reading answers (object and stream)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.apis.adapter import SYSTEM
+from proxy.apis.adapter import SYSTEM, TURN, Blocks, Injected
 from proxy.apis.answer import Answer
 from proxy.apis.anthropic_messages import ANTHROPIC_MESSAGES as API
 from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
+from proxy.context.position import Slot, slot
 from proxy.tokenizer import tiktoken_tokenizer
 from tests.fakes.upstream import message_events, message_object
 
@@ -23,7 +25,7 @@ USER = {"role": "user", "content": "What is my cat called?"}
 
 
 def inject(body: dict[str, Any]) -> dict[str, object]:
-    return API.inject(body, API.conversation(body), BLOCK, SYSTEM)
+    return API.inject(body, API.conversation(body), Blocks(BLOCK, SYSTEM)).body
 
 
 def text(value: str, **extra: object) -> dict[str, object]:
@@ -219,3 +221,100 @@ def test_a_stream_with_an_error_event_failed() -> None:
 def test_tool_input_deltas_are_no_text() -> None:
     events = message_events({"model": "m", "tools": [{"name": "t"}]}, 4)
     assert API.read_completion(answer(events, streamed=True)).text == ""
+
+
+RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "21 C"}
+CALL = {
+    "role": "assistant",
+    "content": [{"type": "tool_use", "id": "t1", "name": "w", "input": {}}],
+}
+
+
+def in_turn(messages: list[Any], **fields: object) -> Injected:
+    """The block placed as the pipeline places it with position turn."""
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": messages, **fields}
+    seen = API.conversation(body)
+    rule = API.rule
+    at = slot(
+        seen.turns,
+        anchor_roles=rule.anchor_roles,
+        behind_roles=rule.behind_roles,
+        pinned=rule.pinned,
+    )
+    return API.inject(body, seen, Blocks(BLOCK, TURN, at))
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected", "message"),
+    [
+        # String content: the block, a blank line, the user's text.
+        ([USER], [{"role": "user", "content": BLOCK + "\n\n" + USER["content"]}], 0),
+        # Blocks: a text block first.
+        (
+            [{"role": "user", "content": [text("Q")]}],
+            [{"role": "user", "content": [text(BLOCK), text("Q")]}],
+            0,
+        ),
+        # Tool results come first in their message: the block follows them.
+        (
+            [USER, CALL, {"role": "user", "content": [RESULT, text("and?")]}],
+            [USER, CALL, {"role": "user", "content": [RESULT, text(BLOCK), text("and?")]}],
+            2,
+        ),
+        # Never in front of a breakpoint: behind the last one of the message.
+        (
+            [{"role": "user", "content": [text("Doc.", cache_control=CACHED), text("Q")]}],
+            [
+                {
+                    "role": "user",
+                    "content": [text("Doc.", cache_control=CACHED), text(BLOCK), text("Q")],
+                }
+            ],
+            0,
+        ),
+    ],
+)
+def test_position_turn_puts_the_block_at_the_start_of_the_latest_user_message(
+    messages: list[Any], expected: list[Any], message: int
+) -> None:
+    injected = in_turn(messages, system=[text("S.", cache_control=CACHED)])
+    assert injected.body["messages"] == expected
+    assert injected.body["system"] == [text("S.", cache_control=CACHED)]  # the prefix unchanged
+    assert (injected.held, injected.message) == (True, message)
+
+
+def test_position_turn_with_a_breakpoint_on_a_later_assistant_message_injects_nothing() -> None:
+    prefill = {"role": "assistant", "content": [text("Sure,", cache_control=CACHED)]}
+    injected = in_turn([USER, prefill], system="S.")
+    assert injected == Injected(
+        {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 64,
+            "messages": [USER, prefill],
+            "system": "S.",
+        }
+    )
+
+
+def test_position_turn_puts_earlier_blocks_back() -> None:
+    messages = [
+        USER,
+        {"role": "assistant", "content": "Miso."},
+        {"role": "user", "content": "And?"},
+    ]
+    body = {"model": "m", "max_tokens": 9, "messages": messages}
+    blocks = Blocks("NEW", TURN, Slot(2, 0), earlier=((Slot(0, 0), "OLD"),))
+    sent = API.inject(body, API.conversation(body), blocks).body["messages"]
+    assert sent == [
+        {"role": "user", "content": "OLD\n\n" + USER["content"]},
+        messages[1],
+        {"role": "user", "content": "NEW\n\nAnd?"},
+    ]
+
+
+def test_the_system_prompt_is_part_of_the_blocks_keys_without_its_breakpoints() -> None:
+    def preamble(system: object) -> object:
+        return API.conversation({"model": "m", "system": system, "messages": [USER]}).preamble
+
+    assert preamble([text("S.", cache_control=CACHED)]) == preamble([text("S.")])
+    assert preamble("S.") != preamble("T.")

@@ -1,15 +1,22 @@
-"""Reading OpenAI chat answers (as the relay hands them over) into a ``Completion``."""
+"""The chat completions adapter: writing blocks (position ``turn`` and ``system``, never in front
+of a cache breakpoint) and reading answers (as the relay hands them over) into a ``Completion``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import orjson
 import pytest
 
+from proxy.apis.adapter import Blocks, Injected
 from proxy.apis.answer import Answer
-from proxy.apis.openai_chat import assistant_text, read_completion
+from proxy.apis.openai_chat import OPENAI_CHAT, assistant_text, read_completion
+from proxy.context.position import Slot, slot
+from proxy.defaults import Position
 from tests.fakes.upstream import StackedEncoder, completion, stream_events
 
 TEXT = "Hello from the fake upstream"
+SYSTEM = {"role": "system", "content": "Be terse."}
 
 
 @pytest.mark.parametrize("chunks", [1, 3, 8])
@@ -66,3 +73,116 @@ def test_an_undecodable_answer_reads_as_no_text() -> None:
     headers = [(b"content-encoding", b"gzip")]
     done = read_completion(Answer(200, streamed=False, ok=True, chunks=[WHOLE], headers=headers))
     assert (done.text, done.body) == ("", None)
+
+
+@pytest.mark.parametrize(
+    ("position", "messages", "expected"),
+    [
+        # turn: in front of the latest user message's text; the messages before it untouched.
+        (
+            "turn",
+            [SYSTEM, {"role": "user", "content": "a"}],
+            [SYSTEM, {"role": "user", "content": "B\n\na"}],
+        ),
+        (
+            "turn",
+            [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "r"},
+                {"role": "user", "content": [{"type": "text", "text": "q"}]},
+            ],
+            [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "r"},
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "B"}, {"type": "text", "text": "q"}],
+                },
+            ],
+        ),
+        # system: appended to the system message.
+        (
+            "system",
+            [SYSTEM, {"role": "user", "content": "a"}],
+            [{**SYSTEM, "content": "Be terse.\n\nB"}, {"role": "user", "content": "a"}],
+        ),
+    ],
+)
+def test_blocks_in_the_messages(
+    position: Position, messages: list[dict[str, Any]], expected: list[dict[str, Any]]
+) -> None:
+    body: dict[str, object] = {"model": "gpt-4o", "messages": messages}
+    conversation = OPENAI_CHAT.conversation(body)
+    assert conversation.turns == messages
+    at = slot(conversation.turns) if position == "turn" else None
+    injected = OPENAI_CHAT.inject(body, conversation, Blocks("B", position, at))
+    assert injected.body == {**body, "messages": expected}
+    assert injected.held
+    assert body["messages"] is messages  # the client's body untouched
+
+
+def test_earlier_blocks_go_back_at_their_slots() -> None:
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "r"},
+        {"role": "user", "content": "q"},
+    ]
+    body: dict[str, object] = {"model": "gpt-4o", "messages": messages}
+    blocks = Blocks("NEW", "turn", Slot(2, 0), earlier=((Slot(0, 0), "OLD"),))
+    injected = OPENAI_CHAT.inject(body, OPENAI_CHAT.conversation(body), blocks)
+    assert injected == Injected(
+        {
+            **body,
+            "messages": [
+                {"role": "user", "content": "OLD\n\na"},
+                messages[1],
+                {"role": "user", "content": "NEW\n\nq"},
+            ],
+        },
+        held=True,
+        message=2,
+    )
+
+
+CC = {"type": "ephemeral"}
+CACHED_SYSTEM = {"role": "system", "content": [{"type": "text", "text": "s", "cache_control": CC}]}
+MARKED_USER = {"role": "user", "content": [{"type": "text", "text": "q", "cache_control": CC}]}
+
+
+@pytest.mark.parametrize(
+    ("position", "messages", "where"),
+    [
+        ("turn", [SYSTEM], 0),  # no user turn: the system prompt, as position system
+        ("turn", [{"role": "user", "content": 7}], 0),  # no user turn that takes text
+        ("turn", [CACHED_SYSTEM], 0),  # behind the system prompt's own breakpoint: allowed
+        (
+            "turn",
+            [
+                {"role": "user", "content": "a"},
+                {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "r", "cache_control": CC}],
+                },
+            ],
+            None,
+        ),
+        ("system", [SYSTEM, {"role": "user", "content": "a"}], 0),
+        ("system", [CACHED_SYSTEM, {"role": "user", "content": "a"}], 0),
+        # The system prompt would sit in front of a breakpoint: the turn's slot instead.
+        ("system", [SYSTEM, MARKED_USER], 1),
+        ("system", [{**SYSTEM, "cache_control": CC}, {"role": "user", "content": "a"}], 1),
+        ("system", [{"role": "user", "content": 7}, MARKED_USER], 1),
+    ],
+)
+def test_the_block_never_sits_in_front_of_a_breakpoint(
+    position: Position, messages: list[dict[str, Any]], where: int | None
+) -> None:
+    body: dict[str, object] = {"model": "gpt-4o", "messages": messages}
+    conversation = OPENAI_CHAT.conversation(body)
+    at = slot(conversation.turns) if position == "turn" else None  # as the pipeline finds it
+    injected = OPENAI_CHAT.inject(body, conversation, Blocks("BLOCK", position, at))
+    result = injected.body["messages"]
+    assert (injected.message if injected.held else None) == where
+    assert ("BLOCK" in orjson.dumps(result).decode()) == (where is not None)
+    if where is not None:
+        assert "BLOCK" in orjson.dumps(result[where]).decode()

@@ -8,10 +8,11 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.apis.adapter import SYSTEM
+from proxy.apis.adapter import SYSTEM, TURN, Blocks, Injected
 from proxy.apis.answer import Answer
 from proxy.apis.openai_responses import RESPONSES, SEPARATOR
 from proxy.context.billing import IMAGE_TOKENS, count_content
+from proxy.context.position import Slot, slot
 from proxy.pipeline.query import last_user_texts, query_text
 from tests.fakes.upstream import StackedEncoder, response_events, response_object
 
@@ -135,12 +136,88 @@ def test_block_goes_after_the_apps_instructions(instructions: str | None, expect
     body: dict[str, Any] = {"model": "gpt-4o", "input": "hi"}
     if instructions is not None:
         body["instructions"] = instructions
-    sent = RESPONSES.inject(body, RESPONSES.conversation(body), BLOCK, SYSTEM)
-    assert sent == {**body, "instructions": expected}
+    sent = RESPONSES.inject(body, RESPONSES.conversation(body), Blocks(BLOCK, SYSTEM))
+    assert sent == Injected({**body, "instructions": expected}, held=True)
     assert body.get("instructions") == instructions  # the client's body untouched
-    unchanged = RESPONSES.inject(body, RESPONSES.conversation(body), "", SYSTEM)
-    assert unchanged == body
-    assert unchanged is not body
+    unchanged = RESPONSES.inject(body, RESPONSES.conversation(body), Blocks("", SYSTEM))
+    assert unchanged == Injected(body)
+    assert unchanged.body is not body
+
+
+def user(content: object) -> dict[str, Any]:
+    return {"role": "user", "content": content}
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "input_text", "text": value}
+
+
+REPLY = {
+    "type": "message",
+    "role": "assistant",
+    "content": [{"type": "output_text", "text": "Biscuit."}],
+}
+
+
+@pytest.mark.parametrize(
+    ("given", "expected", "message"),
+    [
+        # A string input stays a string: the block and a blank line in front of the text.
+        ("hi", BLOCK + SEPARATOR + "hi", 0),
+        ([user("hi")], [user(BLOCK + SEPARATOR + "hi")], 0),
+        # Content parts: an input_text part first, the user's parts after it.
+        ([user([text("hi")])], [user([text(BLOCK), text("hi")])], 0),
+        # The latest user message; the items before it untouched.
+        (
+            [user("dog?"), REPLY, {"type": "message", **user([text("tea?")])}],
+            [user("dog?"), REPLY, {"type": "message", **user([text(BLOCK), text("tea?")])}],
+            2,
+        ),
+        # A tool output sent back: the latest user message is the one before the call.
+        ([user("dog?"), CALL, OUTPUT], [user(BLOCK + SEPARATOR + "dog?"), CALL, OUTPUT], 0),
+    ],
+)
+def test_position_turn_puts_the_block_before_the_latest_user_input(
+    given: object, expected: object, message: int
+) -> None:
+    body: dict[str, Any] = {"model": "gpt-4o", "instructions": "Be brief.", "input": given}
+    seen = RESPONSES.conversation(body)
+    at = slot(seen.turns)
+    assert at is not None
+    sent = RESPONSES.inject(body, seen, Blocks(BLOCK, TURN, at))
+    assert sent == Injected({**body, "input": expected}, held=True, message=message)
+    assert body["input"] == given  # the client's body untouched
+
+
+def test_position_turn_puts_earlier_blocks_back_where_they_were() -> None:
+    body = {"model": "gpt-4o", "input": [user("dog?"), REPLY, user([text("tea?")])]}
+    seen = RESPONSES.conversation(body)
+    blocks = Blocks("NEW", TURN, Slot(2, 0), earlier=((Slot(0, 0), "OLD"),))
+    sent = RESPONSES.inject(body, seen, blocks)
+    assert sent.body["input"] == [
+        user("OLD" + SEPARATOR + "dog?"),
+        REPLY,
+        user([text("NEW"), text("tea?")]),
+    ]
+
+
+def test_position_turn_without_a_user_message_goes_after_the_instructions() -> None:
+    body = {"model": "gpt-4o", "instructions": "Be brief.", "input": [OUTPUT]}
+    seen = RESPONSES.conversation(body)
+    assert slot(seen.turns) is None
+    sent = RESPONSES.inject(body, seen, Blocks(BLOCK, TURN, None))
+    assert sent == Injected({**body, "instructions": "Be brief." + SEPARATOR + BLOCK}, held=True)
+
+
+def test_the_preamble_names_the_instructions_and_the_context_pointed_at() -> None:
+    one = conversation({"instructions": "a", "input": "hi", "previous_response_id": "resp_1"})
+    two = conversation({"instructions": "a", "input": "hi", "previous_response_id": "resp_2"})
+    other = conversation({"instructions": "b", "input": "hi", "previous_response_id": "resp_1"})
+    assert len({one.preamble, two.preamble, other.preamble}) == 3
+    deep: Any = []
+    for _ in range(300):
+        deep = [deep]
+    assert conversation({"input": "hi", "prompt": {"variables": deep}}).preamble is None
 
 
 def test_shown_is_instructions_and_input() -> None:

@@ -26,6 +26,10 @@ from tests.fakes.upstream import FakeServer
 from tests.redis_server import RedisServer
 
 MODEL = "gpt-4o-mini"
+# These tests repeat one request to see what retrieval does. With position turn a repeat reuses
+# the turn's block (adr/0111) and retrieves nothing, so they ask with position system, which
+# retrieves every time.
+RETRIEVE = {"X-Memory-Position": "system"}
 
 
 def wait_for(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -51,14 +55,14 @@ def test_repeat_served_from_cache_until_a_write(
     backends.cache = cache  # the test's writes bump this cache's generations
     app = create_app(settings, store=spy, embedder=backends.embedder, cache=cache, metrics=metrics)
     with ProxyServer(app) as server:
-        first = ask(server.url)
+        first = ask(server.url, headers=RETRIEVE)
         assert "search;dur=" in first["server-timing"]
-        repeat = ask(server.url, stream=True)
+        repeat = ask(server.url, stream=True, headers=RETRIEVE)
         assert spy.searches == 1  # served from the cache
         assert "search;dur=" not in repeat["server-timing"]
         assert repeat["x-memory-status"] == "injected"
         backends.write(tenant, ["The user's dog Biscuit is afraid of thunder."])
-        after = ask(server.url)
+        after = ask(server.url, headers=RETRIEVE)
         assert spy.searches == 2  # the write bumped the generation
         assert after["x-memory-injected"] == "2"
         assert "thunder" in sent_text(fake)
@@ -78,8 +82,8 @@ def test_redis_cache_shared_by_replicas(
     backends.write(tenant, ["The user's dog is called Biscuit."])
     app = create_app(settings, store=spy, embedder=backends.embedder)
     with ProxyServer(app) as server:
-        ask(server.url)
-        assert ask(server.url)["x-memory-status"] == "injected"
+        ask(server.url, headers=RETRIEVE)
+        assert ask(server.url, headers=RETRIEVE)["x-memory-status"] == "injected"
         assert spy.searches == 1
 
         async def write_through_another_replica() -> None:
@@ -91,7 +95,7 @@ def test_redis_cache_shared_by_replicas(
             await other.close()
 
         asyncio.run(write_through_another_replica())
-        assert ask(server.url)["x-memory-injected"] == "2"
+        assert ask(server.url, headers=RETRIEVE)["x-memory-injected"] == "2"
         assert spy.searches == 2
         assert "thunder" in sent_text(fake)
 
@@ -125,7 +129,7 @@ def test_capture_turn_from_a_stream(memproxy: MemoryProxy) -> None:
 def test_retrieval_counts_of_injected_memories(memproxy: MemoryProxy) -> None:
     (biscuit,) = memproxy.backends.write(memproxy.tenant, ["The user's dog is called Biscuit."])
     for _ in range(3):
-        assert ask(memproxy.url)["x-memory-status"] == "injected"
+        assert ask(memproxy.url, headers=RETRIEVE)["x-memory-status"] == "injected"
 
     def count() -> int:
         records = memproxy.backends.list(memproxy.tenant)

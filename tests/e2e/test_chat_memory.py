@@ -1,4 +1,5 @@
-"""End to end with the official ``openai`` SDK: memories reach the upstream's system prompt."""
+"""End to end with the official ``openai`` SDK: memories reach the upstream's prompt (the
+latest user turn by default, the system prompt with position ``system``)."""
 
 from __future__ import annotations
 
@@ -25,11 +26,12 @@ def client(proxy: MemoryProxy) -> openai.OpenAI:
     return openai.OpenAI(base_url=proxy.url, api_key=API_KEY, max_retries=0)
 
 
-def system_prompt(proxy: MemoryProxy) -> str:
+def prompt_of(proxy: MemoryProxy, role: str) -> str:
+    """The one message of ``role`` the upstream got last (its text)."""
     sent = proxy.fake.fake.requests[-1].json()
-    system = [m for m in sent["messages"] if m["role"] == "system"]
-    assert len(system) == 1
-    content: str = system[0]["content"]
+    found = [m for m in sent["messages"] if m["role"] == role]
+    assert len(found) == 1
+    content: str = found[0]["content"]
     return content
 
 
@@ -38,9 +40,10 @@ def block_of(prompt: str) -> str:
     return prompt[start:end]
 
 
+@pytest.mark.parametrize("position", ["turn", "system"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-def test_upstream_gets_the_block_in_the_system_prompt_within_budget(
-    memproxy: MemoryProxy, stream: bool
+def test_upstream_gets_the_block_in_its_position_within_budget(
+    memproxy: MemoryProxy, stream: bool, position: str
 ) -> None:
     memproxy.backends.write(memproxy.tenant, FACTS)
     messages = [
@@ -51,7 +54,7 @@ def test_upstream_gets_the_block_in_the_system_prompt_within_budget(
         model=MODEL,
         messages=messages,  # type: ignore[arg-type]
         stream=stream,
-        extra_headers={"X-Memory-Max-Tokens": "200"},
+        extra_headers={"X-Memory-Max-Tokens": "200", "X-Memory-Position": position},
     )
     if stream:
         chunks = list(raw.parse())  # type: ignore[call-overload]
@@ -60,8 +63,13 @@ def test_upstream_gets_the_block_in_the_system_prompt_within_budget(
         assert raw.parse().choices[0].message.content  # type: ignore[union-attr]
     headers = raw.headers
     assert headers["x-memory-status"] == "injected"
-    prompt = system_prompt(memproxy)
-    assert prompt.startswith("You are terse.\n\n")  # the app's own prompt stays first
+    if position == "system":
+        prompt = prompt_of(memproxy, "system")
+        assert prompt.startswith("You are terse.\n\n")  # the app's own prompt stays first
+    else:
+        assert prompt_of(memproxy, "system") == "You are terse."  # the app's, as sent
+        prompt = prompt_of(memproxy, "user")
+        assert prompt.endswith("</memories>\n\nWhat is my dog called?")  # the question last
     block = block_of(prompt)
     assert "Biscuit" in block
     tokens = count_tokens(block, encoding_name_for_model(MODEL))
@@ -108,8 +116,9 @@ def test_explain_returns_the_documented_shape_without_an_upstream_call(
         "candidates",
         "memories",
         "block",
-        "dropped",
         "messages",
+        "placement",
+        "dropped",
     }
     assert doc["object"] == "memory.explain"
     assert doc["model"] == MODEL
@@ -130,8 +139,10 @@ def test_explain_returns_the_documented_shape_without_an_upstream_call(
             "frequency",
         }
     assert any("Lisbon" in m["content"] for m in doc["memories"])
-    assert doc["messages"][0] == {"role": "system", "content": doc["block"]}
-    assert doc["messages"][1] == {"role": "user", "content": "Where do I live?"}
+    # Position turn: the block in front of the question, in the user's own message.
+    assert doc["messages"] == [{"role": "user", "content": doc["block"] + "\n\nWhere do I live?"}]
+    assert doc["placement"]["position"] == "turn"
+    assert doc["placement"]["message"] == 0
 
 
 @pytest.mark.parametrize(

@@ -53,11 +53,16 @@ class FailingEmbedder:
         raise ConnectionError("embedding API unreachable")
 
 
-def ask(url: str, stream: bool = False, key: str = API_KEY) -> httpx.Headers:
+def ask(
+    url: str, stream: bool = False, key: str = API_KEY, headers: dict[str, str] | None = None
+) -> httpx.Headers:
     """One chat request through the SDK; returns the response headers (it must succeed)."""
     sdk = openai.OpenAI(base_url=url, api_key=key, max_retries=0)
     raw = sdk.chat.completions.with_raw_response.create(
-        model=MODEL, messages=[{"role": "user", "content": "What is my dog called?"}], stream=stream
+        model=MODEL,
+        messages=[{"role": "user", "content": "What is my dog called?"}],
+        stream=stream,
+        extra_headers=headers,
     )
     if stream:
         assert list(raw.parse())  # type: ignore[call-overload]

@@ -46,7 +46,7 @@ def block_in(text: str) -> str:
     return text[start:end]
 
 
-def test_create_gets_memories_in_system_and_returns_the_upstreams_answer(
+def test_create_gets_memories_in_the_latest_turn_and_returns_the_upstreams_answer(
     memproxy: MemoryProxy,
 ) -> None:
     memproxy.backends.write(memproxy.tenant, FACTS)
@@ -62,11 +62,12 @@ def test_create_gets_memories_in_system_and_returns_the_upstreams_answer(
     )
     assert raw.parse().model_dump() == direct.model_dump()
     assert raw.headers["x-memory-status"] == "injected"
-    system = sent(memproxy)["system"]
-    assert system.startswith("You are terse.\n\n")  # the app's own prompt stays first
-    block = block_in(system)
+    assert sent(memproxy)["system"] == "You are terse."  # the prompt's start stays the app's
+    [turn] = sent(memproxy)["messages"]
+    assert turn["content"].endswith("\n\n" + QUESTION[0]["content"])  # the block in front
+    block = block_in(turn["content"])
+    assert turn["content"].startswith(block)
     assert "Biscuit" in block
-    assert sent(memproxy)["messages"] == QUESTION
     # Counted in Claude's encoding with its margin, line by line: each line's count rounds up,
     # so the block's figure is at most a token a line above counting it whole (never below).
     tokens = tiktoken_tokenizer().counter("claude")(block)
@@ -92,11 +93,8 @@ def test_stream_helper_gets_memories_and_relays_the_upstreams_events(
             headers = stream.response.headers
     assert results[1] == results[0]
     assert headers["x-memory-status"] == "injected"
-    forwarded = sent(memproxy)["system"]
-    assert forwarded[0] == system[0]  # the cached block is byte for byte the app's
-    assert len(forwarded) == 2
-    assert "Biscuit" in block_in(forwarded[1]["text"])
-    assert "cache_control" not in forwarded[1]
+    assert sent(memproxy)["system"] == system  # the cached prompt is byte for byte the app's
+    assert "Biscuit" in block_in(sent(memproxy)["messages"][0]["content"])
 
 
 def test_a_breakpoint_in_the_conversation_keeps_system_and_history_untouched(
@@ -113,6 +111,17 @@ def test_a_breakpoint_in_the_conversation_keeps_system_and_history_untouched(
         model=MODEL, max_tokens=256, system="S.", messages=history
     )
     body = sent(memproxy)
+    assert body["system"] == "S."
+    assert body["messages"][:2] == history[:2]
+    assert "Biscuit" in block_in(body["messages"][2]["content"])  # position turn: the latest
+    client(memproxy.server.root).messages.create(
+        model=MODEL,
+        max_tokens=256,
+        system="S.",
+        messages=history,
+        extra_headers={"X-Memory-Position": "system"},
+    )
+    body = sent(memproxy)  # position system: right after the breakpoint, never in front of it
     assert body["system"] == "S."
     assert body["messages"][0]["content"][0] == cached
     assert "Biscuit" in block_in(body["messages"][0]["content"][1]["text"])
@@ -135,9 +144,9 @@ def test_explain_shows_system_and_messages_without_calling_the_upstream(
     assert document["budget"]["context_window"] == 200_000
     assert document["budget"]["encoding"] == "claude"
     assert document["budget"]["response_reserve"] == 256
-    assert document["system"].startswith("S.\n\n")
-    assert "Biscuit" in document["system"]
-    assert document["messages"] == QUESTION
+    assert document["system"] == "S."
+    assert "Biscuit" in block_in(document["messages"][0]["content"])
+    assert document["placement"]["message"] == 0
     assert any("Biscuit" in m["content"] for m in document["memories"])
     assert memproxy.fake.fake.requests == type(memproxy.fake.fake.requests)()
 
@@ -220,4 +229,4 @@ def test_a_memory_written_with_bearer_is_found_with_x_api_key(memproxy: MemoryPr
     received = memproxy.fake.fake.requests[-1]
     assert received.headers["x-api-key"] == API_KEY
     assert "authorization" not in received.headers
-    assert "Miso" in block_in(received.json()["system"])
+    assert "Miso" in block_in(received.json()["messages"][0]["content"])

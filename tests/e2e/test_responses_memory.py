@@ -1,8 +1,9 @@
 """``POST /v1/responses`` end to end with the official ``openai`` SDK over real sockets.
 
 Through memproxy, ``responses.create`` (whole and streamed) and ``responses.stream`` return what
-they return directly from the fake upstream; the upstream receives the user's memories after
-the app's own instructions. The one difference a client can see is the one the Responses API
+they return directly from the fake upstream; the upstream receives the user's memories in front
+of the latest user input (position ``turn``, the default), or after the app's own instructions
+(position ``system``). There the one difference a client can see is the one the Responses API
 itself makes: the response object echoes the ``instructions`` it ran with, the block included.
 """
 
@@ -49,6 +50,15 @@ def without_instructions(value: Any) -> Any:
     return value
 
 
+def assert_memories_before(text: str, question: str = QUESTION) -> None:
+    """``text`` is the block, a blank line, then the user's own ``question`` (position turn)."""
+    block, _, own = text.partition(SEPARATOR)
+    assert own == question
+    assert block.startswith(BLOCK_OPEN)
+    assert block.endswith(BLOCK_CLOSE)
+    assert "Biscuit" in block or "Lisbon" in block
+
+
 def assert_memories_after_app_instructions(instructions: str) -> None:
     own, _, block = instructions.partition(SEPARATOR)
     assert own == APP_INSTRUCTIONS
@@ -65,8 +75,8 @@ def test_create_returns_what_the_upstream_returns_with_memories_sent(
     ask = {"model": MODEL, "instructions": APP_INSTRUCTIONS, "input": QUESTION, "stream": stream}
     through = sdk(memproxy.url).responses.with_raw_response.create(**ask)
     sent = forwarded(memproxy)
-    assert_memories_after_app_instructions(sent["instructions"])
-    assert sent["input"] == QUESTION
+    assert sent["instructions"] == APP_INSTRUCTIONS  # the prompt's start stays the app's
+    assert_memories_before(sent["input"])  # a string input stays a string
     assert through.headers["x-memory-status"] == "injected"
     assert int(through.headers["x-memory-injected"]) >= 1
     direct = sdk(memproxy.fake.url).responses.create(**ask)
@@ -98,7 +108,12 @@ def test_stream_helper_returns_what_the_upstream_returns(memproxy: MemoryProxy) 
             kinds.append([event.type for event in stream])
             finals.append(stream.get_final_response().model_dump())
         if base_url == memproxy.url:
-            assert_memories_after_app_instructions(forwarded(memproxy)["instructions"])
+            sent = forwarded(memproxy)
+            assert sent["instructions"] == APP_INSTRUCTIONS
+            [block, own] = sent["input"][0]["content"]
+            assert block["type"] == "input_text"
+            assert block["text"].startswith(BLOCK_OPEN)
+            assert own == {"type": "input_text", "text": QUESTION}
     assert kinds[0] == kinds[1]
     assert "response.function_call_arguments.done" in kinds[0]
     assert without_instructions(finals[0]) == without_instructions(finals[1])
@@ -137,9 +152,26 @@ def test_function_call_round_trip_keeps_items_and_finds_memories(memproxy: Memor
     ]
     answer = sdk(memproxy.url).responses.create(model=MODEL, input=items, tools=[WEATHER])
     sent = forwarded(memproxy)
-    assert sent["input"] == items  # the app's items untouched
-    assert "Lisbon" in sent["instructions"]
+    assert sent["input"][1:] == items[1:]  # the call and its output untouched
+    assert_memories_before(sent["input"][0]["content"], items[0]["content"])
+    assert "Lisbon" in sent["input"][0]["content"]
+    assert "instructions" not in sent
     assert answer.output[0].type == "function_call"
+
+
+def test_position_system_puts_the_block_after_the_apps_instructions(
+    memproxy: MemoryProxy,
+) -> None:
+    memproxy.backends.write(memproxy.tenant, FACTS)
+    ask = {"model": MODEL, "instructions": APP_INSTRUCTIONS, "input": QUESTION}
+    through = sdk(memproxy.url).responses.with_raw_response.create(
+        **ask, extra_headers={"X-Memory-Position": "system"}
+    )
+    sent = forwarded(memproxy)
+    assert_memories_after_app_instructions(sent["instructions"])
+    assert sent["input"] == QUESTION
+    assert through.headers["x-memory-status"] == "injected"
+    assert through.parse().instructions == sent["instructions"]  # echoed, as the API does
 
 
 def explain(proxy: MemoryProxy, body: dict[str, Any]) -> dict[str, Any]:
@@ -163,8 +195,10 @@ def test_explain_shows_instructions_and_input_without_calling_upstream(
     document = explain(memproxy, body)
     assert len(memproxy.fake.fake.requests) == before
     assert document["object"] == "memory.explain"
-    assert_memories_after_app_instructions(document["instructions"])
-    assert document["input"] == QUESTION
+    assert document["instructions"] == APP_INSTRUCTIONS
+    assert_memories_before(document["input"])
+    assert document["placement"]["position"] == "turn"
+    assert document["placement"]["message"] == 0  # the input's first (and only) item
     assert "messages" not in document
     assert any("Biscuit" in m["content"] for m in document["memories"])
     assert "notes" not in document

@@ -40,6 +40,9 @@ def headers(**values: str) -> dict[str, str]:
         (headers(capture="turn"), "capture", "turn"),
         (headers(user="alice"), "user", "alice"),
         (headers(session="s1"), "session", "s1"),
+        ({}, "position", "turn"),
+        (headers(position=" System "), "position", "system"),
+        (headers(position="turn"), "position", "turn"),
         ({}, "budget_rule", "adaptive"),
         (headers(budget_rule="FILL"), "budget_rule", "fill"),
         (headers(budget_rule=" adaptive "), "budget_rule", "adaptive"),
@@ -66,6 +69,8 @@ def test_header_values(given_headers: dict[str, str], field: str, expected: Any)
         ("sources", "secrets"),
         ("sources", ","),
         ("capture", "all"),
+        ("position", "front"),
+        ("position", ""),
         ("budget_rule", "greedy"),
         ("budget_rule", ""),
         ("user", "x" * 300),
@@ -140,6 +145,12 @@ def test_a_tenant_configured_with_capture_off_captures_nothing(asked: str) -> No
     """``auth.tenants.NAME.memory.capture: "off"`` bounds the header too (issue 13)."""
     tenant = MemorySettings().for_tenant(TenantMemory(capture="off"))
     assert parse_options(tenant, headers(capture=asked), {}).capture == "off"
+
+
+def test_the_tenants_position_is_the_default() -> None:
+    limits = MemorySettings().for_tenant(TenantMemory(position="system"))
+    assert parse_options(limits, {}, {}).position == "system"
+    assert parse_options(limits, headers(position="turn"), {}).position == "turn"
 
 
 def test_budget_rule_defaults_to_the_tenants() -> None:

@@ -26,7 +26,7 @@ from proxy.cache.request_cache import CacheTTLs, RequestCache
 from proxy.context.billing import message_key
 from proxy.context.budget import MODEL_OVERRIDES, ModelLimit, ModelLimits, TokenBudgetCalculator
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.context.render import BLOCK_OPEN
+from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 from proxy.memory.retriever import Retriever
 from proxy.metrics import Metrics
 from proxy.pipeline.contract import Completion
@@ -104,10 +104,11 @@ async def test_injects_into_a_new_body() -> None:
     )
     assert original == before
     assert prepared.body is not original
-    system = prepared.body["messages"][0]
-    assert system["role"] == "system"
-    assert BLOCK_OPEN in system["content"]
-    assert "Biscuit" in system["content"]
+    turn = prepared.body["messages"][0]  # position turn: in the latest user message
+    assert turn["role"] == "user"
+    assert turn["content"].startswith(BLOCK_OPEN)
+    assert turn["content"].endswith("\n\nwhat is my dog called?")
+    assert "Biscuit" in turn["content"]
     headers = prepared.response_headers
     assert headers["X-Memory-Status"] == "injected"
     assert headers["X-Memory-Injected"] == "1"
@@ -244,7 +245,8 @@ def test_the_block_never_exceeds_the_budget(contents: list[str], cap: int) -> No
     if status != "injected":
         assert prepared.body["messages"] == body("tell me everything")["messages"]
         return
-    block = prepared.body["messages"][0]["content"]
+    content = prepared.body["messages"][-1]["content"]
+    block = content[: content.index(BLOCK_CLOSE) + len(BLOCK_CLOSE)]
     assert count_tokens(block, "o200k_base") == int(prepared.response_headers["X-Memory-Tokens"])
     assert int(prepared.response_headers["X-Memory-Tokens"]) <= budget
 
@@ -267,7 +269,8 @@ async def test_a_memory_line_is_rendered_once_across_requests(
     second = await pipeline.prepare(TENANT, {}, body("and what does my dog eat?"), OPENAI_CHAT)
     assert rendered == [("learnings", "The user's dog is called Biscuit.")]
     assert first.response_headers["X-Memory-Tokens"] == second.response_headers["X-Memory-Tokens"]
-    block = second.body["messages"][0]["content"]
+    content = second.body["messages"][-1]["content"]  # position turn: block, blank line, text
+    block = content[: content.index(BLOCK_CLOSE) + len(BLOCK_CLOSE)]
     assert int(second.response_headers["X-Memory-Tokens"]) == count_tokens(block, "o200k_base")
 
 
@@ -499,9 +502,23 @@ async def test_a_continued_response_holds_half_the_window_back(mode: str) -> Non
     assert held == MODEL_OVERRIDES["gpt-4o"].context_window // 2
 
 
-async def test_responses_block_goes_after_the_instructions() -> None:
+async def test_responses_block_goes_before_the_latest_user_input_by_default() -> None:
     ask = {"model": "gpt-4o", "instructions": "Be brief.", "input": "what is my dog called?"}
     prepared = await build(biscuit_store(), FakeEmbedder(DIMS)).prepare(TENANT, {}, ask, RESPONSES)
+    assert prepared.response_headers["X-Memory-Status"] == "injected"
+    assert prepared.body["instructions"] == "Be brief."  # the prompt's start stays the app's
+    block, _, own = prepared.body["input"].partition("\n\n")  # a string input stays a string
+    assert own == ask["input"]
+    assert block.startswith(BLOCK_OPEN)
+    assert "Biscuit" in block
+    assert prepared.encoded == orjson.dumps(prepared.body)
+
+
+async def test_responses_block_goes_after_the_instructions_with_position_system() -> None:
+    ask = {"model": "gpt-4o", "instructions": "Be brief.", "input": "what is my dog called?"}
+    headers = {"x-memory-position": "system"}
+    pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
+    prepared = await pipeline.prepare(TENANT, headers, ask, RESPONSES)
     assert prepared.response_headers["X-Memory-Status"] == "injected"
     own, _, block = prepared.body["instructions"].partition("\n\n")
     assert own == "Be brief."

@@ -264,9 +264,9 @@ def test_prompt_injection_stays_inside_the_fence(client: httpx.Client, fake: Fak
     assert injected.headers["x-memory-status"] == "injected"
     forwarded = fake.fake.requests[0].json()["messages"]
     for messages in (explain.json()["messages"], forwarded):
-        system = messages[0]
-        assert system["role"] == "system"
-        text = system["content"]
+        held = messages[-1]  # position turn: the block goes in front of the user's text
+        assert held["role"] == "user"
+        text = held["content"]
         assert text.count(BLOCK_OPEN) == 1
         assert text.count(BLOCK_CLOSE) == 1
         start, end = text.index(BLOCK_OPEN), text.index(BLOCK_CLOSE)
@@ -279,5 +279,6 @@ def test_prompt_injection_stays_inside_the_fence(client: httpx.Client, fake: Fak
         assert (lines[0], lines[-1]) == (BLOCK_OPEN, BLOCK_CLOSE)
         for line in lines[2:-1]:
             assert line.startswith("["), line
-        # The user's own message is after the block, untouched.
-        assert messages[-1] == {"role": "user", "content": question}
+        # The user's own text follows the block, untouched.
+        assert text == text[: end + len(BLOCK_CLOSE)] + "\n\n" + question
+        assert len(messages) == 1

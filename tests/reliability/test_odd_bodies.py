@@ -226,7 +226,7 @@ def memory_on(
 
 
 def injected_block(body: Any) -> str | None:
-    """The memory block in a forwarded body (it always ends a text), if there is one."""
+    """The memory block in a forwarded body (a whole text, or its start or end), if any."""
     for message in body.get("messages") or ():
         content = message.get("content") if isinstance(message, dict) else None
         texts = [content] if isinstance(content, str) else []
@@ -234,17 +234,30 @@ def injected_block(body: Any) -> str | None:
             texts += [p["text"] for p in content if isinstance(p, dict) and "text" in p]
         for text in texts:
             if isinstance(text, str) and BLOCK_OPEN in text:
-                block = text[text.index(BLOCK_OPEN) :]
-                assert block.endswith(BLOCK_CLOSE)
-                return block
+                return text[text.index(BLOCK_OPEN) : text.index(BLOCK_CLOSE) + len(BLOCK_CLOSE)]
     return None
 
 
 def injections(sent: dict[str, Any], block: str) -> list[Any]:
-    """Every body memory may make of ``sent``: the block in a system message of its own, first,
-    or added to the first system/developer message's text content (string, parts, empty)."""
+    """Every body memory may make of ``sent``: the block in front of the latest user message's
+    text content (position turn), in a system message of its own, first, or added to the first
+    system/developer message's text content (string, parts, empty)."""
     messages = sent["messages"]
     bodies = [{**sent, "messages": [{"role": "system", "content": block}, *messages]}]
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if users:
+        index, content = users[-1], messages[users[-1]].get("content")
+        added: Any = None
+        if content is None or content == "":
+            added = block
+        elif isinstance(content, str):
+            added = block + SEPARATOR + content
+        elif isinstance(content, list):
+            added = [{"type": "text", "text": block}, *content]
+        if added is not None:
+            changed = {**messages[index], "content": added}
+            turned = [*messages[:index], changed, *messages[index + 1 :]]
+            bodies.append({**sent, "messages": turned})
     for index, message in enumerate(messages):
         if message.get("role") not in ("system", "developer"):
             continue
@@ -309,7 +322,7 @@ def test_injection_really_happens_for_the_plain_body(
     response = httpx.post(f"{memory_on.url}/chat/completions", content=chat(), headers=AUTH)
     assert response.headers["x-memory-status"] == "injected"
     forwarded = json.loads(fake.fake.requests[-1].body)
-    assert BLOCK_OPEN in forwarded["messages"][0]["content"]
+    assert forwarded["messages"][-1]["content"].startswith(BLOCK_OPEN)  # position turn
 
 
 @pytest.mark.parametrize(
@@ -324,8 +337,11 @@ def test_injection_really_happens_for_the_plain_body(
 def test_non_string_system_content_is_never_a_repr(
     memory_on: ProxyServer, fake: FakeServer, content: Any, expected: str
 ) -> None:
+    # Position system: where the system prompt's shape decides how the block joins it.
     response = httpx.post(
-        f"{memory_on.url}/chat/completions", content=system(content), headers=AUTH
+        f"{memory_on.url}/chat/completions",
+        content=system(content),
+        headers={**AUTH, "X-Memory-Position": "system"},
     )
     assert response.headers["x-memory-status"] == "injected"
     messages = json.loads(fake.fake.requests[-1].body)["messages"]

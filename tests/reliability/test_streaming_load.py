@@ -77,7 +77,7 @@ async def test_concurrent_streams_arrive_exact_with_memory_on(
     streamed = [r for r in fake.fake.requests if r.json().get("stream")]
     assert len(streamed) == STREAMS
     assert all(r.finished for r in streamed)
-    system = streamed[0].json()["messages"][0]
-    assert system["role"] == "system"
-    assert "drinks" in system["content"]
+    latest = streamed[0].json()["messages"][-1]  # position turn: the block in the user's turn
+    assert latest["role"] == "user"
+    assert "drinks" in latest["content"]
     assert alive.status_code == 200

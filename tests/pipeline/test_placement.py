@@ -1,0 +1,242 @@
+"""The position in the pipeline: blocks in the latest turn, earlier ones put back, the budget they
+take, reuse on a tool round trip, the system fallback, and what explain shows."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from proxy.apis.openai_chat import OPENAI_CHAT
+from proxy.apis.openai_responses import RESPONSES
+from proxy.cache.blocks import CachedTurnBlocks, Remembered, prefix_keys
+from proxy.cache.local import LocalCache
+from proxy.cache.request_cache import RequestCache
+from proxy.context.budget import TokenBudgetCalculator
+from proxy.context.position import Slot
+from proxy.context.records import MemoryRecord
+from proxy.context.render import BLOCK_OPEN
+from proxy.memory.retriever import Retriever
+from proxy.metrics import Metrics
+from proxy.pipeline.pipeline import Pipeline
+from proxy.pipeline.placement import Placement, recalled
+from proxy.settings import MemorySettings
+from proxy.tenancy import Tenant
+from tests.fakes.embedder import FakeEmbedder
+from tests.fakes.store import FakeStore
+
+DIMS = 4
+NOW = datetime(2026, 11, 22, tzinfo=UTC)
+TENANT = Tenant("t1", MemorySettings())
+FACTS = ["The dog is called Biscuit.", "The user lives in Lisbon.", "The user likes tea."]
+SYSTEM = {"role": "system", "content": "Be terse."}
+
+
+def records(contents: list[str]) -> list[MemoryRecord]:
+    return [
+        MemoryRecord(f"m{i}", "t1", "", "learnings", text, NOW) for i, text in enumerate(contents)
+    ]
+
+
+class Spawned:
+    """A spawner starting each job as a task, as the app's ``Background`` does."""
+
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def __call__(self, job: Coroutine[Any, Any, None]) -> None:
+        self.tasks.append(asyncio.get_running_loop().create_task(job))
+
+    async def run(self) -> None:
+        """Wait for every job started so far (the next request then sees what they wrote)."""
+        await asyncio.gather(*self.tasks)
+
+
+def build() -> tuple[Pipeline, Spawned, LocalCache]:
+    raw = LocalCache(1000)
+    cache = RequestCache(raw)
+    spawned = Spawned()
+    store = FakeStore(records(FACTS), dimensions=DIMS)
+    pipeline = Pipeline(
+        MemorySettings(deadline_ms=2000.0),
+        calculator=TokenBudgetCalculator(memory_cap=None),
+        retriever=Retriever(store, FakeEmbedder(DIMS), cache),
+        counts=cache,
+        metrics=Metrics(),
+        spawn=spawned,
+        clock=lambda: NOW,
+        blocks=CachedTurnBlocks(raw, ttl_s=60),
+    )
+    return pipeline, spawned, raw
+
+
+def chat(*turns: str) -> dict[str, Any]:
+    """A conversation: user and assistant turns alternating, the last one the user's."""
+    roles = ["user", "assistant"]
+    messages = [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]
+    return {"model": "gpt-4o", "messages": [SYSTEM, *messages]}
+
+
+async def test_the_block_goes_in_the_latest_turn_and_comes_back_next_turn() -> None:
+    pipeline, spawned, _ = build()
+    first = await pipeline.prepare(
+        TENANT,
+        {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"},
+        chat("dog?"),
+        OPENAI_CHAT,
+    )
+    await spawned.run()
+    sent = first.body["messages"]
+    assert sent[0] == SYSTEM
+    assert sent[1]["content"].startswith(BLOCK_OPEN)
+    assert sent[1]["content"].endswith("\n\ndog?")
+    second = await pipeline.prepare(
+        TENANT,
+        {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"},
+        chat("dog?", "Biscuit.", "tea?"),
+        OPENAI_CHAT,
+    )
+    assert second.body["messages"][: len(sent)] == sent  # the previous prompt, byte for byte
+    assert second.response_headers["X-Memory-Status"] == "injected"
+    shown = [m["content"] for m in second.body["messages"] if m["role"] == "user"]
+    # Memories the first block shows are not repeated by the second.
+    for fact in FACTS:
+        assert "\n".join(shown).count(fact) <= 1
+
+
+async def test_re_inserted_blocks_take_their_tokens_from_the_window() -> None:
+    pipeline, _, raw = build()
+    history = chat("dog?", "Biscuit.", "tea?")
+    [key] = prefix_keys(
+        "t1", ("", *TENANT.memory.sources, "o200k_base", ""), history["messages"], [1]
+    )
+    assert key is not None
+    big = Remembered("<memories>\nold\n</memories>", 0, 127_000, ("m9",))
+    await CachedTurnBlocks(raw, 60).remember(key, big)
+    explained = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, history, OPENAI_CHAT)
+    assert explained.reply is not None
+    document = orjson.loads(bytes(explained.reply.body))
+    # gpt-4o: 128k window; 127k of old blocks cannot go back with the reserves: left out.
+    assert document["placement"]["reinserted"] == []
+    assert document["placement"]["left_out"] == 1
+    small = Remembered("<memories>\nold\n</memories>", 0, 100, ("m9",))
+    await CachedTurnBlocks(raw, 60).remember(key, small)
+    explained = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, history, OPENAI_CHAT)
+    assert explained.reply is not None
+    document = orjson.loads(bytes(explained.reply.body))
+    assert document["placement"]["reinserted"] == [{"message": 1, "part": 0, "tokens": 100}]
+    assert document["placement"]["reinserted_tokens"] == 100
+    assert document["placement"]["message"] == 3
+    assert document["messages"][1]["content"].startswith("<memories>\nold")
+
+
+def test_room_is_the_cap_or_what_the_window_leaves_after_re_inserted_blocks() -> None:
+    block = Remembered("b", 0, 300, ())
+    placement = Placement("turn", Slot(3, 0), earlier=((Slot(1, 0), block),))
+    assert placement.room(memory_tokens=1000, available_tokens=5000) == 1000
+    assert placement.room(memory_tokens=1000, available_tokens=1100) == 800
+    assert placement.room(memory_tokens=1000, available_tokens=200) == 0
+
+
+def test_recalled_reuses_the_latest_turns_block_and_keeps_the_earliest_that_fit() -> None:
+    one, two, here = (Remembered(f"b{i}", 0, 50, (f"m{i}",)) for i in range(3))
+    placement = Placement("turn", Slot(5, 0))
+    got = recalled(placement, [1, 3, 5], ["k1", "k3", "k5"], [one, two, here], 60)
+    assert got.reused == here
+    assert got.key == "k5"
+    assert got.earlier == ((Slot(1, 0), one),)
+    assert got.left_out == 1
+    assert got.visible == {"m0"}
+    moved = recalled(Placement("turn", Slot(5, 1)), [5], ["k5"], [here], 60)
+    assert moved.reused is None  # a breakpoint moved the slot: retrieve afresh
+
+
+async def test_a_tool_round_trip_reuses_the_turns_block() -> None:
+    pipeline, spawned, _ = build()
+    request = chat("dog?")
+    first = await pipeline.prepare(TENANT, {}, request, OPENAI_CHAT)
+    await spawned.run()
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function"}]}
+    result = {"role": "tool", "tool_call_id": "c", "content": "42"}
+    again = {**request, "messages": [*request["messages"], call, result]}
+    second = await pipeline.prepare(TENANT, {}, again, OPENAI_CHAT)
+    assert second.body["messages"][:2] == first.body["messages"]
+    assert "assemble" not in second.response_headers["Server-Timing"]  # nothing chosen anew
+    assert (
+        second.response_headers["X-Memory-Injected"] == first.response_headers["X-Memory-Injected"]
+    )
+
+
+async def test_explain_shows_where_the_block_went() -> None:
+    pipeline, _, _ = build()
+    for position, message in (("turn", 1), ("system", 0)):
+        headers = {"x-memory-mode": "explain", "x-memory-position": position}
+        prepared = await pipeline.prepare(TENANT, headers, chat("dog?"), OPENAI_CHAT)
+        assert prepared.reply is not None
+        document = orjson.loads(bytes(prepared.reply.body))
+        assert document["placement"]["position"] == position
+        assert document["placement"]["message"] == message
+        assert BLOCK_OPEN in document["messages"][message]["content"]
+
+
+async def test_the_setting_chooses_the_position_and_the_header_overrides_it() -> None:
+    pipeline, spawned, _ = build()
+    tenant = Tenant("t1", MemorySettings(position="system"))
+    prepared = await pipeline.prepare(tenant, {}, chat("dog?"), OPENAI_CHAT)
+    assert BLOCK_OPEN in prepared.body["messages"][0]["content"]
+    prepared = await pipeline.prepare(
+        tenant, {"x-memory-position": "turn"}, chat("dog?"), OPENAI_CHAT
+    )
+    assert BLOCK_OPEN in prepared.body["messages"][1]["content"]
+    await spawned.run()
+
+
+def responses(*turns: str, **fields: object) -> dict[str, Any]:
+    """A Responses API request whose ``input`` holds the conversation (no stored context)."""
+    items: list[dict[str, Any]] = []
+    for i, said in enumerate(turns):
+        if i % 2:
+            part = {"type": "output_text", "text": said}
+            items.append({"type": "message", "role": "assistant", "content": [part]})
+        else:
+            items.append({"role": "user", "content": [{"type": "input_text", "text": said}]})
+    return {"model": "gpt-4o", "instructions": "Be terse.", "input": items, **fields}
+
+
+async def test_responses_blocks_come_back_in_the_input_items_that_held_them() -> None:
+    pipeline, spawned, _ = build()
+    headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
+    first = await pipeline.prepare(TENANT, headers, responses("dog?"), RESPONSES)
+    await spawned.run()
+    sent = first.body["input"]
+    assert sent[0]["content"][0]["type"] == "input_text"
+    assert sent[0]["content"][0]["text"].startswith(BLOCK_OPEN)
+    assert first.body["instructions"] == "Be terse."
+    second = await pipeline.prepare(
+        TENANT, headers, responses("dog?", "Biscuit.", "tea?"), RESPONSES
+    )
+    assert second.body["input"][: len(sent)] == sent  # the previous prompt, byte for byte
+    assert second.response_headers["X-Memory-Status"] == "injected"
+    assert second.body["input"][2]["content"][0]["text"].startswith(BLOCK_OPEN)
+
+
+async def test_a_continued_responses_request_gets_no_block_put_back() -> None:
+    """With ``previous_response_id`` the earlier blocks are upstream already: the same input
+    after another response is another conversation, and its block is not reused."""
+    pipeline, spawned, _ = build()
+    first = await pipeline.prepare(
+        TENANT, {}, responses("dog?", previous_response_id="resp_1"), RESPONSES
+    )
+    await spawned.run()
+    assert first.body["input"][0]["content"][0]["text"].startswith(BLOCK_OPEN)
+    retried = await pipeline.prepare(
+        TENANT, {}, responses("dog?", previous_response_id="resp_1"), RESPONSES
+    )
+    assert "assemble" not in retried.response_headers["Server-Timing"]  # the same turn: reused
+    other = await pipeline.prepare(
+        TENANT, {}, responses("dog?", previous_response_id="resp_2"), RESPONSES
+    )
+    assert "assemble" in other.response_headers["Server-Timing"]  # chosen anew
