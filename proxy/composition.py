@@ -40,6 +40,7 @@ from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
 from proxy.errors import ConfigError
 from proxy.memory.embedders import Embedder, create_embedder, prepare_embedder
+from proxy.memory.expiry import ExpiryPurger
 from proxy.memory.service import MemoryService
 from proxy.memory.store import MemoryStore
 from proxy.metrics import Metrics
@@ -93,6 +94,9 @@ async def open_services(
             memories = MemoryService(
                 store, embedder, cache, max_content_chars=settings.memory.max_content_chars
             )
+            purger = ExpiryPurger(store, metrics, settings.memory.purge_interval_s)
+            purger.start()
+            stack.push_async_callback(purger.close)
         if pipeline is None:
             pipeline = await build_pipeline(
                 settings, memories, store, cache, metrics, background, stack

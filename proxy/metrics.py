@@ -130,6 +130,12 @@ class Metrics:
             ["kind", "result"],
             registry=reg,
         )
+        # Memory lifecycle (adr/0113).
+        self.memories_purged = Counter(
+            "memproxy_memories_purged",
+            "Expired memories deleted by the periodic purge.",
+            registry=reg,
+        )
         # The HTTP server's own events (proxy/server.py): per connection, not per request.
         self.connections = Gauge(
             "memproxy_connections_open",
@@ -175,6 +181,11 @@ class Metrics:
     def count_memory_work(self, kind: str, ok: bool) -> None:
         """After-response memory work (``capture``, ``retrievals``) and whether it succeeded."""
         self.child(self.memory_writes, kind, "ok" if ok else "error").inc()
+
+    def count_purged(self, purged: int) -> None:
+        """Expired memories one purge deleted."""
+        if purged:
+            self.memories_purged.inc(purged)
 
     def upstream_latency_for(self, route: str) -> Any:
         """The upstream latency histogram of ``route`` (children cached: ``labels`` is slow)."""

@@ -368,6 +368,8 @@ class MemorySettings(_Section):
     # Retrieval counts of injected memories are summed in memory and written this often: a hot
     # memory injected 100 times in the window costs one write, not 100 (adr/0082).
     count_flush_s: Annotated[float, Strict(), Field(ge=0)] = COUNT_FLUSH_S
+    # Expired memories are out of retrieval at once and deleted this often; 0: never (adr/0113).
+    purge_interval_s: Annotated[float, Strict(), Field(ge=0)] = 3600.0
 
     @model_validator(mode="after")
     def _capture_within_ceiling(self) -> Self:

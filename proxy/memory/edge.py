@@ -19,6 +19,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
@@ -31,7 +32,13 @@ from proxy.defaults import HYBRID
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
 from proxy.memory.edge_maintenance import OPTIMIZE_AFTER_POINTS, ShardMaintenance
-from proxy.memory.edge_query import list_filter, search_hits, tenant_filter, uuid_of
+from proxy.memory.edge_query import (
+    expired_filter,
+    list_filter,
+    search_hits,
+    tenant_filter,
+    uuid_of,
+)
 from proxy.memory.edge_shard import open_shard
 from proxy.memory.points import (
     COUNT_FIELDS,
@@ -321,6 +328,18 @@ class EdgeStore:
         return await self._run(
             lambda: self._shard.count(qe.CountRequest(exact=True, filter=tenant_filter(tenant)))
         )
+
+    async def purge_expired(self, before: datetime) -> int:
+        """Delete every memory expired at or before ``before``; return how many."""
+        return await self._run(self._purge_sync, expired_filter(before.timestamp()))
+
+    def _purge_sync(self, expired: qe.Filter) -> int:
+        with self._rmw_lock:
+            count = self._shard.count(qe.CountRequest(exact=True, filter=expired))
+            if count:
+                self._shard.update(qe.UpdateOperation.delete_points_by_filter(expired))
+                self._records.clear()
+        return count
 
     async def ready(self) -> bool:
         """Whether the shard is open: it lives in this process, nothing else can be down."""

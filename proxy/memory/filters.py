@@ -7,10 +7,27 @@ tenant's shared ones) exist once.
 
 from __future__ import annotations
 
-from proxy.memory.points import SOURCE_KEY, TENANT_KEY, USER_KEY
+from dataclasses import dataclass
+
+from proxy.memory.points import EXPIRES_TS_KEY, SOURCE_KEY, SUPERSEDED_KEY, TENANT_KEY, USER_KEY
 from proxy.memory.store import SHARED_USER, SearchQuery
 
 Condition = tuple[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """Only live memories: ``SUPERSEDED_KEY`` absent (empty), and no ``EXPIRES_TS_KEY`` at or
+    before ``at`` (epoch seconds). Both are written only when set, so old points are live."""
+
+    at: float
+    expires_key: str = EXPIRES_TS_KEY
+    superseded_key: str = SUPERSEDED_KEY
+
+
+def liveness(query: SearchQuery) -> Liveness | None:
+    """The liveness condition of a search (``None``: it asked for none)."""
+    return Liveness(query.live_at.timestamp()) if query.live_at is not None else None
 
 
 def scope_conditions(tenant: str, query: SearchQuery) -> list[Condition]:

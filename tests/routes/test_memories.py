@@ -120,7 +120,11 @@ def test_create_one_returns_the_memory_object(api: Api) -> None:
         "retrieval_count",
         "created_at",
         "metadata",
+        "expires_at",
+        "superseded_by",
+        "supersedes",
     }
+    assert (memory["expires_at"], memory["superseded_by"], memory["supersedes"]) == (None,) * 3
     assert memory["object"] == "memory"
     assert memory["id"].startswith("mem_")
     assert (memory["user"], memory["source"], memory["content"]) == ("alice", "learnings", content)
