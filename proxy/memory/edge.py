@@ -35,6 +35,7 @@ from proxy.memory.edge_maintenance import OPTIMIZE_AFTER_POINTS, ShardMaintenanc
 from proxy.memory.edge_query import (
     expired_filter,
     list_filter,
+    repeat_filter,
     search_hits,
     tenant_filter,
     uuid_of,
@@ -64,6 +65,7 @@ from proxy.memory.store import (
 from proxy.memory.vectors import clip_similarity
 
 SHARD_DIR = "memories"
+REPEATS = 8  # memories a repeat lookup returns at most
 DEFAULT_WORKERS = 2
 T = TypeVar("T")
 
@@ -328,6 +330,18 @@ class EdgeStore:
         return await self._run(
             lambda: self._shard.count(qe.CountRequest(exact=True, filter=tenant_filter(tenant)))
         )
+
+    async def repeats(
+        self, tenant: str, user: str, words: str, live_at: datetime
+    ) -> builtins.list[MemoryRecord]:
+        """The user's live memories with the words key ``words``."""
+        require_tenant(tenant)
+        scope = repeat_filter(tenant, user, words, live_at.timestamp())
+        request = qe.ScrollRequest(
+            limit=REPEATS, filter=scope, with_payload=True, with_vector=False
+        )
+        found, _ = await self._run(self._shard.scroll, request)
+        return [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory expired at or before ``before``; return how many."""

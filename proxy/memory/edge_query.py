@@ -23,6 +23,7 @@ from proxy.memory.filters import (
     Liveness,
     list_conditions,
     liveness,
+    repeat_conditions,
     scope_conditions,
 )
 from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K, fuse_ranks
@@ -76,6 +77,11 @@ def tenant_filter(tenant: str) -> qe.Filter:
 def scope_filter(tenant: str, query: SearchQuery) -> qe.Filter:
     """Return the filter of a search (``store.scope_conditions``)."""
     return to_filter(scope_conditions(tenant, query), liveness(query))
+
+
+def repeat_filter(tenant: str, user: str, words: str, live_at: float) -> qe.Filter:
+    """Return the filter of a repeat lookup (``filters.repeat_conditions``), live only."""
+    return to_filter(repeat_conditions(tenant, user, words), Liveness(live_at))
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> qe.Filter:

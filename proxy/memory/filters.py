@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from proxy.memory.points import EXPIRES_TS_KEY, SOURCE_KEY, SUPERSEDED_KEY, TENANT_KEY, USER_KEY
+from proxy.memory.points import (
+    EXPIRES_TS_KEY,
+    SOURCE_KEY,
+    SUPERSEDED_KEY,
+    TENANT_KEY,
+    USER_KEY,
+    WORDS_KEY,
+)
 from proxy.memory.store import SHARED_USER, SearchQuery
 
 Condition = tuple[str, tuple[str, ...]]
@@ -37,6 +44,11 @@ def scope_conditions(tenant: str, query: SearchQuery) -> list[Condition]:
     if query.sources is not None:
         conditions.append((SOURCE_KEY, tuple(query.sources)))
     return conditions
+
+
+def repeat_conditions(tenant: str, user: str, words: str) -> list[Condition]:
+    """What a repeat lookup may see: the user's memories with that words key."""
+    return [(TENANT_KEY, (tenant,)), (USER_KEY, (user,)), (WORDS_KEY, (words,))]
 
 
 def list_conditions(tenant: str, user: str | None, source: str | None) -> list[Condition]:

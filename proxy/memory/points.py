@@ -17,6 +17,7 @@ from typing import Any
 
 from proxy.context.records import MemoryRecord
 from proxy.errors import StoreError
+from proxy.memory.duplicates import words_key
 
 # Fixed forever: changing it would orphan every stored point.
 POINT_NAMESPACE = uuid.UUID("5f0c3a52-7c1e-4d38-9a8e-2f6d1b4c9e77")
@@ -26,7 +27,9 @@ SPARSE_VECTOR = "text"
 TENANT_KEY = "tenant"
 USER_KEY = "user"
 SOURCE_KEY = "source"
-INDEXED_KEYS: tuple[str, ...] = (TENANT_KEY, USER_KEY, SOURCE_KEY)
+# The key of a memory's words (``duplicates.words_key``): write hygiene looks repeats up by it.
+WORDS_KEY = "words"
+INDEXED_KEYS: tuple[str, ...] = (TENANT_KEY, USER_KEY, SOURCE_KEY, WORDS_KEY)
 RETRIEVAL_COUNT_KEY = "retrieval_count"
 # Lifecycle keys (adr/0113). ``expires_at`` is also kept as epoch seconds, the number a range
 # filter compares; ``superseded_by`` is absent on a live memory, so points written before these
@@ -73,6 +76,7 @@ def to_payload(record: MemoryRecord) -> dict[str, Any]:
         RETRIEVAL_COUNT_KEY: int(record.retrieval_count),
         "tokens": dict(record.tokens),
         "metadata": dict(record.metadata),
+        WORDS_KEY: words_key(record.content),
     }
     expires = record.expires_at
     if expires is not None:

@@ -33,6 +33,7 @@ from proxy.memory.filters import (
     Liveness,
     list_conditions,
     liveness,
+    repeat_conditions,
     scope_conditions,
 )
 from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K
@@ -66,6 +67,7 @@ from proxy.memory.vectors import clip_similarity, similarities
 CLIENT_ERRORS = (ApiException, QdrantException, httpx.HTTPError, OSError)
 P = ParamSpec("P")
 R = TypeVar("R")
+REPEATS = 8  # memories a repeat lookup returns at most
 
 
 def store_errors(method: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -113,6 +115,11 @@ def tenant_filter(tenant: str) -> models.Filter:
 def scope_filter(tenant: str, query: SearchQuery) -> models.Filter:
     """Return the filter of a search (``store.scope_conditions``)."""
     return to_filter(scope_conditions(tenant, query), liveness(query))
+
+
+def repeat_filter(tenant: str, user: str, words: str, live_at: float) -> models.Filter:
+    """Return the filter of a repeat lookup (``filters.repeat_conditions``), live only."""
+    return to_filter(repeat_conditions(tenant, user, words), Liveness(live_at))
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> models.Filter:
@@ -388,6 +395,21 @@ class QdrantStore:
             self._collection, count_filter=tenant_filter(tenant), exact=True
         )
         return counted.count
+
+    @store_errors
+    async def repeats(
+        self, tenant: str, user: str, words: str, live_at: datetime
+    ) -> builtins.list[MemoryRecord]:
+        """The user's live memories with the words key ``words``."""
+        require_tenant(tenant)
+        found, _ = await self._client.scroll(
+            self._collection,
+            scroll_filter=repeat_filter(tenant, user, words, live_at.timestamp()),
+            limit=REPEATS,
+            with_payload=True,
+            with_vectors=False,
+        )
+        return [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
 
     @store_errors
     async def purge_expired(self, before: datetime) -> int:

@@ -44,7 +44,7 @@ from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.tokens import O200K
 from proxy.defaults import MAX_CONTENT_CHARS
 from proxy.errors import BackendError, EmbedderError, NotFound, RequestError
-from proxy.memory.duplicates import CANDIDATES, normal_form, same_memory
+from proxy.memory.duplicates import normal_form, same_memory, words_key
 from proxy.memory.embedders import Embedder
 from proxy.memory.inputs import (
     DEFAULT_PAGE,
@@ -56,7 +56,7 @@ from proxy.memory.inputs import (
 )
 from proxy.memory.parsing import parse_memories
 from proxy.memory.retriever import Retrieval, Retriever
-from proxy.memory.store import MemoryStore, Page, SearchQuery, with_tokens
+from proxy.memory.store import MemoryStore, Page, with_tokens
 from proxy.tokenizer import count_tokens
 
 # The one token count the API shows: o200k_base, the encoding of OpenAI's current models
@@ -248,12 +248,20 @@ class MemoryService:
         answer: builtins.list[tuple[MemoryRecord, bool]] = []
         keep: builtins.list[int] = []
         seen: dict[tuple[str, str], MemoryRecord] = {}
-        for index, (item, record) in enumerate(zip(inputs, records, strict=True)):
-            key = (record.user, normal_form(record.content))
+        # The lookups run together (the store serves them on its threads);
+        # only the first of a batch's repeats needs one, the rest match it in ``seen``.
+        first: dict[tuple[str, str], int] = {}
+        keys = [(r.user, normal_form(r.content)) for r in records]
+        for index, (item, key) in enumerate(zip(inputs, keys, strict=True)):
             if item.id is None:
-                known = seen.get(key) or await self.duplicate_of(
-                    tenant, record, vectors[index], now
-                )
+                first.setdefault(key, index)
+        found = await asyncio.gather(
+            *(self.duplicate_of(tenant, records[i], now) for i in first.values())
+        )
+        stored = {key: hit for key, hit in zip(first, found, strict=True) if hit is not None}
+        for index, (item, record, key) in enumerate(zip(inputs, records, keys, strict=True)):
+            if item.id is None:
+                known = stored.get(key) or seen.get(key)
                 if known is not None:
                     answer.append((known, False))
                     continue
@@ -266,13 +274,12 @@ class MemoryService:
         return answer
 
     async def duplicate_of(
-        self, tenant: str, record: MemoryRecord, vector: np.ndarray, now: datetime
+        self, tenant: str, record: MemoryRecord, now: datetime
     ) -> MemoryRecord | None:
         """A live memory of ``record``'s user that says the same (``duplicates.same_memory``)."""
-        query = SearchQuery(vector, record.content, record.user, None, CANDIDATES, live_at=now)
-        for hit in await self.store.search(tenant, query):
-            if hit.record.user == record.user and same_memory(hit.record.content, record.content):
-                return hit.record
+        for found in await self.store.repeats(tenant, record.user, words_key(record.content), now):
+            if same_memory(found.content, record.content):  # the key's words, not a collision
+                return found
         return None
 
     @contextlib.asynccontextmanager

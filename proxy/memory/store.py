@@ -105,6 +105,13 @@ class MemoryStore(Protocol):
         """Return how many memories the tenant has."""
         ...
 
+    async def repeats(
+        self, tenant: str, user: str, words: str, live_at: datetime
+    ) -> builtins.list[MemoryRecord]:
+        """The user's memories live at ``live_at`` whose words key (``duplicates.words_key``) is
+        ``words`` (a few at most: write hygiene keeps them unique)."""
+        ...
+
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory, of any tenant, that expired at or before ``before``; return how
         many. Maintenance (``proxy.memory.expiry``): it reads nothing back, so it needs no

@@ -18,7 +18,7 @@ import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import StoreError
-from proxy.memory.points import SOURCE_KEY, USER_KEY, from_payload, to_payload
+from proxy.memory.points import SOURCE_KEY, USER_KEY, WORDS_KEY, from_payload, to_payload
 from proxy.memory.store import (
     SHARED_USER,
     Page,
@@ -155,6 +155,19 @@ class FakeStore:
 
     async def count(self, tenant: str) -> int:
         return len(self._records(tenant))
+
+    async def repeats(
+        self, tenant: str, user: str, words: str, live_at: datetime
+    ) -> builtins.list[MemoryRecord]:
+        require_tenant(tenant)
+        return [
+            record
+            for (t, _), (payload, _) in self._points.items()
+            if t == tenant
+            and payload[USER_KEY] == user
+            and payload[WORDS_KEY] == words
+            and (record := from_payload(payload)).live(live_at)
+        ]
 
     async def purge_expired(self, before: datetime) -> int:
         gone = [

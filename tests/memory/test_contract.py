@@ -13,6 +13,7 @@ from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
 from proxy.context.records import MemoryRecord
 from proxy.errors import ConfigError, RequestError, StoreError
+from proxy.memory.duplicates import words_key
 from proxy.memory.retriever import Retrieval, Retriever
 from proxy.memory.store import MemoryStore, SearchQuery
 from proxy.tokenizer import count_all
@@ -560,3 +561,22 @@ async def test_a_cached_result_drops_a_memory_that_expired_since(store: MemorySt
     assert [h.record.id for h in await retriever.retrieve("t1", want)] == ["week"]
     now[0] = LIVE_AT + timedelta(days=8)
     assert await retriever.retrieve("t1", want) == []
+
+
+async def test_repeats_finds_the_users_live_memories_with_the_same_words(
+    store: MemoryStore,
+) -> None:
+    text = "I live in Porto."
+    await put(
+        store,
+        record("same", content=text),
+        record("cased", content="i live in PORTO"),
+        record("other-user", user="u2", content=text),
+        record("other-tenant", tenant="t2", content=text),
+        record("other-words", content="I live in Lisbon."),
+        record("old", content=text, superseded_by="same"),
+        record("expired", content=text, expires_at=LIVE_AT),
+    )
+    found = await store.repeats("t1", "u1", words_key(text), LIVE_AT)
+    assert {r.id for r in found} == {"same", "cased"}
+    assert await store.repeats("t1", "u3", words_key(text), LIVE_AT) == []
