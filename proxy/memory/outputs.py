@@ -48,6 +48,12 @@ class Memory(BaseModel):
     supersedes: Annotated[str | None, Field(description="The memory this one replaced.")]
 
 
+class MemoryWithHistory(Memory):
+    """One memory and the memories it replaced (``supersedes``, followed), newest first."""
+
+    history: list[Memory]
+
+
 class SearchHit(Memory):
     """A memory found by a search, with its similarity to the query."""
 
@@ -110,6 +116,7 @@ class Error(BaseModel):
 
 RESPONSES: tuple[type[BaseModel], ...] = (
     Memory,
+    MemoryWithHistory,
     SearchHit,
     MemoryList,
     MemoryPage,
