@@ -48,11 +48,14 @@ from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
 from proxy.errors import ConfigError
 from proxy.memory.embedders import Embedder, create_embedder, prepare_embedder
+from proxy.memory.expiry import ExpiryPurger
+from proxy.memory.extraction_call import ExtractionCall
 from proxy.memory.reopening import ReopeningStore
 from proxy.memory.service import MemoryService
 from proxy.memory.store import MemoryStore
 from proxy.metrics import Metrics
 from proxy.model_limits import load_model_limits
+from proxy.pipeline.capture import FactCapture
 from proxy.pipeline.contract import MemoryPipeline, NoopPipeline
 from proxy.pipeline.counters import RetrievalCounter
 from proxy.pipeline.pipeline import Pipeline
@@ -108,9 +111,13 @@ async def open_services(
             memories = MemoryService(
                 store, embedder, cache, max_content_chars=settings.memory.max_content_chars
             )
+            purger = ExpiryPurger(store, metrics, settings.memory.purge_interval_s)
+            purger.start()
+            stack.push_async_callback(purger.close)
         if pipeline is None:
+            facts = open_fact_capture(settings, memories, upstream, metrics, stack)
             pipeline = await build_pipeline(
-                settings, memories, store, cache, metrics, background, stack
+                settings, memories, store, cache, metrics, background, stack, facts
             )
     stack.callback(metrics.close)
     # Runs first on exit: completion hooks finish while the backends are still open.
@@ -323,6 +330,24 @@ def warm_encodings() -> None:
     tiktoken_tokenizer().warm()
 
 
+def open_fact_capture(
+    settings: Settings,
+    memories: MemoryService | None,
+    upstream: UpstreamClient,
+    metrics: Metrics,
+    stack: AsyncExitStack,
+) -> FactCapture | None:
+    """Fact capture over the write path and the upstream client, its queue's workers started
+    (stopped on exit, after the chat's background work); ``None`` without a store."""
+    if memories is None:
+        return None
+    conf = settings.memory.extraction
+    facts = FactCapture(memories, ExtractionCall(upstream, conf, metrics), conf, metrics)
+    facts.queue.start()
+    stack.push_async_callback(facts.queue.close, BACKGROUND_DRAIN_S)
+    return facts
+
+
 async def build_pipeline(
     settings: Settings,
     memories: MemoryService | None,
@@ -331,6 +356,7 @@ async def build_pipeline(
     metrics: Metrics,
     background: Background,
     stack: AsyncExitStack,
+    facts: FactCapture | None = None,
 ) -> Pipeline:
     """The memory pipeline over the read and write paths; pending retrieval counts flush on
     exit. Without a store (it could not be opened) every request degrades."""
@@ -358,4 +384,5 @@ async def build_pipeline(
         metrics=metrics,
         spawn=background.spawn,
         blocks=blocks,
+        facts=facts,
     )

@@ -15,9 +15,9 @@ DAY_S = 24 * 3600
 
 Source = Literal["learnings", "playbook", "conversation", "summaries"]
 SOURCES: tuple[Source, ...] = get_args(Source)
-# Capture modes, least to most: a request's X-Memory-Capture is clamped to its tenant's
-# ``max_capture`` in this order.
-Capture = Literal["off", "user", "turn"]
+# Capture modes, least to most work: a request's X-Memory-Capture is clamped to its tenant's
+# ``max_capture`` in this order. ``facts`` costs an upstream call per turn (adr/0112).
+Capture = Literal["off", "user", "turn", "facts"]
 CAPTURES: tuple[Capture, ...] = get_args(Capture)
 # Where the memory block goes (proxy/context/position.py, adr/0111): in the latest user turn,
 # leaving the prompt before it byte-identical for provider prompt caches, or in the system prompt.

@@ -130,6 +130,41 @@ class Metrics:
             ["kind", "result"],
             registry=reg,
         )
+        # Memory lifecycle and fact extraction (adr/0112, adr/0113).
+        self.memories_purged = Counter(
+            "memproxy_memories_purged",
+            "Expired memories deleted by the periodic purge.",
+            registry=reg,
+        )
+        self.extraction_calls = Counter(
+            "memproxy_extraction_calls",
+            "Fact-extraction calls to the upstream by result (ok, error).",
+            ["result"],
+            registry=reg,
+        )
+        self.extraction_tokens = Counter(
+            "memproxy_extraction_tokens",
+            "Tokens fact extraction spent, from the upstream's usage, by kind (prompt, "
+            "completion).",
+            ["kind"],
+            registry=reg,
+        )
+        self.facts = Counter(
+            "memproxy_facts",
+            "Extracted facts by outcome: added, superseded (added, replacing a memory), "
+            "skipped (already known).",
+            ["outcome"],
+            registry=reg,
+        )
+        self.extraction_failures = Counter(
+            "memproxy_extraction_failures",
+            "Turns whose extraction stored nothing by reason: dropped (queue_full, "
+            "tenant_rate), the call failed (timeout, rate_limited, upstream_status, transport), "
+            "the answer was broken (not_json, wrong_schema, refusal), or writing failed (store, "
+            "internal).",
+            ["reason"],
+            registry=reg,
+        )
         # The HTTP server's own events (proxy/server.py): per connection, not per request.
         self.connections = Gauge(
             "memproxy_connections_open",
@@ -201,6 +236,30 @@ class Metrics:
     def count_backend_retry(self, backend: str) -> None:
         """One more failed attempt to open ``backend``."""
         self.child(self.backend_retries, backend).inc()
+
+    def count_purged(self, purged: int) -> None:
+        """Expired memories one purge deleted."""
+        if purged:
+            self.memories_purged.inc(purged)
+
+    def count_extraction(
+        self, ok: bool, prompt_tokens: int = 0, completion_tokens: int = 0
+    ) -> None:
+        """One extraction call and the tokens its usage reported."""
+        self.child(self.extraction_calls, "ok" if ok else "error").inc()
+        if prompt_tokens:
+            self.child(self.extraction_tokens, "prompt").inc(prompt_tokens)
+        if completion_tokens:
+            self.child(self.extraction_tokens, "completion").inc(completion_tokens)
+
+    def count_facts(self, outcome: str, count: int = 1) -> None:
+        """Extracted facts by outcome (added, superseded, skipped)."""
+        if count:
+            self.child(self.facts, outcome).inc(count)
+
+    def count_extraction_failure(self, reason: str) -> None:
+        """A turn whose extraction stored nothing, and why."""
+        self.child(self.extraction_failures, reason).inc()
 
     def upstream_latency_for(self, route: str) -> Any:
         """The upstream latency histogram of ``route`` (children cached: ``labels`` is slow)."""

@@ -44,7 +44,11 @@ MEMORY_HEADERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("X-Memory-Max-Tokens", "Cap on memory tokens (never above the tenant's cap).", {}),
     ("X-Memory-Top-K", "Candidates to fetch from the store.", {}),
     ("X-Memory-Sources", f"Comma list of sources among {', '.join(SOURCES)}.", {}),
-    ("X-Memory-Capture", "`off`, `user` or `turn`: store this turn as memory.", {}),
+    (
+        "X-Memory-Capture",
+        "`off`, `user`, `turn` or `facts`: store this turn (or the facts it tells) as memory.",
+        {},
+    ),
     (
         "X-Memory-Position",
         "`turn` (default: in the latest user message of `messages` or `input`, the prompt "
@@ -191,7 +195,9 @@ def memories_paths(bodies: dict[str, Any]) -> dict[str, Any]:
             "get": {
                 "operationId": "getMemory",
                 "summary": "One memory.",
-                "responses": responses("200", ref(outputs.Memory), "The memory.", "404"),
+                "responses": responses(
+                    "200", ref(outputs.MemoryWithHistory), "The memory and its history.", "404"
+                ),
             },
             "delete": {
                 "operationId": "deleteMemory",

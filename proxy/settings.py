@@ -380,6 +380,23 @@ def _capture_at_most(capture: Capture | None, max_capture: Capture | None) -> No
         raise _rule("capture", f"is {capture!r}, above max_capture {max_capture!r}")
 
 
+class ExtractionSettings(_Section):
+    """Fact capture (``X-Memory-Capture: facts``, adr/0112): the extraction call and its queue."""
+
+    model: str | None = None  # None: the model of the chat request that is being captured
+    max_tokens: Positive = 1024  # cap on the extraction answer
+    memories_shown: NonNegative = 8  # the user's closest memories the model reconciles against
+    max_turn_chars: Positive = 4000  # each text of the turn is cut to this before the call
+    timeout_s: PositiveFloat = 30.0  # one attempt, head to last byte
+    max_attempts: AtLeastOne = 3  # tries on 429, 5xx and transport failures
+    backoff_s: Annotated[float, Strict(), Field(ge=0)] = 0.5  # doubled each retry
+    max_backoff_s: Annotated[float, Strict(), Field(ge=0)] = 8.0  # also caps Retry-After
+    queue_size: Positive = 1000  # turns waiting; a full queue drops the turn (and counts it)
+    workers: Positive = 4  # extraction calls in flight, all tenants together
+    tenant_concurrency: Positive = 2  # calls in flight per tenant
+    tenant_per_minute: PositiveFloat = 60.0  # turns a tenant may queue per minute (burst: 10 s)
+
+
 class TenantMemory(_Section):
     """Per-tenant caps over ``MemorySettings``; ``None`` keeps the global value."""
 
@@ -407,9 +424,9 @@ class MemorySettings(_Section):
     top_k: AtLeastOne = 50
     sources: tuple[Source, ...] = SOURCES
     # What a request without X-Memory-Capture captures, and the most one with it may ask for
-    # (off < user < turn).
+    # (off < user < turn < facts).
     capture: Capture = "off"
-    max_capture: Capture = "turn"
+    max_capture: Capture = "facts"
     packer: Packer = "optimal"
     # Where the block goes: the latest user turn (cacheable prefix) or the system prompt.
     position: Position = MEMORY_POSITION
@@ -425,6 +442,9 @@ class MemorySettings(_Section):
     # Retrieval counts of injected memories are summed in memory and written this often: a hot
     # memory injected 100 times in the window costs one write, not 100 (adr/0082).
     count_flush_s: Annotated[float, Strict(), Field(ge=0)] = COUNT_FLUSH_S
+    # Expired memories are out of retrieval at once and deleted this often; 0: never (adr/0113).
+    purge_interval_s: Annotated[float, Strict(), Field(ge=0)] = 3600.0
+    extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
 
     @model_validator(mode="after")
     def _capture_within_ceiling(self) -> Self:

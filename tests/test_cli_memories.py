@@ -293,3 +293,24 @@ def test_explain_into_a_closed_pipe_stops_quietly(data_dir: Path, tmp_path: Path
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == EXIT_BROKEN_PIPE
     assert err == ""
+
+
+def test_expiry_and_supersession_survive_export_and_import(
+    data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An export carries the lifecycle (adr/0113): the superseded memory and its links, and the
+    # expiry, so an import restores the history instead of reviving the old memory.
+    future = "2999-01-01T00:00:00Z"
+    dump = [
+        {"id": "old", "content": "Lives in Porto", "user": "u", "superseded_by": "new"},
+        {"id": "new", "content": "Lives in Berlin", "user": "u", "supersedes": "old"},
+        {"id": "trip", "content": "In Lisbon this week", "user": "u", "expires_at": future},
+    ]
+    source = write_jsonl(tmp_path / "m.jsonl", dump)
+    assert main(["memories", "import", str(source), "--tenant", "one", "--force", "--quiet"]) == 0
+    first = {m["id"]: m for m in export(capsys, "--tenant", "one", "--force")}
+    assert (first["old"]["superseded_by"], first["new"]["supersedes"]) == ("new", "old")
+    assert first["trip"]["expires_at"] == future
+    again = write_jsonl(tmp_path / "dump.jsonl", list(first.values()))
+    assert main(["memories", "import", str(again), "--tenant", "two", "--force", "--quiet"]) == 0
+    assert {m["id"]: m for m in export(capsys, "--tenant", "two", "--force")} == first

@@ -351,7 +351,7 @@ def test_several_workers_with_any_store(tmp_path: Path, yaml_text: str) -> None:
 @pytest.mark.parametrize(
     ("tenant", "capture", "max_capture"),
     [
-        (TenantMemory(), "user", "turn"),  # the memory section's
+        (TenantMemory(), "user", "facts"),  # the memory section's
         (TenantMemory(capture="off"), "off", "off"),  # its capture is its ceiling too
         (TenantMemory(capture="turn"), "turn", "turn"),
         (TenantMemory(max_capture="off"), "off", "off"),  # the default, lowered to the ceiling

@@ -18,7 +18,9 @@ from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import CacheError
 
 VECTOR_DTYPE = np.dtype("<f4")  # little-endian float32, whatever the host's byte order
-ROW_LENGTH = 12  # the record's 11 fields, then the similarity
+# The record's 11 fields, its expiry and the memory it superseded, then the similarity (a
+# superseded memory is never a search hit, so ``superseded_by`` is not carried).
+ROW_LENGTH = 14
 NUMBER_TYPES = (float, int)
 
 
@@ -83,6 +85,8 @@ def encode_candidates(candidates: Sequence[Candidate]) -> bytes:
                 r.retrieval_count,
                 r.tokens,
                 r.metadata,
+                r.expires_at,
+                r.supersedes,
                 candidate.similarity,
             )
         )
@@ -117,7 +121,8 @@ def _decode_row(row: Any, tenant: str) -> Candidate:
     # exclude bool from the numbers); they run once per cached hit, hence the plain style.
     if type(row) is not list or len(row) != ROW_LENGTH:
         raise CacheDecodeError("candidate row has the wrong shape")
-    (id_, rec_tenant, user, source, content, created, conf, use, count, tokens, meta, sim) = row
+    (id_, rec_tenant, user, source, content, created, conf, use, count, tokens, meta) = row[:11]
+    expires, supersedes, sim = row[11:]
     if rec_tenant != tenant:
         raise CacheDecodeError("cached record belongs to another tenant")
     if not (type(id_) is str and type(user) is str and type(source) is str):
@@ -136,7 +141,26 @@ def _decode_row(row: Any, tenant: str) -> Candidate:
     created_at = datetime.fromisoformat(created)
     if created_at.tzinfo is None:
         raise CacheDecodeError("created_at lost its timezone")
+    if not (expires is None or type(expires) is str):
+        raise CacheDecodeError("candidate expires_at is not a string")
+    if not (supersedes is None or type(supersedes) is str):
+        raise CacheDecodeError("candidate supersedes is not a string")
+    expires_at = datetime.fromisoformat(expires) if expires is not None else None
+    if expires_at is not None and expires_at.tzinfo is None:
+        raise CacheDecodeError("expires_at lost its timezone")
     record = MemoryRecord(
-        id_, rec_tenant, user, source, content, created_at, conf, use, count, tokens, meta
+        id_,
+        rec_tenant,
+        user,
+        source,
+        content,
+        created_at,
+        conf,
+        use,
+        count,
+        tokens,
+        meta,
+        expires_at=expires_at,
+        supersedes=supersedes,
     )
     return Candidate(record, sim)

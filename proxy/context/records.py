@@ -24,6 +24,10 @@ class MemoryRecord:
 
     ``created_at`` is timezone-aware UTC. ``tokens`` maps an encoding name to the content's token
     count, computed once at write time. ``user`` is ``""`` for the tenant's shared memories.
+
+    Lifecycle (adr/0113): a memory past ``expires_at`` is never retrieved and is purged; one
+    with ``superseded_by`` was replaced by that memory (which names it in ``supersedes``): it
+    stays, visible in the API and exports, but is never retrieved again.
     """
 
     id: str
@@ -37,6 +41,13 @@ class MemoryRecord:
     retrieval_count: int = 0
     tokens: Mapping[str, int] = field(default_factory=dict)
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    expires_at: datetime | None = None
+    superseded_by: str | None = None
+    supersedes: str | None = None
+
+    def live(self, at: datetime) -> bool:
+        """Whether retrieval may return it at ``at``: not expired, not superseded."""
+        return self.superseded_by is None and (self.expires_at is None or self.expires_at > at)
 
     def token_count(self, encoding: str, count: Count) -> int:
         """The stored count for ``encoding``; counted with ``count`` only if none was stored."""

@@ -21,6 +21,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
@@ -34,7 +35,14 @@ from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
 from proxy.memory.edge_counts import COUNTS_FILE, RetrievalCounts
 from proxy.memory.edge_maintenance import OPTIMIZE_AFTER_POINTS, ShardMaintenance
-from proxy.memory.edge_query import list_filter, search_hits, tenant_filter, uuid_of
+from proxy.memory.edge_query import (
+    expired_filter,
+    list_filter,
+    repeat_filter,
+    search_hits,
+    tenant_filter,
+    uuid_of,
+)
 from proxy.memory.edge_shard import open_shard
 from proxy.memory.points import (
     COUNT_FIELDS,
@@ -60,6 +68,7 @@ from proxy.memory.store import (
 from proxy.memory.vectors import clip_similarity
 
 SHARD_DIR = "memories"
+REPEATS = 8  # memories a repeat lookup returns at most
 DEFAULT_WORKERS = 2
 T = TypeVar("T")
 LOGGER = logging.getLogger("memproxy.store")
@@ -349,6 +358,30 @@ class EdgeStore:
         return await self._run(
             lambda: self._shard.count(qe.CountRequest(exact=True, filter=tenant_filter(tenant)))
         )
+
+    async def repeats(
+        self, tenant: str, user: str, words: str, live_at: datetime
+    ) -> builtins.list[MemoryRecord]:
+        """The user's live memories with the words key ``words``."""
+        require_tenant(tenant)
+        scope = repeat_filter(tenant, user, words, live_at.timestamp())
+        request = qe.ScrollRequest(
+            limit=REPEATS, filter=scope, with_payload=True, with_vector=False
+        )
+        found, _ = await self._run(self._shard.scroll, request)
+        return [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
+
+    async def purge_expired(self, before: datetime) -> int:
+        """Delete every memory expired at or before ``before``; return how many."""
+        return await self._run(self._purge_sync, expired_filter(before.timestamp()))
+
+    def _purge_sync(self, expired: qe.Filter) -> int:
+        with self._rmw_lock:
+            count = self._shard.count(qe.CountRequest(exact=True, filter=expired))
+            if count:
+                self._shard.update(qe.UpdateOperation.delete_points_by_filter(expired))
+                self._records.clear()
+        return count
 
     async def ready(self) -> bool:
         """Whether the shard is open: it lives in this process, nothing else can be down."""

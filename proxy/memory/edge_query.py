@@ -18,9 +18,16 @@ import numpy as np
 import qdrant_edge as qe
 
 from proxy.memory import lexical
-from proxy.memory.filters import Condition, list_conditions, scope_conditions
+from proxy.memory.filters import (
+    Condition,
+    Liveness,
+    list_conditions,
+    liveness,
+    repeat_conditions,
+    scope_conditions,
+)
 from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K, fuse_ranks
-from proxy.memory.points import DENSE_VECTOR, SPARSE_VECTOR, TENANT_KEY
+from proxy.memory.points import DENSE_VECTOR, EXPIRES_TS_KEY, SPARSE_VECTOR, TENANT_KEY
 from proxy.memory.store import SearchQuery
 
 Hit = tuple[UUID, float]  # (point id, dense cosine); UUIDs as the shard returns them
@@ -41,15 +48,25 @@ def uuid_of(pid: int | UUID | str) -> UUID:
     return pid if isinstance(pid, UUID) else UUID(str(pid))
 
 
-def to_filter(conditions: list[Condition]) -> qe.Filter:
-    """Return the shard filter requiring every condition (one value: equality, else any of)."""
+def to_filter(conditions: list[Condition], live: Liveness | None = None) -> qe.Filter:
+    """Return the shard filter requiring every condition (one value: equality, else any of),
+    and, with ``live``, liveness."""
     must: list[Any] = [
         qe.FieldCondition(key, match=qe.MatchValue(values[0]))
         if len(values) == 1
         else qe.FieldCondition(key, match=qe.MatchAny(list(values)))
         for key, values in conditions
     ]
-    return qe.Filter(must=must)
+    if live is None:
+        return qe.Filter(must=must)
+    must.append(qe.IsEmptyCondition(live.superseded_key))
+    expired = qe.FieldCondition(live.expires_key, range=qe.RangeFloat(lte=live.at))
+    return qe.Filter(must=must, must_not=[expired])
+
+
+def expired_filter(before: float) -> qe.Filter:
+    """Return the filter of memories expired at or before ``before`` (epoch seconds)."""
+    return qe.Filter(must=[qe.FieldCondition(EXPIRES_TS_KEY, range=qe.RangeFloat(lte=before))])
 
 
 def tenant_filter(tenant: str) -> qe.Filter:
@@ -59,7 +76,12 @@ def tenant_filter(tenant: str) -> qe.Filter:
 
 def scope_filter(tenant: str, query: SearchQuery) -> qe.Filter:
     """Return the filter of a search (``store.scope_conditions``)."""
-    return to_filter(scope_conditions(tenant, query))
+    return to_filter(scope_conditions(tenant, query), liveness(query))
+
+
+def repeat_filter(tenant: str, user: str, words: str, live_at: float) -> qe.Filter:
+    """Return the filter of a repeat lookup (``filters.repeat_conditions``), live only."""
+    return to_filter(repeat_conditions(tenant, user, words), Liveness(live_at))
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> qe.Filter:

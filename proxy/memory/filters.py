@@ -7,10 +7,34 @@ tenant's shared ones) exist once.
 
 from __future__ import annotations
 
-from proxy.memory.points import SOURCE_KEY, TENANT_KEY, USER_KEY
+from dataclasses import dataclass
+
+from proxy.memory.points import (
+    EXPIRES_TS_KEY,
+    SOURCE_KEY,
+    SUPERSEDED_KEY,
+    TENANT_KEY,
+    USER_KEY,
+    WORDS_KEY,
+)
 from proxy.memory.store import SHARED_USER, SearchQuery
 
 Condition = tuple[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """Only live memories: ``SUPERSEDED_KEY`` absent (empty), and no ``EXPIRES_TS_KEY`` at or
+    before ``at`` (epoch seconds). Both are written only when set, so old points are live."""
+
+    at: float
+    expires_key: str = EXPIRES_TS_KEY
+    superseded_key: str = SUPERSEDED_KEY
+
+
+def liveness(query: SearchQuery) -> Liveness | None:
+    """The liveness condition of a search (``None``: it asked for none)."""
+    return Liveness(query.live_at.timestamp()) if query.live_at is not None else None
 
 
 def scope_conditions(tenant: str, query: SearchQuery) -> list[Condition]:
@@ -20,6 +44,11 @@ def scope_conditions(tenant: str, query: SearchQuery) -> list[Condition]:
     if query.sources is not None:
         conditions.append((SOURCE_KEY, tuple(query.sources)))
     return conditions
+
+
+def repeat_conditions(tenant: str, user: str, words: str) -> list[Condition]:
+    """What a repeat lookup may see: the user's memories with that words key."""
+    return [(TENANT_KEY, (tenant,)), (USER_KEY, (user,)), (WORDS_KEY, (words,))]
 
 
 def list_conditions(tenant: str, user: str | None, source: str | None) -> list[Condition]:

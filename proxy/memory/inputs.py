@@ -353,6 +353,13 @@ class MemoryInput(WithDefaults):
     metadata: Annotated[
         Metadata, Field(description="Any JSON object (<= 16 KiB encoded, nested <= 32).")
     ] = Field(default_factory=dict)
+    expires_at: Annotated[
+        CreatedAt | None,
+        Field(
+            description="When it expires (ISO 8601): from then on it is never retrieved, and "
+            "it is purged. Default: never."
+        ),
+    ] = None
 
     @property
     def retrieval_count(self) -> int:
@@ -360,17 +367,51 @@ class MemoryInput(WithDefaults):
         (``ImportedMemory``); the API does not take it."""
         return 0
 
+    @property
+    def superseded_by(self) -> str | None:
+        """The memory that replaced it: only an imported export carries one."""
+        return None
+
+    @property
+    def supersedes(self) -> str | None:
+        """The memory it replaced: only an imported export carries one."""
+        return None
+
 
 class ImportedMemory(MemoryInput):
     """A line of an import file: a memory, or an exported memory object with its
-    ``retrieval_count`` (its derived fields are dropped before, ``proxy.memory.io``)."""
+    ``retrieval_count`` and its supersession links (its derived fields are dropped before,
+    ``proxy.memory.io``)."""
 
     imported_retrievals: Annotated[int, Field(ge=0)] = Field(default=0, alias="retrieval_count")
+    imported_superseded_by: MemoryId | None = Field(default=None, alias="superseded_by")
+    imported_supersedes: MemoryId | None = Field(default=None, alias="supersedes")
 
     @property
     def retrieval_count(self) -> int:
         """The exported count, kept across export and import."""
         return self.imported_retrievals
+
+    @property
+    def superseded_by(self) -> str | None:
+        """The exported link, kept across export and import."""
+        return self.imported_superseded_by
+
+    @property
+    def supersedes(self) -> str | None:
+        """The exported link, kept across export and import."""
+        return self.imported_supersedes
+
+
+class FactInput(MemoryInput):
+    """A fact captured from a turn (``proxy.memory.reconcile``), naming the memory it replaces."""
+
+    replaced: MemoryId | None = None
+
+    @property
+    def supersedes(self) -> str | None:
+        """The memory this fact replaces."""
+        return self.replaced
 
 
 class MemoryBatch(ApiObject):

@@ -34,6 +34,24 @@ class Memory(BaseModel):
     retrieval_count: Count
     created_at: Annotated[str, Field(description="ISO 8601 UTC, ending in Z.")]
     metadata: dict[str, Any]
+    expires_at: Annotated[
+        str | None,
+        Field(description="ISO 8601 UTC, ending in Z: never retrieved after, then purged."),
+    ]
+    superseded_by: Annotated[
+        str | None,
+        Field(
+            description="The memory that replaced this one; a superseded memory is kept but "
+            "never retrieved."
+        ),
+    ]
+    supersedes: Annotated[str | None, Field(description="The memory this one replaced.")]
+
+
+class MemoryWithHistory(Memory):
+    """One memory and the memories it replaced (``supersedes``, followed), newest first."""
+
+    history: list[Memory]
 
 
 class SearchHit(Memory):
@@ -98,6 +116,7 @@ class Error(BaseModel):
 
 RESPONSES: tuple[type[BaseModel], ...] = (
     Memory,
+    MemoryWithHistory,
     SearchHit,
     MemoryList,
     MemoryPage,

@@ -17,6 +17,7 @@ from typing import Any
 
 from proxy.context.records import MemoryRecord
 from proxy.errors import StoreError
+from proxy.memory.duplicates import words_key
 
 # Fixed forever: changing it would orphan every stored point.
 POINT_NAMESPACE = uuid.UUID("5f0c3a52-7c1e-4d38-9a8e-2f6d1b4c9e77")
@@ -26,8 +27,17 @@ SPARSE_VECTOR = "text"
 TENANT_KEY = "tenant"
 USER_KEY = "user"
 SOURCE_KEY = "source"
-INDEXED_KEYS: tuple[str, ...] = (TENANT_KEY, USER_KEY, SOURCE_KEY)
+# The key of a memory's words (``duplicates.words_key``): write hygiene looks repeats up by it.
+WORDS_KEY = "words"
+INDEXED_KEYS: tuple[str, ...] = (TENANT_KEY, USER_KEY, SOURCE_KEY, WORDS_KEY)
 RETRIEVAL_COUNT_KEY = "retrieval_count"
+# Lifecycle keys (adr/0113). ``expires_at`` is also kept as epoch seconds, the number a range
+# filter compares; ``superseded_by`` is absent on a live memory, so points written before these
+# keys existed are live without a migration.
+EXPIRES_KEY = "expires_at"
+EXPIRES_TS_KEY = "expires_ts"
+SUPERSEDED_KEY = "superseded_by"
+SUPERSEDES_KEY = "supersedes"
 POINT_ID_CACHE_SIZE = 32_768  # ~200 B an entry
 # What an increment reads back of each point: just enough to check the owner and add.
 COUNT_FIELDS: tuple[str, ...] = (TENANT_KEY, RETRIEVAL_COUNT_KEY)
@@ -54,7 +64,7 @@ def to_payload(record: MemoryRecord) -> dict[str, Any]:
     created = record.created_at
     if created.tzinfo is None:
         raise StoreError(f"memory {record.id!r}: created_at must be timezone-aware")
-    return {
+    payload: dict[str, Any] = {
         "id": record.id,
         TENANT_KEY: record.tenant,
         USER_KEY: record.user,
@@ -66,7 +76,19 @@ def to_payload(record: MemoryRecord) -> dict[str, Any]:
         RETRIEVAL_COUNT_KEY: int(record.retrieval_count),
         "tokens": dict(record.tokens),
         "metadata": dict(record.metadata),
+        WORDS_KEY: words_key(record.content),
     }
+    expires = record.expires_at
+    if expires is not None:
+        if expires.tzinfo is None:
+            raise StoreError(f"memory {record.id!r}: expires_at must be timezone-aware")
+        payload[EXPIRES_KEY] = expires.astimezone(UTC).isoformat()
+        payload[EXPIRES_TS_KEY] = expires.timestamp()
+    if record.superseded_by is not None:
+        payload[SUPERSEDED_KEY] = record.superseded_by
+    if record.supersedes is not None:
+        payload[SUPERSEDES_KEY] = record.supersedes
+    return payload
 
 
 def from_payload(payload: Mapping[str, Any]) -> MemoryRecord:
@@ -83,7 +105,18 @@ def from_payload(payload: Mapping[str, Any]) -> MemoryRecord:
         retrieval_count=int(payload[RETRIEVAL_COUNT_KEY]),
         tokens={str(k): int(v) for k, v in dict(payload.get("tokens") or {}).items()},
         metadata=dict(payload.get("metadata") or {}),
+        expires_at=_time_or_none(payload.get(EXPIRES_KEY)),
+        superseded_by=_text_or_none(payload.get(SUPERSEDED_KEY)),
+        supersedes=_text_or_none(payload.get(SUPERSEDES_KEY)),
     )
+
+
+def _time_or_none(value: Any) -> datetime | None:
+    return datetime.fromisoformat(str(value)) if value else None
+
+
+def _text_or_none(value: Any) -> str | None:
+    return str(value) if value else None
 
 
 def owned(payload: Mapping[str, Any] | None, tenant: str) -> MemoryRecord | None:

@@ -14,6 +14,7 @@ import builtins
 import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 import httpx
@@ -27,11 +28,19 @@ from proxy.defaults import COLLECTION as DEFAULT_COLLECTION
 from proxy.defaults import HYBRID
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
-from proxy.memory.filters import Condition, list_conditions, scope_conditions
+from proxy.memory.filters import (
+    Condition,
+    Liveness,
+    list_conditions,
+    liveness,
+    repeat_conditions,
+    scope_conditions,
+)
 from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K
 from proxy.memory.points import (
     COUNT_FIELDS,
     DENSE_VECTOR,
+    EXPIRES_TS_KEY,
     INDEXED_KEYS,
     RETRIEVAL_COUNT_KEY,
     SPARSE_VECTOR,
@@ -58,6 +67,7 @@ from proxy.memory.vectors import clip_similarity, similarities
 CLIENT_ERRORS = (ApiException, QdrantException, httpx.HTTPError, OSError)
 P = ParamSpec("P")
 R = TypeVar("R")
+REPEATS = 8  # memories a repeat lookup returns at most
 
 
 def store_errors(method: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -74,15 +84,27 @@ def store_errors(method: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any
     return call
 
 
-def to_filter(conditions: list[Condition]) -> models.Filter:
-    """Return the Qdrant filter requiring every condition (one value: equality, else any of)."""
+def to_filter(conditions: list[Condition], live: Liveness | None = None) -> models.Filter:
+    """Return the Qdrant filter requiring every condition (one value: equality, else any of),
+    and, with ``live``, liveness."""
     must: list[Any] = [
         models.FieldCondition(key=key, match=models.MatchValue(value=values[0]))
         if len(values) == 1
         else models.FieldCondition(key=key, match=models.MatchAny(any=list(values)))
         for key, values in conditions
     ]
-    return models.Filter(must=must)
+    if live is None:
+        return models.Filter(must=must)
+    must.append(models.IsEmptyCondition(is_empty=models.PayloadField(key=live.superseded_key)))
+    expired = models.FieldCondition(key=live.expires_key, range=models.Range(lte=live.at))
+    return models.Filter(must=must, must_not=[expired])
+
+
+def expired_filter(before: float) -> models.Filter:
+    """Return the filter of memories expired at or before ``before`` (epoch seconds)."""
+    return models.Filter(
+        must=[models.FieldCondition(key=EXPIRES_TS_KEY, range=models.Range(lte=before))]
+    )
 
 
 def tenant_filter(tenant: str) -> models.Filter:
@@ -92,7 +114,12 @@ def tenant_filter(tenant: str) -> models.Filter:
 
 def scope_filter(tenant: str, query: SearchQuery) -> models.Filter:
     """Return the filter of a search (``store.scope_conditions``)."""
-    return to_filter(scope_conditions(tenant, query))
+    return to_filter(scope_conditions(tenant, query), liveness(query))
+
+
+def repeat_filter(tenant: str, user: str, words: str, live_at: float) -> models.Filter:
+    """Return the filter of a repeat lookup (``filters.repeat_conditions``), live only."""
+    return to_filter(repeat_conditions(tenant, user, words), Liveness(live_at))
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> models.Filter:
@@ -367,6 +394,35 @@ class QdrantStore:
         counted = await self._client.count(
             self._collection, count_filter=tenant_filter(tenant), exact=True
         )
+        return counted.count
+
+    @store_errors
+    async def repeats(
+        self, tenant: str, user: str, words: str, live_at: datetime
+    ) -> builtins.list[MemoryRecord]:
+        """The user's live memories with the words key ``words``."""
+        require_tenant(tenant)
+        found, _ = await self._client.scroll(
+            self._collection,
+            scroll_filter=repeat_filter(tenant, user, words, live_at.timestamp()),
+            limit=REPEATS,
+            with_payload=True,
+            with_vectors=False,
+        )
+        return [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
+
+    @store_errors
+    async def purge_expired(self, before: datetime) -> int:
+        """Delete every memory expired at or before ``before``; return how many."""
+        expired = expired_filter(before.timestamp())
+        async with self._rmw_lock:
+            counted = await self._client.count(self._collection, count_filter=expired, exact=True)
+            if counted.count:
+                await self._client.delete(
+                    self._collection,
+                    points_selector=models.FilterSelector(filter=expired),
+                    wait=True,
+                )
         return counted.count
 
     @store_errors

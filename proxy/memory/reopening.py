@@ -21,6 +21,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 import numpy as np
@@ -193,6 +194,16 @@ class ReopeningStore:
     async def count(self, tenant: str) -> int:
         """See ``MemoryStore``."""
         return await self._live().count(tenant)
+
+    async def repeats(
+        self, tenant: str, user: str, words: str, live_at: datetime
+    ) -> builtins.list[MemoryRecord]:
+        """See ``MemoryStore``."""
+        return await self._live().repeats(tenant, user, words, live_at)
+
+    async def purge_expired(self, before: datetime) -> int:
+        """See ``MemoryStore``."""
+        return await self._live().purge_expired(before)
 
     async def ready(self) -> bool:
         """The real store's readiness; ``StoreReopening`` until it is open."""

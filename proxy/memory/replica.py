@@ -22,6 +22,7 @@ import shutil
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,6 +42,7 @@ T = TypeVar("T")
 
 # The log's operations: each replays one ``EdgeStore`` write with the same arguments.
 ADD, DELETE, DELETE_USER, INCREMENT, USEFULNESS = "add", "delete", "delete_user", "inc", "use"
+PURGE = "purge"
 
 
 async def apply(store: EdgeStore, entry: Entry) -> object:
@@ -66,6 +68,8 @@ async def apply(store: EdgeStore, entry: Entry) -> object:
         return None
     if op == USEFULNESS:
         return await store.set_usefulness(*args)
+    if op == PURGE:
+        return await store.purge_expired(*args)
     raise StoreError(f"unknown write log operation {op!r}")
 
 
@@ -265,6 +269,20 @@ class ReplicaStore:
         require_tenant(tenant)
         await self.sync()
         return await self._replica.count(tenant)
+
+    async def repeats(
+        self, tenant: str, user: str, words: str, live_at: datetime
+    ) -> builtins.list[MemoryRecord]:
+        """The user's live memories with the words key ``words``, every worker's writes seen."""
+        require_tenant(tenant)
+        await self.sync()
+        return await self._replica.repeats(tenant, user, words, live_at)
+
+    async def purge_expired(self, before: datetime) -> int:
+        """Delete expired memories in every replica: the purge is a logged write (each worker's
+        purger may log one; a second finds nothing)."""
+        purged = await self._write(lambda: _ready((PURGE, (before,))))
+        return purged if isinstance(purged, int) else 0
 
     async def ready(self) -> bool:
         """Whether the replica is open."""

@@ -6,6 +6,9 @@ differ only in how its stages run (``Stages``): the pipeline runs ``embed`` and 
 their timeouts, times every stage for ``Server-Timing`` and writes the result to the cache after
 the response; the API runs them as they are.
 
+Only live memories are retrieved (``MemoryRecord.live``, adr/0113): the store searches those
+live now, and a cached result is filtered again, since a memory in it may have expired since.
+
 Order (README, "Search"): by similarity descending, ties by id ascending. The store is asked for
 ``max(top_k, pool)`` hits and the ranked list is cut to ``top_k``, so for one ``pool`` every
 ``top_k`` up to it gets a prefix of the same list: ``top_k=10`` is the first ten of
@@ -20,6 +23,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol, TypeVar
 
 import numpy as np
@@ -93,11 +97,17 @@ class Retriever:
     """Searches one tenant's memories through the cache; ``cache`` may be ``None``."""
 
     def __init__(
-        self, store: MemoryStore, embedder: Embedder, cache: MemoryCache | None = None
+        self,
+        store: MemoryStore,
+        embedder: Embedder,
+        cache: MemoryCache | None = None,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.cache = cache
+        self.clock = clock
 
     async def retrieve(
         self, tenant: str, want: Retrieval, stages: Stages = DIRECT
@@ -110,6 +120,7 @@ class Retriever:
             else tuple(want.sources)
         )
         key = None
+        now = self.clock()
         hits: list[Candidate] | None = None
         if cache is not None:
             key = await cache.retrieval_key(
@@ -124,10 +135,12 @@ class Retriever:
             stages.mark(CACHE)
         if hits is None:
             vector = await stages.run(EMBED, self._embed(tenant, want.text))
-            search = SearchQuery(vector, want.text, want.user, sources, fetch)
+            search = SearchQuery(vector, want.text, want.user, sources, fetch, live_at=now)
             hits = ranked(await stages.run(SEARCH, self.store.search(tenant, search)))
             if cache is not None and key is not None:
                 await stages.keep(functools.partial(cache.set_retrieval, key, hits))
+        elif any(hit.record.expires_at is not None for hit in hits):
+            hits = [hit for hit in hits if hit.record.live(now)]
         return hits if len(hits) <= want.top_k else hits[: want.top_k]
 
     async def _embed(self, tenant: str, text: str) -> np.ndarray:

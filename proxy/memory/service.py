@@ -6,8 +6,11 @@ same treatment wherever it comes from: validated input (``proxy.memory.inputs``)
 client's, else generated), token counts for every stored encoding counted once, one batched
 embedding call, ``store.add`` (an upsert by (tenant, id)), then ``cache.bump_generation(tenant)``
 so no cached search result can hide the write. Validation happens before any of it: a bad batch
-writes nothing. Searches go through the one read path, ``retriever`` (``retriever.py``), which
-the chat pipeline shares.
+writes nothing. A memory written without an id that repeats a live memory of the same user
+(``proxy.memory.duplicates``), or an earlier one of its batch, is not stored again: the existing
+record stands in for it (write hygiene, adr/0113); with an id it is the caller's upsert.
+Searches go through the one read path, ``retriever`` (``retriever.py``), which the chat
+pipeline shares.
 
 Usage::
 
@@ -27,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -39,6 +44,7 @@ from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.tokens import O200K
 from proxy.defaults import MAX_CONTENT_CHARS
 from proxy.errors import BackendError, EmbedderError, NotFound, RequestError
+from proxy.memory.duplicates import normal_form, same_memory, words_key
 from proxy.memory.embedders import Embedder
 from proxy.memory.inputs import (
     DEFAULT_PAGE,
@@ -63,6 +69,10 @@ INLINE_COUNT_MAX_CHARS = 8_000
 # A thumbs up/down moves usefulness this fraction of the way to 1/0: one vote nudges, a
 # consistent signal converges (adr/0072).
 FEEDBACK_STEP = 0.2
+# Per-user write locks kept before idle ones are dropped (a lock is ~200 B).
+MAX_USER_LOCKS = 10_000
+# Versions of a memory its history shows (a chain of replacements is followed this far).
+HISTORY_LIMIT = 20
 
 
 def utc_now() -> datetime:
@@ -93,6 +103,9 @@ def build_records(
                 retrieval_count=item.retrieval_count,
                 tokens={},
                 metadata=dict(item.metadata),
+                expires_at=item.expires_at,
+                superseded_by=item.superseded_by,
+                supersedes=item.supersedes,
             )
         )
         for item in inputs
@@ -116,9 +129,17 @@ def memory_object(record: MemoryRecord) -> dict[str, object]:
         "confidence": record.confidence,
         "usefulness": record.usefulness,
         "retrieval_count": record.retrieval_count,
-        "created_at": record.created_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        "created_at": iso_utc(record.created_at),
         "metadata": dict(record.metadata),
+        "expires_at": iso_utc(record.expires_at) if record.expires_at is not None else None,
+        "superseded_by": record.superseded_by,
+        "supersedes": record.supersedes,
     }
+
+
+def iso_utc(moment: datetime) -> str:
+    """``moment`` in ISO 8601 UTC, ending in Z (the API's form of a time)."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def search_hit_object(candidate: Candidate) -> dict[str, object]:
@@ -170,9 +191,12 @@ class MemoryService:
         self.store = store
         self.embedder = embedder
         self.cache = cache
-        self.retriever = Retriever(store, embedder, cache)
+        self.retriever = Retriever(store, embedder, cache, clock=clock)
         self.max_content_chars = max_content_chars
         self._clock = clock
+        # Per (tenant, user): a duplicate check and its write run alone, so two identical
+        # memories written at once are stored once (in this process).
+        self._user_locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -187,6 +211,13 @@ class MemoryService:
         self, tenant: str, inputs: Sequence[MemoryInput]
     ) -> builtins.list[MemoryRecord]:
         """Write validated memories as one batch; return the stored records (upsert by id)."""
+        return [record for record, _ in await self.write_unique(tenant, inputs)]
+
+    async def write_unique(
+        self, tenant: str, inputs: Sequence[MemoryInput]
+    ) -> builtins.list[tuple[MemoryRecord, bool]]:
+        """``write``, telling for each input whether it was stored (``False``: a duplicate,
+        answered by the record it repeats)."""
         if not tenant:
             raise RequestError("a tenant is required to write memories", param="tenant")
         if not inputs:
@@ -197,9 +228,77 @@ class MemoryService:
         else:
             records = build_records(tenant, inputs, now)
         vectors = await self._embed([r.content for r in records])
-        await self.store.add(records, vectors)
-        await self._invalidate(tenant)
-        return records
+        if all(item.id is not None for item in inputs):
+            await self.store.add(records, vectors)
+            await self._invalidate(tenant)
+            return [(record, True) for record in records]
+        async with self._locks(tenant, {r.user for r in records}):
+            return await self._write_new(tenant, inputs, records, vectors, now)
+
+    async def _write_new(
+        self,
+        tenant: str,
+        inputs: Sequence[MemoryInput],
+        records: builtins.list[MemoryRecord],
+        vectors: np.ndarray,
+        now: datetime,
+    ) -> builtins.list[tuple[MemoryRecord, bool]]:
+        """Store ``records`` but those without a client id that repeat a live memory of their
+        user or an earlier record of the batch; each of those is answered by what it repeats."""
+        answer: builtins.list[tuple[MemoryRecord, bool]] = []
+        keep: builtins.list[int] = []
+        seen: dict[tuple[str, str], MemoryRecord] = {}
+        # The lookups run together (the store serves them on its threads);
+        # only the first of a batch's repeats needs one, the rest match it in ``seen``.
+        first: dict[tuple[str, str], int] = {}
+        keys = [(r.user, normal_form(r.content)) for r in records]
+        for index, (item, key) in enumerate(zip(inputs, keys, strict=True)):
+            if item.id is None:
+                first.setdefault(key, index)
+        found = await asyncio.gather(
+            *(self.duplicate_of(tenant, records[i], now) for i in first.values())
+        )
+        stored = {key: hit for key, hit in zip(first, found, strict=True) if hit is not None}
+        for index, (item, record, key) in enumerate(zip(inputs, records, keys, strict=True)):
+            if item.id is None:
+                known = stored.get(key) or seen.get(key)
+                if known is not None:
+                    answer.append((known, False))
+                    continue
+            seen.setdefault(key, record)
+            keep.append(index)
+            answer.append((record, True))
+        if keep:
+            await self.store.add([records[i] for i in keep], vectors[keep])
+            await self._invalidate(tenant)
+        return answer
+
+    async def duplicate_of(
+        self, tenant: str, record: MemoryRecord, now: datetime
+    ) -> MemoryRecord | None:
+        """A live memory of ``record``'s user that says the same (``duplicates.same_memory``)."""
+        for found in await self.store.repeats(tenant, record.user, words_key(record.content), now):
+            if same_memory(found.content, record.content):  # the key's words, not a collision
+                return found
+        return None
+
+    @contextlib.asynccontextmanager
+    async def _locks(self, tenant: str, users: set[str]) -> AsyncIterator[None]:
+        """Hold the users' locks, taken in sorted order so two writers never deadlock."""
+        async with contextlib.AsyncExitStack() as stack:
+            for user in sorted(users):
+                await stack.enter_async_context(self._user_lock(tenant, user))
+            yield
+
+    def _user_lock(self, tenant: str, user: str) -> asyncio.Lock:
+        lock = self._user_locks.get((tenant, user))
+        if lock is None:
+            if len(self._user_locks) >= MAX_USER_LOCKS:
+                # Drop idle locks only: a held one still guards a write.
+                for key in [k for k, v in self._user_locks.items() if not v.locked()]:
+                    del self._user_locks[key]
+            lock = self._user_locks[(tenant, user)] = asyncio.Lock()
+        return lock
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray:
         try:
@@ -213,6 +312,33 @@ class MemoryService:
     async def _invalidate(self, tenant: str) -> None:
         if self.cache is not None:
             await self.cache.bump_generation(tenant)
+
+    async def supersede(self, tenant: str, old_id: str, new_id: str) -> MemoryRecord | None:
+        """Mark ``old_id`` superseded by ``new_id`` (kept, out of retrieval); return it, or
+        ``None`` when it is gone or already superseded (the first replacement stands)."""
+        old = await self.store.get(tenant, old_id)
+        if old is None or old.superseded_by is not None or old_id == new_id:
+            return None
+        marked = replace(old, superseded_by=new_id)
+        await self.store.add([marked], await self._embed([marked.content]))
+        await self._invalidate(tenant)
+        return marked
+
+    async def history(
+        self, tenant: str, record: MemoryRecord, limit: int = HISTORY_LIMIT
+    ) -> builtins.list[MemoryRecord]:
+        """The memories ``record`` replaced, newest first (following ``supersedes``)."""
+        older: builtins.list[MemoryRecord] = []
+        seen = {record.id}
+        link = record.supersedes
+        while link is not None and link not in seen and len(older) < limit:
+            found = await self.store.get(tenant, link)
+            if found is None:
+                break
+            older.append(found)
+            seen.add(link)
+            link = found.supersedes
+        return older
 
     # -- reading ---------------------------------------------------------------------------
 

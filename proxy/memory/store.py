@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Protocol
 
 import numpy as np
@@ -32,7 +33,8 @@ class SearchQuery:
     """A search within one tenant: the query's vector and text, whose memories, which sources.
 
     ``user`` selects that user's memories plus the tenant-shared ones (user ``""``); ``sources``
-    of ``None`` means every source.
+    of ``None`` means every source. With ``live_at``, only memories live then are searched (not
+    expired at that time, not superseded: ``MemoryRecord.live``); retrieval always sets it.
     """
 
     vector: np.ndarray
@@ -40,6 +42,7 @@ class SearchQuery:
     user: str
     sources: tuple[str, ...] | None
     top_k: int
+    live_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,19 @@ class MemoryStore(Protocol):
 
     async def count(self, tenant: str) -> int:
         """Return how many memories the tenant has."""
+        ...
+
+    async def repeats(
+        self, tenant: str, user: str, words: str, live_at: datetime
+    ) -> builtins.list[MemoryRecord]:
+        """The user's memories live at ``live_at`` whose words key (``duplicates.words_key``) is
+        ``words`` (a few at most: write hygiene keeps them unique)."""
+        ...
+
+    async def purge_expired(self, before: datetime) -> int:
+        """Delete every memory, of any tenant, that expired at or before ``before``; return how
+        many. Maintenance (``proxy.memory.expiry``): it reads nothing back, so it needs no
+        tenant."""
         ...
 
     async def ready(self) -> bool:

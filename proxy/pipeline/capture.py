@@ -2,8 +2,11 @@
 
 ``user`` stores the last user message, ``turn`` also the assistant's answer (for a stream, the
 text assembled from its deltas: ``Completion.text``). Both carry the session id and the role in
-their metadata. Only the client's own words are stored: anything fenced like memproxy's block is
-cut out, so injected memories never come back as new ones. Writes go through
+their metadata. ``facts`` stores neither: ``FactCapture`` queues the turn for extraction
+(``proxy.memory.extraction``), whose facts are reconciled with the user's memories
+(``proxy.memory.reconcile``), all after the response and off the request's path. Only the
+client's own words are stored: anything fenced like memproxy's block is cut out, so injected
+memories never come back as new ones. Writes go through
 ``MemoryService.write``, the one write path (validation, token counts, embedding, store, cache
 generation bump), seen here as a ``MemoryWriter``. A failed or refused upstream answer captures
 nothing.
@@ -12,14 +15,23 @@ nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
+from proxy.memory.extraction import BrokenAnswer, Turn, handles, turn_of
+from proxy.memory.extraction_call import ExtractionCall, Failed
+from proxy.memory.extraction_queue import JOB_ERROR, ExtractionQueue
 from proxy.memory.inputs import MemoryInput, is_blank
-from proxy.memory.service import MemoryWriter
+from proxy.memory.reconcile import apply, plan
+from proxy.memory.retriever import Retrieval
+from proxy.memory.service import MemoryService, MemoryWriter
 from proxy.metrics import Metrics
 from proxy.pipeline.contract import Completion
 from proxy.pipeline.options import RequestOptions
 from proxy.pipeline.query import last_user_texts, strip_block
+from proxy.settings import ExtractionSettings
+from proxy.tenancy import BILLING_HEADERS, CREDENTIAL_HEADERS, Tenant, bearer_auth
 
 CONVERSATION = "conversation"
 LOGGER = logging.getLogger("memproxy.pipeline")
@@ -32,7 +44,7 @@ def capture_inputs(
     max_chars: int,
 ) -> list[MemoryInput]:
     """The memories one turn yields under ``options.capture`` (empty when nothing to keep)."""
-    if options.capture == "off" or not completion.ok or completion.status >= 400:
+    if options.capture in ("off", "facts") or not completion.ok or completion.status >= 400:
         return []
     meta: dict[str, object] = {"session": options.session} if options.session else {}
     inputs: list[MemoryInput] = []
@@ -75,3 +87,114 @@ async def capture_turn(
         metrics.count_memory_work("capture", ok=False)
     else:
         metrics.count_memory_work("capture", ok=True)
+
+
+# -- facts ------------------------------------------------------------------------------------
+
+Auth = tuple[tuple[bytes, bytes], ...]
+STORE_FAILED = "store"
+
+
+@dataclass(frozen=True, slots=True)
+class FactRequest:
+    """What a chat request hands fact capture at ``prepare``: its model and the credentials
+    its upstream call would carry (held in memory until the job ran, never stored)."""
+
+    model: str
+    auth: Auth
+
+
+@dataclass(frozen=True, slots=True)
+class FactJob:
+    """One turn to extract facts from, for (tenant, user)."""
+
+    tenant: str
+    user: str
+    session: str
+    turn: Turn
+    request: FactRequest
+
+
+def fact_request(
+    tenant: Tenant, headers: Mapping[str, str], body: Mapping[str, object]
+) -> FactRequest:
+    """The tenant's upstream credentials as its chat request sends them: the client's own
+    credential (and billing) headers in passthrough mode, the tenant's key in keys mode."""
+    if tenant.forwards_credentials:
+        names = sorted(CREDENTIAL_HEADERS | BILLING_HEADERS)
+        auth = tuple(
+            (name, value.encode("latin-1"))
+            for name in names
+            if (value := headers.get(name.decode())) is not None
+        )
+    else:
+        auth = bearer_auth(tenant).add
+    return FactRequest(str(body.get("model") or ""), auth)
+
+
+class FactCapture:
+    """``X-Memory-Capture: facts``: queue the turn, extract, reconcile, count."""
+
+    def __init__(
+        self,
+        service: MemoryService,
+        call: ExtractionCall,
+        settings: ExtractionSettings,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.service = service
+        self.call = call
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self.queue: ExtractionQueue[FactJob] = ExtractionQueue(self.process, settings, metrics)
+
+    def submit(
+        self,
+        tenant: str,
+        options: RequestOptions,
+        messages: Sequence[Mapping[str, object]],
+        completion: Completion,
+        request: FactRequest,
+    ) -> bool:
+        """Queue the turn of a completed chat (never waits, never raises); ``False`` if
+        nothing was queued."""
+        if not completion.ok or completion.status >= 400:
+            return False
+        try:
+            turn = turn_of(messages, completion.text, self.clock(), self.settings.max_turn_chars)
+        except Exception:  # the client already has its answer: a bug here must not reach it
+            LOGGER.exception("reading the turn for fact capture failed")
+            self.metrics.count_extraction_failure(JOB_ERROR)
+            return False
+        if turn is None:
+            return False
+        job = FactJob(tenant, options.user, options.session, turn, request)
+        return self.queue.submit(job)
+
+    async def process(self, job: FactJob) -> None:
+        """Extract the turn's facts and reconcile them with the user's memories."""
+        conf = self.settings
+        shown = {}
+        if conf.memories_shown:
+            want = Retrieval(job.turn.said, job.user, conf.memories_shown)
+            hits = await self.service.retriever.retrieve(job.tenant, want)
+            shown = handles([hit.record for hit in hits if hit.record.user == job.user])
+        model = conf.model or job.request.model
+        result = await self.call.facts(job.turn, shown, model, job.request.auth)
+        if isinstance(result, Failed | BrokenAnswer):
+            LOGGER.info("fact extraction stored nothing: %s", result.reason)
+            self.metrics.count_extraction_failure(result.reason)
+            return
+        metadata: dict[str, object] = {"session": job.session} if job.session else {}
+        try:
+            outcome = await apply(self.service, job.tenant, job.user, plan(result, shown), metadata)
+        except Exception as exc:
+            LOGGER.warning("storing facts failed for tenant %s: %s", job.tenant, type(exc).__name__)
+            self.metrics.count_extraction_failure(STORE_FAILED)
+            return
+        self.metrics.count_facts("added", outcome.added)
+        self.metrics.count_facts("superseded", outcome.superseded)
+        self.metrics.count_facts("skipped", outcome.skipped)

@@ -57,7 +57,7 @@ SCORE_KEYS = ("composite", "relevance", "recency", "usefulness", "confidence", "
 def memory_entry(item: MemoryExplanation) -> dict[str, object]:
     """One injected memory: id, source, content, tokens, metadata and the score components."""
     full = item.to_dict()
-    return {
+    entry: dict[str, object] = {
         "id": full["id"],
         "source": full["source"],
         "content": full["content"],
@@ -65,6 +65,12 @@ def memory_entry(item: MemoryExplanation) -> dict[str, object]:
         "metadata": full["metadata"],
         "score": {key: full["score"][key] for key in SCORE_KEYS},
     }
+    # Only for a memory that replaced another (fact capture, adr/0112): its earlier versions are
+    # GET /v1/memories/{id}'s history. Other entries keep exactly the contract's keys.
+    replaced = item.candidate.record.supersedes
+    if replaced is not None:
+        entry["supersedes"] = replaced
+    return entry
 
 
 def budget_fields(budget: TokenBudget | None, model: str) -> dict[str, object]:

@@ -130,7 +130,7 @@ def parse_options(
     sources = parse_sources(raw, limits.sources) if raw is not None else limits.sources
     raw = get(HEADER_CAPTURE)
     capture = limits.capture
-    if raw is not None:  # up to the tenant's max_capture, in the order off < user < turn
+    if raw is not None:  # up to the tenant's max_capture, in the order off < user < turn < facts
         asked = CAPTURES.index(parse_choice(HEADER_CAPTURE, raw, CAPTURES))
         capture = CAPTURES[min(asked, CAPTURES.index(limits.max_capture))]
     raw = get(HEADER_POSITION)

@@ -49,7 +49,13 @@ from proxy.defaults import BUDGET_RULES
 from proxy.memory.retriever import EMBED, SEARCH, Retrieval, Retriever
 from proxy.memory.service import MemoryWriter
 from proxy.metrics import Metrics
-from proxy.pipeline.capture import capture_inputs, capture_turn
+from proxy.pipeline.capture import (
+    FactCapture,
+    FactRequest,
+    capture_inputs,
+    capture_turn,
+    fact_request,
+)
 from proxy.pipeline.contract import Completion, Prepared
 from proxy.pipeline.counters import RetrievalCounter
 from proxy.pipeline.explain import (
@@ -132,6 +138,7 @@ class Run:
     # otherwise wait for when the upstream answers fast.
     # Thunks, not coroutines: a hook that never runs (upstream refused) leaves nothing unawaited.
     deferred: list[Write] = field(default_factory=list)
+    facts: FactRequest | None = None  # X-Memory-Capture: facts
 
     @property
     def messages(self) -> Sequence[Mapping[str, object]]:
@@ -199,8 +206,10 @@ class Pipeline:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         offloader: Offloader | None = None,
         blocks: TurnBlocks | None = None,
+        facts: FactCapture | None = None,
     ) -> None:
         self.settings = settings
+        self.facts = facts
         self.calculator = calculator
         self.retriever = retriever
         self.counts = counts
@@ -253,6 +262,8 @@ class Pipeline:
         conversation = api.conversation(body)
         timeouts = {EMBED: self.embed_s, SEARCH: self.search_s}
         run = Run(tenant, options, api, conversation, timeouts)
+        if options.capture == "facts" and self.facts is not None:
+            run.facts = fact_request(tenant, headers, body)
         if options.mode == "off":
             return self._finish(run, body, OFF)
         if conversation.messages:
@@ -555,9 +566,9 @@ class Pipeline:
             if assembly is not None and assembly.block and status in (INJECTED, DEGRADED)
             else []
         )
-        writer = self.writer if run.options.capture != "off" else None
-        deferred = run.deferred
-        if not ids and writer is None and not deferred:
+        writer = self.writer if run.options.capture not in ("off", "facts") else None
+        deferred, facts = run.deferred, run.facts
+        if not ids and writer is None and not deferred and facts is None:
             return None
 
         async def on_complete(completion: Completion) -> None:
@@ -570,6 +581,8 @@ class Pipeline:
                     run.options, run.messages, completion, self.settings.max_content_chars
                 )
                 await capture_turn(writer, run.tenant.id, inputs, self.metrics)
+            if facts is not None and self.facts is not None:
+                self.facts.submit(run.tenant.id, run.options, run.messages, completion, facts)
 
         return on_complete
 

@@ -109,8 +109,10 @@ async def delete_user_memories(request: Request, services: Services, tenant: Ten
 async def get_memory(request: Request, services: Services, tenant: Tenant) -> Response:
     """``GET /v1/memories/{id}``: one memory, 404 if the tenant has none with that id."""
     memory_id = request.path_params["memory_id"]
-    record = await services.memory_service().get(tenant.id, memory_id)
-    return json_response(memory_object(record))
+    service = services.memory_service()
+    record = await service.get(tenant.id, memory_id)
+    history = await service.history(tenant.id, record)
+    return json_response({**memory_object(record), "history": [memory_object(r) for r in history]})
 
 
 async def delete_memory(request: Request, services: Services, tenant: Tenant) -> Response:

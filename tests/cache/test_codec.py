@@ -48,6 +48,8 @@ def candidates(draw: st.DrawFn) -> Candidate:
         retrieval_count=draw(st.integers(min_value=0, max_value=2**40)),
         tokens=draw(st.dictionaries(st.text(max_size=12), st.integers(0, 10**6), max_size=3)),
         metadata=draw(st.dictionaries(st.text(max_size=12), json_values, max_size=4)),
+        expires_at=draw(st.none() | created),
+        supersedes=draw(st.none() | st.text(min_size=1, max_size=40)),
     )
     return Candidate(record=record, similarity=draw(finite))
 

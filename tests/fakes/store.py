@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import StoreError
-from proxy.memory.points import SOURCE_KEY, USER_KEY, from_payload, to_payload
+from proxy.memory.points import SOURCE_KEY, USER_KEY, WORDS_KEY, from_payload, to_payload
 from proxy.memory.store import (
     SHARED_USER,
     Page,
@@ -115,12 +116,14 @@ class FakeStore:
             await asyncio.sleep(HANG_S)
         require_tenant(tenant)
         vector = check_query(query, self.dimensions)
+        live_at = query.live_at
         hits = [
-            Candidate(from_payload(payload), similarity(vector, stored))
+            Candidate(record, similarity(vector, stored))
             for (t, _), (payload, stored) in self._points.items()
             if t == tenant
             and payload[USER_KEY] in (query.user, SHARED_USER)
             and (query.sources is None or payload[SOURCE_KEY] in query.sources)
+            and ((record := from_payload(payload)) and (live_at is None or record.live(live_at)))
         ]
         hits.sort(key=lambda hit: (-hit.similarity, hit.record.id))
         return hits[: query.top_k]
@@ -152,6 +155,29 @@ class FakeStore:
 
     async def count(self, tenant: str) -> int:
         return len(self._records(tenant))
+
+    async def repeats(
+        self, tenant: str, user: str, words: str, live_at: datetime
+    ) -> builtins.list[MemoryRecord]:
+        require_tenant(tenant)
+        return [
+            record
+            for (t, _), (payload, _) in self._points.items()
+            if t == tenant
+            and payload[USER_KEY] == user
+            and payload[WORDS_KEY] == words
+            and (record := from_payload(payload)).live(live_at)
+        ]
+
+    async def purge_expired(self, before: datetime) -> int:
+        gone = [
+            key
+            for key, (payload, _) in self._points.items()
+            if (expires := from_payload(payload).expires_at) is not None and expires <= before
+        ]
+        for key in gone:
+            del self._points[key]
+        return len(gone)
 
     async def ready(self) -> bool:
         return not self.closed

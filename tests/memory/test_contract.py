@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -13,6 +13,7 @@ from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
 from proxy.context.records import MemoryRecord
 from proxy.errors import ConfigError, RequestError, StoreError
+from proxy.memory.duplicates import words_key
 from proxy.memory.retriever import Retrieval, Retriever
 from proxy.memory.store import MemoryStore, SearchQuery
 from proxy.tokenizer import count_all
@@ -513,3 +514,99 @@ async def test_concurrent_searches_and_writes_end_consistent(store: MemoryStore)
     await asyncio.gather(bump(), *searches)
     final = await search_ids(store, top_k=20)
     assert {r.retrieval_count for r in final.values()} == {5}
+
+
+# -- lifecycle: expiry and supersession (adr/0113) ---------------------------------------------
+
+LIVE_AT = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+async def test_lifecycle_fields_round_trip(store: MemoryStore) -> None:
+    original = record(
+        "m1",
+        expires_at=datetime(2026, 5, 1, 12, 30, tzinfo=UTC),
+        superseded_by="m2",
+        supersedes="m0",
+    )
+    await put(store, original)
+    got = await store.get("t1", "m1")
+    assert got is not None
+    assert (got.expires_at, got.superseded_by, got.supersedes) == (
+        original.expires_at,
+        "m2",
+        "m0",
+    )
+    await put(store, record("m3"))
+    fresh = await store.get("t1", "m3")
+    assert fresh is not None
+    assert (fresh.expires_at, fresh.superseded_by, fresh.supersedes) == (None, None, None)
+
+
+async def test_a_live_search_skips_expired_and_superseded_memories(store: MemoryStore) -> None:
+    text = "the user lives in porto"
+    await put(
+        store,
+        record("expired", content=text, expires_at=LIVE_AT),  # expiring exactly then: gone
+        record("later", content=text, expires_at=LIVE_AT + timedelta(seconds=1)),
+        record("old", content=text, superseded_by="new"),
+        record("new", content=text, supersedes="old"),
+        record("forever", content=text),
+    )
+    query = replace(query_for(text), live_at=LIVE_AT)
+    assert {hit.record.id for hit in await store.search("t1", query)} == {
+        "later",
+        "new",
+        "forever",
+    }
+    # Without a time, a search sees everything (the liveness filter is the caller's choice),
+    # and list always does: superseded and expired memories stay visible until purged.
+    assert len(await store.search("t1", query_for(text))) == 5
+    assert len(await list_all(store, "t1")) == 5
+
+
+async def test_purge_deletes_what_expired_in_every_tenant_and_nothing_else(
+    store: MemoryStore,
+) -> None:
+    await put(
+        store,
+        record("a", expires_at=LIVE_AT - timedelta(days=1)),
+        record("b", expires_at=LIVE_AT),
+        record("c", expires_at=LIVE_AT + timedelta(days=1)),
+        record("d"),
+        record("e", tenant="t2", expires_at=LIVE_AT - timedelta(hours=1)),
+    )
+    assert await store.purge_expired(LIVE_AT) == 3
+    assert {r.id for r in await list_all(store, "t1")} == {"c", "d"}
+    assert await list_all(store, "t2") == []
+    assert await store.purge_expired(LIVE_AT) == 0
+
+
+async def test_a_cached_result_drops_a_memory_that_expired_since(store: MemoryStore) -> None:
+    now = [LIVE_AT]
+    text = "the user is in lisbon this week"
+    await put(store, record("week", content=text, expires_at=LIVE_AT + timedelta(days=7)))
+    cache = RequestCache(LocalCache(1_000))
+    retriever = Retriever(store, HashEmbedder(), cache, clock=lambda: now[0])
+    want = Retrieval(text, "u1", top_k=5)
+    assert [h.record.id for h in await retriever.retrieve("t1", want)] == ["week"]
+    now[0] = LIVE_AT + timedelta(days=8)
+    assert await retriever.retrieve("t1", want) == []
+
+
+async def test_repeats_finds_the_users_live_memories_with_the_same_words(
+    store: MemoryStore,
+) -> None:
+    text = "I live in Porto."
+    await put(
+        store,
+        record("same", content=text),
+        record("cased", content="i live in PORTO"),
+        record("other-user", user="u2", content=text),
+        record("other-tenant", tenant="t2", content=text),
+        record("other-words", content="I live in Lisbon."),
+        record("old", content=text, superseded_by="same"),
+        record("expired", content=text, expires_at=LIVE_AT),
+    )
+    found = await store.repeats("t1", "u1", words_key(text), LIVE_AT)
+    assert {r.id for r in found} == {"same", "cased"}
+    assert await store.repeats("t1", "u3", words_key(text), LIVE_AT) == []

@@ -342,3 +342,11 @@ def test_imports_keep_the_retrieval_count_the_api_refuses() -> None:
             parse_imported({"content": "x", "retrieval_count": bad}, LIMITS)
         assert info.value.param == "retrieval_count"
     assert refused({"content": "x", "retrieval_count": 7}).param == "retrieval_count"
+
+
+def test_expires_at_is_a_time_like_created_at() -> None:
+    parsed = one({"content": "x", "expires_at": "2026-05-01T12:00:00+02:00"})
+    assert parsed.expires_at == datetime(2026, 5, 1, 10, tzinfo=UTC)
+    assert one({"content": "x"}).expires_at is None
+    assert one({"content": "x", "expires_at": None}).expires_at is None
+    assert refused({"content": "x", "expires_at": "next week"}).param == "expires_at"

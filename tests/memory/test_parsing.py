@@ -67,8 +67,8 @@ def test_the_earliest_memory_and_an_unknown_field_first() -> None:
     error = error_of(parse_write, body)
     assert error.param == "memories[1].conent"
     assert error.message == (
-        "Unknown field 'conent'; expected confidence, content, created_at, id, metadata, "
-        "source, usefulness, user."
+        "Unknown field 'conent'; expected confidence, content, created_at, expires_at, id, "
+        "metadata, source, usefulness, user."
     )
 
 

@@ -11,12 +11,14 @@ import asyncio
 import fcntl
 import os
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from proxy.composition import open_store
+from proxy.memory.duplicates import words_key
 from proxy.memory.edge import EdgeStore
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES
 from proxy.memory.replica import LOG_FILE, REPLICAS_DIR, ReplicaStore, absorb_log
@@ -148,6 +150,31 @@ async def test_a_replica_starts_with_the_primarys_retrieval_counts(tmp_path: Pat
         assert found.retrieval_count == 2
     finally:
         await copied.close()
+
+
+async def test_a_purge_through_one_reaches_the_other(
+    pair: tuple[ReplicaStore, ReplicaStore],
+) -> None:
+    a, b = pair
+    ends = datetime(2030, 1, 1, tzinfo=UTC)
+    memories = [record("gone", expires_at=ends), record("kept")]
+    await a.add(memories, vectors_for(memories))
+    assert await b.get("t1", "gone") is not None  # not expired yet: still there
+    assert await a.purge_expired(ends + timedelta(days=1)) == 1
+    assert await b.get("t1", "gone") is None
+    assert await b.count("t1") == 1
+    assert await b.purge_expired(ends + timedelta(days=1)) == 0  # a second purge finds nothing
+
+
+async def test_repeats_see_the_other_replicas_writes(
+    pair: tuple[ReplicaStore, ReplicaStore],
+) -> None:
+    a, b = pair
+    memory = record("m1", content="I live in Porto.")
+    await a.add([memory], vectors_for([memory]))
+    key = words_key(memory.content)
+    found = await b.repeats("t1", "u1", key, datetime(2026, 1, 1, tzinfo=UTC))
+    assert [r.id for r in found] == ["m1"]
 
 
 async def test_one_process_applies_a_log_left_by_workers(tmp_path: Path) -> None:

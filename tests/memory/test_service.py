@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -142,8 +144,10 @@ async def test_search_uses_the_cached_query_embedding_and_scopes() -> None:
     hits = await service.search("t1", "x", user="u", top_k=3, sources=["playbook"])
     assert len(hits) == 1
     assert cache.embeds == 1
-    assert store.queries[0].user == "u"
-    assert store.queries[0].sources == ("playbook",)
+    # The write's duplicate check searched first; the API's search is the last one.
+    assert store.queries[-1].user == "u"
+    assert store.queries[-1].sources == ("playbook",)
+    assert store.queries[-1].live_at == NOW
 
 
 @given(
@@ -180,3 +184,73 @@ def test_memory_object_shape() -> None:
     assert shaped["created_at"] == "2023-12-31T22:00:00Z"
     assert shaped["tokens"] == 2
     assert "tenant" not in shaped
+
+
+# -- write hygiene (adr/0113) -------------------------------------------------------------------
+
+
+async def test_a_duplicate_without_an_id_is_not_stored_again() -> None:
+    service, store, _, cache = make()
+    first = await service.add("t1", [{"content": "I live in Porto.", "user": "u"}])
+    again = await service.add("t1", [{"content": "i live in porto", "user": "u"}])
+    assert again == first  # the stored memory answers for the repeat
+    assert len(store.adds) == 1
+    assert cache.bumps == ["t1"]  # nothing changed, nothing to invalidate
+    assert await store.count("t1") == 1
+
+
+async def test_a_duplicate_in_one_batch_is_stored_once() -> None:
+    service, store, _, _ = make()
+    records = await service.add(
+        "t1", [{"content": "Likes tea"}, {"content": "likes TEA!"}, {"content": "Likes coffee"}]
+    )
+    assert records[1] == records[0]
+    assert [r.content for r in store.adds[0][0]] == ["Likes tea", "Likes coffee"]
+
+
+async def test_other_users_other_words_and_explicit_ids_are_stored() -> None:
+    service, store, _, _ = make()
+    await service.add("t1", [{"content": "I live in Porto.", "user": "u"}])
+    await service.add("t1", [{"content": "I live in Porto.", "user": "v"}])
+    await service.add("t1", [{"content": "I live in Lisbon.", "user": "u"}])
+    # With an id it is the caller's upsert: stored as asked.
+    await service.add("t1", [{"content": "I live in Porto.", "user": "u", "id": "mine"}])
+    assert await store.count("t1") == 4
+
+
+async def test_a_duplicate_of_an_expired_or_superseded_memory_is_stored() -> None:
+    service, store, _, _ = make()
+    await service.add(
+        "t1",
+        [
+            {"id": "gone", "content": "In Lisbon", "expires_at": "2025-01-01T00:00:00Z"},
+            {"id": "old", "content": "Lives in Porto"},
+        ],
+    )
+    old = await service.get("t1", "old")
+    await store.add(
+        [dataclasses.replace(old, superseded_by="new")], np.ones((1, DIM), np.float32) / 2
+    )
+    records = await service.add("t1", [{"content": "in lisbon"}, {"content": "lives in porto"}])
+    assert [r.id for r in records] != ["gone", "old"]
+    assert await store.count("t1") == 4
+
+
+async def test_simultaneous_identical_writes_store_one_memory() -> None:
+    service, store, _, _ = make()
+    results = await asyncio.gather(
+        *(service.add("t1", [{"content": "I live in Porto.", "user": "u"}]) for _ in range(5))
+    )
+    assert len({r[0].id for r in results}) == 1
+    assert await store.count("t1") == 1
+
+
+async def test_expires_at_is_stored_and_shown() -> None:
+    service, _, _, _ = make()
+    (record,) = await service.add(
+        "t1", [{"content": "In Lisbon this week", "expires_at": "2025-01-09T00:00:00+01:00"}]
+    )
+    assert record.expires_at == datetime(2025, 1, 8, 23, tzinfo=UTC)
+    shown = memory_object(record)
+    assert shown["expires_at"] == "2025-01-08T23:00:00Z"
+    assert (shown["superseded_by"], shown["supersedes"]) == (None, None)

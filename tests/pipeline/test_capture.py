@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from proxy.context.render import render_block
-from proxy.pipeline.capture import capture_inputs
+from proxy.pipeline.capture import capture_inputs, fact_request
 from proxy.pipeline.contract import Completion
 from proxy.pipeline.options import RequestOptions
+from proxy.settings import MemorySettings
+from proxy.tenancy import Tenant
 
 MESSAGES = [
     {"role": "system", "content": "sys " + render_block(["[learnings] old fact"])},
@@ -29,6 +31,7 @@ def done(text: str = "the answer", status: int = 200, ok: bool = True) -> Comple
     ("capture", "completion", "expected"),
     [
         ("off", done(), []),
+        ("facts", done(), []),  # no raw text: the turn goes to extraction instead
         ("user", done(), [("user", "my question")]),
         ("turn", done(), [("user", "my question"), ("assistant", "the answer")]),
         ("turn", done(status=500), []),
@@ -63,3 +66,18 @@ def test_content_is_bounded_and_session_optional() -> None:
     inputs = capture_inputs(options("turn", session=""), MESSAGES, done("x" * 50), 10)
     assert [len(i.content) for i in inputs] == [10, 10]
     assert all("session" not in i.metadata for i in inputs)
+
+
+def test_fact_requests_carry_the_tenants_upstream_credentials() -> None:
+    headers = {
+        "authorization": "Bearer sk-client",
+        "openai-project": "p1",
+        "x-memory-user": "u",
+        "cookie": "c",
+    }
+    passthrough = Tenant("t", MemorySettings())
+    request = fact_request(passthrough, headers, {"model": "gpt-4o"})
+    assert request.model == "gpt-4o"
+    assert dict(request.auth) == {b"authorization": b"Bearer sk-client", b"openai-project": b"p1"}
+    keyed = Tenant("t", MemorySettings(), forwards_credentials=False, upstream_key="sk-tenant")
+    assert fact_request(keyed, headers, {}).auth == ((b"authorization", b"Bearer sk-tenant"),)

@@ -131,6 +131,9 @@ def test_a_caller_without_memory_still_gets_400_for_a_bad_header() -> None:
         ("user", "off", "off"),
         ("off", "user", "off"),
         ("turn", "user", "user"),
+        ("turn", "facts", "turn"),  # ... < turn < facts
+        ("facts", "facts", "facts"),
+        ("facts", "turn", "turn"),
     ],
 )
 def test_capture_header_is_clamped_to_max_capture(

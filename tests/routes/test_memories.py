@@ -120,7 +120,11 @@ def test_create_one_returns_the_memory_object(api: Api) -> None:
         "retrieval_count",
         "created_at",
         "metadata",
+        "expires_at",
+        "superseded_by",
+        "supersedes",
     }
+    assert (memory["expires_at"], memory["superseded_by"], memory["supersedes"]) == (None,) * 3
     assert memory["object"] == "memory"
     assert memory["id"].startswith("mem_")
     assert (memory["user"], memory["source"], memory["content"]) == ("alice", "learnings", content)
@@ -128,7 +132,7 @@ def test_create_one_returns_the_memory_object(api: Api) -> None:
     assert (memory["confidence"], memory["usefulness"], memory["retrieval_count"]) == (0.8, 0.5, 0)
     assert memory["created_at"].endswith("Z")
     assert memory["metadata"] == {"k": [1, 2]}
-    assert api.http.get(f"/v1/memories/{memory['id']}").json() == memory
+    assert api.http.get(f"/v1/memories/{memory['id']}").json() == {**memory, "history": []}
 
 
 def test_batch_keeps_order_client_ids_and_dates(api: Api) -> None:
@@ -395,7 +399,7 @@ def test_tenants_never_see_each_other(server: str) -> None:
     assert other.http.delete("/v1/memories", params={"user": "u"}).json()["deleted"] == 0
     mine = other.ok_add(id="shared-id", content="other's note", user="u")
     assert mine["content"] == "other's note"
-    assert owner.http.get(guessed).json() == secret
+    assert owner.http.get(guessed).json() == {**secret, "history": []}
     assert owner.all_ids() == ["shared-id"]
 
 
