@@ -42,7 +42,7 @@ from proxy.context.assembler import AssemblerConfig, Assembly, assemble
 from proxy.context.billing import EXACT, message_key, walk_size
 from proxy.context.render import BlockTokens
 from proxy.context.tokens import STORED_ENCODINGS
-from proxy.defaults import BUDGET_RULES
+from proxy.defaults import BUDGET_RULES, NEIGHBOUR_WINDOW_S
 from proxy.memory.retriever import EMBED, SEARCH, Retrieval, Retriever
 from proxy.memory.service import MemoryWriter
 from proxy.metrics import Metrics
@@ -207,6 +207,7 @@ class Pipeline:
                 max_tokens=None,
                 token_price=settings.token_price if rule == "adaptive" else 0.0,
                 absolute_overlap=rule == "adaptive",
+                neighbour_window=NEIGHBOUR_WINDOW_S if settings.neighbour_turns else -1.0,
             )
             for kind in ("optimal", "greedy")
             for rule in BUDGET_RULES
