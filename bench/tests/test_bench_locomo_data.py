@@ -232,3 +232,30 @@ def test_locomo_smoke_arguments() -> None:
         "locomo-smoke",
     )
     assert args.budgets == list(locomo.SMOKE_BUDGETS)
+
+
+def test_locomo_top_k_configures_the_server() -> None:
+    """``--top-k`` goes into the started server's ``memory.top_k``: X-Memory-Top-K can only
+    lower the tenant's top_k, so sending it measured the default."""
+    from bench import locomo
+
+    timeouts = locomo.RELAXED_TIMEOUTS
+    config = locomo.measured_config(timeouts, 100)
+    assert config["memory"]["top_k"] == 100
+    assert config["memory"]["deadline_ms"] == timeouts["memory"]["deadline_ms"]
+    assert locomo.measured_config(timeouts, None) == timeouts
+    assert locomo.measured_config({}, 20) == {"memory": {"top_k": 20}}
+    started = locomo.parse_args(["--top-k", "100"])
+    assert locomo.header_top_k(started) is None  # the config carries it
+    running = locomo.parse_args(["--top-k", "100", "--url", "http://x"])
+    assert locomo.header_top_k(running) == 100  # all a running server can be told
+
+
+def test_locomo_before_server_keeps_the_rest_of_the_config() -> None:
+    from bench import locomo
+
+    config = locomo.before_config(locomo.measured_config(locomo.RELAXED_TIMEOUTS, 100))
+    assert config["memory"]["top_k"] == 100
+    assert config["memory"]["token_price"] == locomo.BEFORE_CONFIG["memory"]["token_price"]
+    assert config["memory"]["neighbour_turns"] is False
+    assert "stage_timeouts" in config["memory"]
