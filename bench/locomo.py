@@ -54,6 +54,10 @@ BUDGETS = (500, 1000, 2000)
 DEFAULT = "default"  # no X-Memory-Max-Tokens: the server's own budget rule decides
 # memproxy's explain methods: the default budget rule, and the old "fill" rule by header.
 RULES: dict[str, str | None] = {"memproxy": None, "memproxy-fill": "fill"}
+# memproxy-0110: a third memproxy with the adaptive rule as ADR 0110 set it (before ADR 0114's
+# neighbour turns and price), so one run gives before and after.
+BEFORE = "memproxy-0110"
+BEFORE_CONFIG = {"memory": {"token_price": 0.02, "neighbour_turns": False}}
 # Questions no LoCoMo conversation is about (written for this benchmark).
 OFF_TOPIC = (
     "What is the capital of Australia?",
@@ -75,7 +79,7 @@ SMOKE_BUDGETS = (500, 1000)
 PROBE_USER = "locomo-probe"
 # topk: plain cosine top-k, from a second memproxy whose store has hybrid search off;
 # topk-hybrid: /v1/memories/search of the measured memproxy itself (dense + BM25 fused by default).
-METHODS = ("memproxy", "memproxy-fill", "topk", "topk-hybrid")
+METHODS = ("memproxy", BEFORE, "memproxy-fill", "topk", "topk-hybrid")
 DENSE_ONLY = {"store": {"hybrid": False}}
 # A quality benchmark: relax the pipeline's deadlines so a busy 2-core machine cannot turn a slow
 # answer into an empty ("degraded") one. Every other setting keeps memproxy's defaults.
@@ -166,6 +170,12 @@ async def search(
     return list(response.json().get("data", []))
 
 
+def header_top_k(args: argparse.Namespace) -> int | None:
+    """``X-Memory-Top-K`` to send: only against a running server (``--url``); a server started
+    here has ``--top-k`` in its config."""
+    return args.top_k if args.url else None
+
+
 def token_count(text: str) -> int:
     """Count a memory's content in o200k_base (the encoding of the explain requests' model)."""
     return count_tokens(text, O200K)
@@ -179,6 +189,7 @@ def budget_keys(budgets: Sequence[int]) -> list[str]:
 async def score_question(
     client: httpx.AsyncClient,
     baseline: httpx.AsyncClient | None,
+    before: httpx.AsyncClient | None,
     question: locomo_data.Question,
     budgets: Sequence[int],
     args: argparse.Namespace,
@@ -201,7 +212,7 @@ async def score_question(
         for key, cap in [(DEFAULT, None), *((str(b), b) for b in budgets)]:
             for method, rule in RULES.items():
                 doc, elapsed, status = await explain(
-                    client, question.sample_id, question.text, cap, args.top_k, rule
+                    client, question.sample_id, question.text, cap, header_top_k(args), rule
                 )
                 memories = doc.get("memories", [])
                 row[f"{method}@{key}"] = locomo_data.evidence_recall(question.evidence, memories)
@@ -209,18 +220,31 @@ async def score_question(
                 if method == "memproxy":
                     row[f"latency@{key}"] = elapsed
                     row[f"status@{key}"] = status
+            if before is not None:
+                doc, _, _ = await explain(
+                    before, question.sample_id, question.text, cap, header_top_k(args)
+                )
+                memories = doc.get("memories", [])
+                row[f"{BEFORE}@{key}"] = locomo_data.evidence_recall(question.evidence, memories)
+                row[f"{BEFORE}_block@{key}"] = token_count(doc.get("block", ""))
         return row
 
 
 async def off_topic_tokens(
-    client: httpx.AsyncClient, samples: Sequence[dict[str, Any]], top_k: int | None
+    client: httpx.AsyncClient,
+    before: httpx.AsyncClient | None,
+    samples: Sequence[dict[str, Any]],
+    top_k: int | None,
 ) -> dict[str, list[int]]:
-    """The block tokens every ``OFF_TOPIC`` question gets from each conversation, per rule."""
-    tokens: dict[str, list[int]] = {method: [] for method in RULES}
+    """The block tokens every ``OFF_TOPIC`` question gets from each conversation, per method."""
+    askers = [(method, client, rule) for method, rule in RULES.items()]
+    if before is not None:
+        askers.append((BEFORE, before, None))
+    tokens: dict[str, list[int]] = {method: [] for method, _, _ in askers}
     for sample in samples:
         for text in OFF_TOPIC:
-            for method, rule in RULES.items():
-                doc, _, _ = await explain(client, sample["sample_id"], text, None, top_k, rule)
+            for method, asked, rule in askers:
+                doc, _, _ = await explain(asked, sample["sample_id"], text, None, top_k, rule)
                 tokens[method].append(token_count(doc.get("block", "")))
     return tokens
 
@@ -289,8 +313,9 @@ async def evaluate(
     samples: list[dict[str, Any]],
     args: argparse.Namespace,
     baseline_url: str | None = None,
+    before_url: str | None = None,
 ) -> dict[str, Any]:
-    """Import every sample (into both servers), ask every question, return the results document."""
+    """Import every sample (into every server), ask every question, return the results document."""
     now = datetime.now(UTC)
     headers = {"Authorization": f"Bearer {API_KEY}"}
     limits = httpx.Limits(max_connections=CONCURRENCY * 2)
@@ -303,13 +328,18 @@ async def evaluate(
             baseline = await stack.enter_async_context(
                 httpx.AsyncClient(base_url=baseline_url, headers=headers, timeout=60, limits=limits)
             )
+        before = None
+        if before_url and not args.baseline_only:
+            before = await stack.enter_async_context(
+                httpx.AsyncClient(base_url=before_url, headers=headers, timeout=60, limits=limits)
+            )
         await probe_contract(client, explain=not args.baseline_only)
         started = time.perf_counter()
         imported = [await import_sample(client, sample, now) for sample in samples]
         import_seconds = time.perf_counter() - started
-        if baseline is not None:
+        for other in (c for c in (baseline, before) if c is not None):
             for sample in samples:
-                await import_sample(baseline, sample, now)
+                await import_sample(other, sample, now)
         print(f"imported {sum(imported)} memories in {import_seconds:.1f} s", file=sys.stderr)
         questions = [q for sample in samples for q in locomo_data.questions(sample)]
         if args.questions:
@@ -317,11 +347,16 @@ async def evaluate(
         gate = asyncio.Semaphore(CONCURRENCY)
         started = time.perf_counter()
         rows = await asyncio.gather(
-            *(score_question(client, baseline, q, args.budgets, args, gate) for q in questions)
+            *(
+                score_question(client, baseline, before, q, args.budgets, args, gate)
+                for q in questions
+            )
         )
         ask_seconds = time.perf_counter() - started
         off_topic = (
-            {} if args.baseline_only else await off_topic_tokens(client, samples, args.top_k)
+            {}
+            if args.baseline_only
+            else await off_topic_tokens(client, before, samples, header_top_k(args))
         )
     summary = summarize(list(rows), args.budgets)
     return {
@@ -340,6 +375,20 @@ async def evaluate(
     }
 
 
+def measured_config(timeouts: dict[str, Any], top_k: int | None) -> dict[str, Any]:
+    """The measured server's config: ``timeouts``, and ``memory.top_k`` when ``--top-k`` is given
+    (``X-Memory-Top-K`` can only lower the tenant's ``top_k``, so the server is configured)."""
+    if top_k is None:
+        return timeouts
+    memory = {**timeouts.get("memory", {}), "top_k": top_k}
+    return {**timeouts, "memory": memory}
+
+
+def before_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with ``BEFORE_CONFIG``'s memory settings over it."""
+    return {**config, "memory": {**config.get("memory", {}), **BEFORE_CONFIG["memory"]}}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start memproxy (unless ``--url``) and evaluate the selected samples."""
     if not args.data.is_file():
@@ -351,14 +400,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.conversations:
         samples = samples[: args.conversations]
     if args.url:
-        return asyncio.run(evaluate(args.url, samples, args, args.baseline_url))
+        return asyncio.run(evaluate(args.url, samples, args, args.baseline_url, args.before_url))
     with tempfile.TemporaryDirectory(prefix="memproxy-locomo-") as tmp:
         folder = Path(tmp)
         timeouts = {} if args.default_timeouts else RELAXED_TIMEOUTS
         measured = folder / "measured.yaml"
-        measured.write_text(json.dumps(timeouts))  # JSON is YAML
+        measured.write_text(json.dumps(measured_config(timeouts, args.top_k)))  # JSON is YAML
         dense = folder / "dense.yaml"
         dense.write_text(json.dumps({**timeouts, **DENSE_ONLY}))
+        old = folder / "before.yaml"
+        old.write_text(json.dumps(before_config(measured_config(timeouts, args.top_k))))
         with (
             servers.fake_upstream() as upstream,
             servers.memproxy(
@@ -371,8 +422,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 folder / "dense",
                 extra_env={"MEMPROXY_CONFIG": str(dense)},
             ) as cosine,
+            servers.memproxy(
+                upstream.base_url + "/v1",
+                folder / "before",
+                extra_env={"MEMPROXY_CONFIG": str(old)},
+            ) as previous,
         ):
-            return asyncio.run(evaluate(proxy.base_url, samples, args, cosine.base_url))
+            return asyncio.run(
+                evaluate(proxy.base_url, samples, args, cosine.base_url, previous.base_url)
+            )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -388,10 +446,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", type=Path, default=None, help="the same as SPLIT")
     parser.add_argument("--url", help="use a running memproxy instead of starting one")
     parser.add_argument("--baseline-url", help="with --url: a memproxy with hybrid search off")
+    parser.add_argument("--before-url", help=f"with --url: a memproxy configured {BEFORE_CONFIG}")
     parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
     parser.add_argument("--conversations", type=int, default=0, help="first N (0 = all)")
     parser.add_argument("--questions", type=int, default=0, help="first N questions (0 = all)")
-    parser.add_argument("--top-k", type=int, default=None, help="X-Memory-Top-K for memproxy")
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        help="memproxy's memory.top_k (with --url: X-Memory-Top-K, which can only lower it)",
+    )
     parser.add_argument("--search-top-k", type=int, default=SEARCH_TOP_K)
     parser.add_argument(
         "--default-timeouts", action="store_true", help="keep the pipeline's product deadlines"
@@ -424,6 +488,10 @@ def verdicts(results: dict[str, Any], budgets: Sequence[int]) -> list[str]:
             f"default settings: recall {100 * carried:.1f} % in a median {median:.0f} block "
             "tokens (target: >= 85 % in <= 1,000)"
         )
+    if DEFAULT in recall.get(BEFORE, {}):
+        carried = recall[BEFORE][DEFAULT]["overall"]
+        median = blocks[BEFORE][DEFAULT]["median"]
+        lines.append(f"before (ADR 0110): recall {100 * carried:.1f} % in a median {median:.0f}")
     mid = "1000" if 1000 in budgets else str(budgets[0])
     for method in (m for m in RULES if mid in recall.get(m, {})):
         for base in (m for m in ("topk", "topk-hybrid") if mid in recall.get(m, {})):

@@ -248,23 +248,29 @@ async def stage_latency(
             )
             stores[text] = store
             seeded[text] = await seed_store(store, embedder, tenant, size, text)
-        for top_k in top_ks:
-            pipelines = {text: bench_pipeline(stores[text], embedder) for text in texts}
-            builds = {text: question_bodies(text)(False) for text in texts}
-            headers = {"x-memory-top-k": str(top_k)}
-            timings: dict[str, dict[str, list[float]]] = {text: {} for text in texts}
-            statuses: dict[str, Counter[str]] = {text: Counter() for text in texts}
-            for n in range(requests + 20):
+        # The tenant's top_k is the largest asked for: X-Memory-Top-K can only lower it. The
+        # top-k values answer alternate requests (their order swapping), like the text kinds.
+        pipelines = {text: bench_pipeline(stores[text], embedder, max(top_ks)) for text in texts}
+        builds = {text: question_bodies(text)(False) for text in texts}
+        timings: dict[tuple[str, int], dict[str, list[float]]] = {}
+        statuses: dict[tuple[str, int], Counter[str]] = {}
+        for n in range(requests + 20):
+            for top_k in loadgen.rotated(list(top_ks), n):
+                headers = {"x-memory-top-k": str(top_k)}
                 for text in loadgen.rotated(list(texts), n):
-                    body = json.loads(builds[text](n))
+                    cell = (text, top_k)
+                    body = json.loads(builds[text](n * len(top_ks) + top_ks.index(top_k)))
                     prepared = await pipelines[text].prepare(tenant_obj, headers, body, OPENAI_CHAT)
                     if n < 20:  # warm-up
                         continue
-                    statuses[text][prepared.response_headers["X-Memory-Status"]] += 1
+                    status = prepared.response_headers["X-Memory-Status"]
+                    statuses.setdefault(cell, Counter())[status] += 1
                     timing = prepared.response_headers["Server-Timing"]
                     for stage, ms in loadgen.parse_server_timing(timing).items():
-                        timings[text].setdefault(stage, []).append(ms / 1000.0)
+                        timings.setdefault(cell, {}).setdefault(stage, []).append(ms / 1000.0)
+        for top_k in top_ks:
             for text in texts:
+                cell = (text, top_k)
                 row: dict[str, Any] = {
                     "text": text,
                     "memories": size,
@@ -272,12 +278,12 @@ async def stage_latency(
                     "seed_s": seeded[text],
                 }
                 for stage in STAGES:
-                    if timings[text].get(stage):
-                        summary = stats.summarize_ms(timings[text][stage])
+                    if timings.get(cell, {}).get(stage):
+                        summary = stats.summarize_ms(timings[cell][stage])
                         row[f"{stage}_p50"] = summary["p50"]
                         row[f"{stage}_p99"] = summary["p99"]
-                row["injected"] = stats.ratio(statuses[text]["injected"], requests)
-                row["degraded"] = stats.ratio(statuses[text]["degraded"], requests)
+                row["injected"] = stats.ratio(statuses[cell]["injected"], requests)
+                row["degraded"] = stats.ratio(statuses[cell]["degraded"], requests)
                 rows.append(row)
     finally:
         for store in stores.values():
@@ -285,9 +291,12 @@ async def stage_latency(
     return rows
 
 
-def bench_pipeline(store: EdgeStore, embedder: StaticEmbedder) -> Pipeline:
-    """A ``Pipeline`` on ``store`` with the default settings and an in-process cache."""
-    settings = load_settings(env={})
+def bench_pipeline(
+    store: EdgeStore, embedder: StaticEmbedder, top_k: int | None = None
+) -> Pipeline:
+    """A ``Pipeline`` on ``store`` with the default settings (``memory.top_k`` set when given)
+    and an in-process cache."""
+    settings = load_settings(env={}, overrides={"memory.top_k": top_k})
     cache = RequestCache(LocalCache(10_000))
     return Pipeline(
         settings.memory,

@@ -435,6 +435,8 @@ class MemorySettings(_Section):
     budget_rule: BudgetRule = "adaptive"
     # adaptive's price of 100 block tokens in value units (a memory's final score ** 4).
     token_price: Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)] = TOKEN_PRICE
+    # adaptive: a dialog turn is worth what the question adds to the turn beside it (adr/0114).
+    neighbour_turns: Bool = True
     query_window: Int = 2  # last N user messages form the retrieval query
     deadline_ms: Float = 50.0  # whole pipeline; past it the request goes without memories
     stage_timeouts: StageTimeouts = Field(default_factory=StageTimeouts)

@@ -232,3 +232,61 @@ def test_locomo_smoke_arguments() -> None:
         "locomo-smoke",
     )
     assert args.budgets == list(locomo.SMOKE_BUDGETS)
+
+
+def test_locomo_top_k_configures_the_server() -> None:
+    """``--top-k`` goes into the started server's ``memory.top_k``: X-Memory-Top-K can only
+    lower the tenant's top_k, so sending it measured the default."""
+    from bench import locomo
+
+    timeouts = locomo.RELAXED_TIMEOUTS
+    config = locomo.measured_config(timeouts, 100)
+    assert config["memory"]["top_k"] == 100
+    assert config["memory"]["deadline_ms"] == timeouts["memory"]["deadline_ms"]
+    assert locomo.measured_config(timeouts, None) == timeouts
+    assert locomo.measured_config({}, 20) == {"memory": {"top_k": 20}}
+    started = locomo.parse_args(["--top-k", "100"])
+    assert locomo.header_top_k(started) is None  # the config carries it
+    running = locomo.parse_args(["--top-k", "100", "--url", "http://x"])
+    assert locomo.header_top_k(running) == 100  # all a running server can be told
+
+
+def test_locomo_before_server_keeps_the_rest_of_the_config() -> None:
+    from bench import locomo
+
+    config = locomo.before_config(locomo.measured_config(locomo.RELAXED_TIMEOUTS, 100))
+    assert config["memory"]["top_k"] == 100
+    assert config["memory"]["token_price"] == locomo.BEFORE_CONFIG["memory"]["token_price"]
+    assert config["memory"]["neighbour_turns"] is False
+    assert "stage_timeouts" in config["memory"]
+
+
+def test_locomo_replay_scores_what_is_packed() -> None:
+    """The replay's recall is that of the packed memories, not of the candidate pool."""
+    from bench import locomo_replay
+    from proxy.context.assembler import AssemblerConfig
+    from proxy.context.records import Candidate, MemoryRecord
+    from proxy.context.render import BlockTokens
+    from proxy.tokenizer import tiktoken_tokenizer
+
+    def hit(dia: str, text: str, similarity: float) -> Candidate:
+        record = MemoryRecord(
+            id=dia,
+            tenant="t",
+            user="u",
+            source="learnings",
+            content=text,
+            created_at=datetime(2026, 1, 1, tzinfo=UTC),
+            metadata={"dia_id": dia},
+        )
+        return Candidate(record, similarity)
+
+    question = ld.Question("s", 4, "Which breed did Anna adopt?", ("D1:1", "D1:2"))
+    pool = [hit("D1:1", "Anna adopted a beagle.", 0.9), hit("D1:2", "The sky was grey.", 0.0)]
+    tokens = BlockTokens("o200k_base", tiktoken_tokenizer().counter("o200k_base"))
+    fill = locomo_replay.replay([question], [pool], AssemblerConfig(token_price=0.0), tokens)
+    priced = locomo_replay.replay([question], [pool], AssemblerConfig(), tokens)
+    assert fill["overall"] == 100.0  # both fit and fill takes both
+    assert priced["overall"] == 50.0  # the unrelated one does not pay for its line
+    assert priced["median_tokens"] < fill["median_tokens"]
+    assert locomo_replay.carried(question, pool) == 1.0

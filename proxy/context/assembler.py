@@ -26,6 +26,9 @@ For values to mean the same in every request the overlap is absolute (``absolute
 query words no candidate has count in the IDF mass at the weight of an unseen word, so a
 question the memories know nothing about scores low everywhere instead of crowning its best
 weak match. ``token_price=0`` with ``absolute_overlap=False`` is the old rule: fill the budget.
+Under a price, a dialog turn's gain is at least that of the turn of the same user beside it in
+time (``neighbours.py``, ADR-0114): the reply to a turn the question names shares no word with
+the question and would never pay for itself.
 
 Ranking (ADR-0040): ``final = 0.2 * composite + 0.8 * synth`` (``composite_weight``,
 ``keyword_weight``) where ``composite`` is the seed scorer's exact formula and
@@ -47,6 +50,7 @@ from typing import Any
 
 from proxy.context.dedup import DUPLICATE_JACCARD, dedup_order
 from proxy.context.knapsack import PACKER_KINDS, PackerKind, select_greedy, select_optimal
+from proxy.context.neighbours import neighbour_gains
 from proxy.context.ranking import (
     BASE_RELEVANCE,
     DEFAULT_BASE_RELEVANCE,
@@ -76,7 +80,7 @@ from proxy.context.words import (
     unseen_weight,
 )
 from proxy.defaults import MEMORY_MAX_TOKENS as DEFAULT_MAX_TOKENS
-from proxy.defaults import PRICE_UNIT_TOKENS, TOKEN_PRICE
+from proxy.defaults import NEIGHBOUR_WINDOW_S, PRICE_UNIT_TOKENS, TOKEN_PRICE
 from proxy.errors import ConfigError
 
 __all__ = [
@@ -131,6 +135,8 @@ class AssemblerConfig:
     token_price: float = TOKEN_PRICE
     # Query words no candidate has still count in the overlap's IDF mass (adaptive budget).
     absolute_overlap: bool = True
+    # Dialog turns at most this many seconds apart share their gain (adr/0114); < 0 turns it off.
+    neighbour_window: float = NEIGHBOUR_WINDOW_S
 
     def __post_init__(self) -> None:
         if self.packer not in PACKER_KINDS:
@@ -339,6 +345,16 @@ def assemble(
         status[i] = DUPLICATE
 
     costs = [row[6] for row in rows]
+    if cfg.token_price > 0 and cfg.neighbour_window >= 0:
+        # What the question adds to a dialog turn counts for the turns beside it (adr/0114).
+        # Only turns: other memories written in one batch share a time without being a dialog.
+        gains = neighbour_gains(
+            [v - p for v, p in zip(values_all, prior_values, strict=True)],
+            created,
+            [r.user if r.source == "conversation" else None for r in records],
+            window=cfg.neighbour_window,
+        )
+        prior_values = [v - g for v, g in zip(values_all, gains, strict=True)]
     net, priced = priced_values(values_all, prior_values, costs, kept, cfg.token_price)
     for i in kept:
         if i not in net:

@@ -45,7 +45,7 @@ from proxy.context.position import candidate_indices, slot
 from proxy.context.records import Candidate
 from proxy.context.render import BlockTokens
 from proxy.context.tokens import STORED_ENCODINGS
-from proxy.defaults import BUDGET_RULES
+from proxy.defaults import BUDGET_RULES, NEIGHBOUR_WINDOW_S
 from proxy.memory.retriever import EMBED, SEARCH, Retrieval, Retriever
 from proxy.memory.service import MemoryWriter
 from proxy.metrics import Metrics
@@ -231,6 +231,7 @@ class Pipeline:
                 max_tokens=None,
                 token_price=settings.token_price if rule == "adaptive" else 0.0,
                 absolute_overlap=rule == "adaptive",
+                neighbour_window=NEIGHBOUR_WINDOW_S if settings.neighbour_turns else -1.0,
             )
             for kind in ("optimal", "greedy")
             for rule in BUDGET_RULES

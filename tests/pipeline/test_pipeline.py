@@ -27,6 +27,7 @@ from proxy.context.billing import message_key
 from proxy.context.budget import MODEL_OVERRIDES, ModelLimit, ModelLimits, TokenBudgetCalculator
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
+from proxy.defaults import NEIGHBOUR_WINDOW_S
 from proxy.memory.retriever import Retriever
 from proxy.metrics import Metrics
 from proxy.pipeline.contract import Completion
@@ -563,3 +564,24 @@ async def test_a_large_assembly_runs_off_the_loop(
     assert prepared.response_headers["X-Memory-Status"] == "injected"
     assert (threads == [threading.get_ident()]) is on_loop
     assert len(threads) == 1
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_neighbour_turns_reach_the_adaptive_rule_only(enabled: bool) -> None:
+    """``memory.neighbour_turns`` (adr/0114) sets the assembler's window; fill never uses it."""
+    cache = RequestCache(LocalCache(10))
+    pipeline = Pipeline(
+        MemorySettings(neighbour_turns=enabled),
+        calculator=TokenBudgetCalculator(memory_cap=None),
+        retriever=None,
+        counts=cache,
+        metrics=Metrics(),
+        spawn=lambda coro: coro.close(),
+        clock=lambda: NOW,
+    )
+    for (_, rule), config in pipeline.configs.items():
+        if rule == "fill":
+            assert config.token_price == 0.0  # the window only acts with a price
+        else:
+            assert (config.neighbour_window == NEIGHBOUR_WINDOW_S) is enabled
+            assert (config.neighbour_window < 0) is not enabled
