@@ -106,16 +106,9 @@ def model_of(body: Body) -> str:
 
 def openai_error(status: int, error: BadRequest) -> bytes:
     """OpenAI's error shape (chat completions and the Responses API)."""
-    kind = "invalid_request_error"
+    kind, param, code = "invalid_request_error", error.param, error.code
     return orjson.dumps(
-        {
-            "error": {
-                "message": error.message,
-                "type": kind,
-                "param": error.param,
-                "code": error.code,
-            }
-        }
+        {"error": {"message": error.message, "type": kind, "param": param, "code": code}}
     )
 
 

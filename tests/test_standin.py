@@ -33,6 +33,11 @@ CLAUDE = "claude-sonnet-4-6"
 LOOSE_DEADLINE_MS = 2_000.0
 
 
+def repeated(first: str) -> list[str]:
+    """The lines of the stand-in's answer to "Be brief." in ``first``, then ``QUESTION``."""
+    return [HEADER, f"--- {first} ---", "Be brief.", "--- user ---", "What should I drink?"]
+
+
 @pytest.fixture(scope="module")
 def stand_in() -> Iterator[StandIn]:
     server = StandIn().start()
@@ -48,13 +53,7 @@ def test_models_and_chat_in_openais_shapes(stand_in: StandIn) -> None:
     messages = [{"role": "system", "content": "Be brief."}, *QUESTION]
     answer = client.chat.completions.create(model="gpt-4o", messages=messages)  # type: ignore[arg-type]
     text = answer.choices[0].message.content or ""
-    assert text.splitlines() == [
-        HEADER,
-        "--- system ---",
-        "Be brief.",
-        "--- user ---",
-        "What should I drink?",
-    ]
+    assert text.splitlines() == repeated("system")
     assert answer.model == "gpt-4o"
     assert answer.usage is not None
     assert answer.usage.prompt_tokens == 8  # o200k: "Be brief." 3 + the question 5
@@ -105,13 +104,7 @@ def test_responses_in_openais_shapes(stand_in: StandIn) -> None:
     client = openai.OpenAI(base_url=stand_in.url, api_key="anything", max_retries=0)
     asked = {"model": "gpt-4o", "instructions": "Be brief.", "input": "What should I drink?"}
     answer = client.responses.create(**asked)  # type: ignore[call-overload]
-    assert answer.output_text.splitlines() == [
-        HEADER,
-        "--- instructions ---",
-        "Be brief.",
-        "--- user ---",
-        "What should I drink?",
-    ]
+    assert answer.output_text.splitlines() == repeated("instructions")
     assert (answer.status, answer.model, answer.instructions) == (
         "completed",
         "gpt-4o",
@@ -160,13 +153,7 @@ def test_messages_in_anthropics_shapes(stand_in: StandIn) -> None:
     asked = {"model": CLAUDE, "max_tokens": 64, "system": system, "messages": QUESTION}
     answer = client.messages.create(**asked)  # type: ignore[call-overload]
     text = answer.content[0].text
-    assert text.splitlines() == [
-        HEADER,
-        "--- system ---",
-        "Be brief.",
-        "--- user ---",
-        "What should I drink?",
-    ]
+    assert text.splitlines() == repeated("system")
     assert (answer.model, answer.stop_reason, answer.usage.input_tokens) == (CLAUDE, "end_turn", 8)
     with client.messages.stream(**asked) as stream:
         streamed = "".join(stream.text_stream)
