@@ -43,13 +43,14 @@ def serve(args: argparse.Namespace) -> int:
     stand_in = None
     if args.stand_in:
         # Started before the server so that every worker finds it; the workers read their
-        # settings from the environment, where the stand-in's URL beats the file's upstream.
+        # settings from the environment, where the stand-in's URLs beat the file's upstreams
+        # (OpenAI's and Anthropic's).
         stand_in = StandIn().start()
-        os.environ["MEMPROXY_UPSTREAM_URL"] = stand_in.url
+        os.environ.update(stand_in.environment())
         LOGGER.warning(
-            "upstream: the stand-in at %s (no model behind it: answers repeat what memproxy "
-            "sent, memory block included)",
-            stand_in.url,
+            "upstream: the stand-in at %s, for OpenAI's and Anthropic's APIs (no model behind "
+            "it: answers repeat what memproxy sent, memory block included)",
+            stand_in.root,
         )
     # Worker processes load their settings from the environment: pass the file on, and the
     # worker count, which decides what a process may share (the embedded store, the cache).
@@ -115,7 +116,8 @@ def register_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
 def register_standin(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``memproxy standin``: the stand-in upstream alone, for a memproxy started elsewhere."""
     parser = subparsers.add_parser(
-        "standin", help="run the stand-in OpenAI-compatible upstream (no model behind it)"
+        "standin",
+        help="run the stand-in upstream for OpenAI's and Anthropic's APIs (no model behind it)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     parser.add_argument(
