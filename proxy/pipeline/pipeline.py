@@ -260,9 +260,21 @@ class Pipeline:
         """Inject the tenant's memories into ``body`` (a new object; ``body`` is never mutated)."""
         options = parse_options(tenant.memory, headers, body)
         # Malformed messages read as none: forwarded untouched, the upstream answers the 400.
-        conversation = api.conversation(body)
+        unreadable = None
+        try:
+            conversation = api.conversation(body)
+        except Exception as exc:
+            # Parts nested past the 254 levels orjson writes (it reads 1024) that the adapter
+            # must serialise, or an adapter bug: memory steps aside and the body goes as sent,
+            # exactly as with memory off.
+            if not isinstance(exc, orjson.JSONEncodeError):
+                LOGGER.exception("%s adapter could not read the body", api.route)
+            conversation = Conversation(model="", messages=(), billed={}, preamble=None)
+            unreadable = ENCODE if isinstance(exc, orjson.JSONEncodeError) else "internal"
         timeouts = {EMBED: self.embed_s, SEARCH: self.search_s}
         run = Run(tenant, options, api, conversation, timeouts)
+        if unreadable is not None:
+            run.degrade(unreadable)
         if options.capture == "facts" and self.facts is not None:
             run.facts = fact_request(tenant, headers, body)
         if options.mode == "off":

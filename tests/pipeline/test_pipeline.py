@@ -17,6 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from proxy.apis.adapter import ApiAdapter
+from proxy.apis.anthropic_messages import ANTHROPIC_MESSAGES
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.apis.openai_responses import RESPONSES
 from proxy.cache.breaker import CircuitBreaker
@@ -585,3 +587,64 @@ def test_neighbour_turns_reach_the_adaptive_rule_only(enabled: bool) -> None:
         else:
             assert (config.neighbour_window == NEIGHBOUR_WINDOW_S) is enabled
             assert (config.neighbour_window < 0) is not enabled
+
+
+def nested(depth: int) -> object:
+    value: object = "deep"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("mode", ["inject", "off", "explain"])
+@pytest.mark.parametrize(
+    ("api", "ask"),
+    [
+        (
+            RESPONSES,
+            {
+                "model": "gpt-4o",
+                "input": [
+                    {"type": "reasoning", "summary": nested(300)},
+                    {"role": "user", "content": "what is my dog called?"},
+                ],
+            },
+        ),
+        (
+            ANTHROPIC_MESSAGES,
+            {
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 100,
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {
+                                "type": "tool_use",
+                                "id": "t1",
+                                "name": "f",
+                                "input": {"a": nested(300)},
+                            }
+                        ],
+                    },
+                    {"role": "user", "content": "what is my dog called?"},
+                ],
+            },
+        ),
+    ],
+)
+async def test_a_body_the_adapter_cannot_read_goes_as_sent(
+    api: ApiAdapter, ask: dict[str, object], mode: str
+) -> None:
+    """Nesting orjson reads but cannot write, inside a part the adapter serialises: memory on
+    must pass it as memory off does (it was a 500)."""
+    prepared = await build(biscuit_store(), FakeEmbedder(DIMS)).prepare(
+        TENANT, {"x-memory-mode": mode}, ask, api
+    )
+    if mode == "explain":  # answered, saying why nothing would be injected
+        assert prepared.reply is not None
+        assert prepared.reply.status_code == 200
+    else:
+        assert prepared.body is ask
+    status = "off" if mode == "off" else "degraded"
+    assert prepared.response_headers["X-Memory-Status"] == status
