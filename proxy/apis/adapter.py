@@ -113,6 +113,12 @@ class ApiAdapter(Protocol):
         ...
 
     @property
+    def openai_credentials(self) -> bool:
+        """Whether this API's credentials are for the OpenAI-compatible upstream, the one fact
+        extraction calls (its chat completions, with the request's own credentials)."""
+        ...
+
+    @property
     def positions(self) -> frozenset[Position]:
         """The block positions this API has a place for (always ``system``)."""
         ...

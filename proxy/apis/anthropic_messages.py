@@ -96,6 +96,8 @@ class AnthropicMessages:
 
     route = "messages"
     errors: ErrorShape = ANTHROPIC
+    # An Anthropic key means nothing to the OpenAI-compatible upstream extraction calls.
+    openai_credentials = False
     positions: frozenset[Position] = frozenset({SYSTEM, TURN})
     # Tool results open a user message (the API requires them first): the block follows them.
     rule = TurnRule(behind_roles=(USER,), pinned=pinned)

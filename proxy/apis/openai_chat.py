@@ -43,6 +43,7 @@ class OpenAIChat:
 
     route = "chat"
     errors: ErrorShape = OPENAI
+    openai_credentials = True
     positions: frozenset[Position] = frozenset({SYSTEM, TURN})
     rule = TurnRule()  # user turns; behind a breakpoint in a user or tool message; text parts
 

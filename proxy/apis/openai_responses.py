@@ -70,6 +70,7 @@ class OpenAIResponses:
 
     route = "responses"
     errors: ErrorShape = OPENAI_RESPONSES
+    openai_credentials = True
     positions: frozenset[Position] = frozenset({SYSTEM, TURN})
     rule = TurnRule(text_part=input_text_part)
 

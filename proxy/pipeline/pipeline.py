@@ -276,7 +276,10 @@ class Pipeline:
         if unreadable is not None:
             run.degrade(unreadable)
         if options.capture == "facts" and self.facts is not None:
-            run.facts = fact_request(tenant, headers, body)
+            if api.openai_credentials:
+                run.facts = fact_request(tenant, headers, body)
+            else:  # never send this request's credentials to another provider
+                self.metrics.count_extraction_failure("unsupported_api")
         if options.mode == "off":
             return self._finish(run, body, OFF)
         if conversation.messages:

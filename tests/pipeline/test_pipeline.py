@@ -32,6 +32,7 @@ from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 from proxy.defaults import NEIGHBOUR_WINDOW_S
 from proxy.memory.retriever import Retriever
 from proxy.metrics import Metrics
+from proxy.pipeline.capture import FactRequest
 from proxy.pipeline.contract import Completion
 from proxy.pipeline.explain import NOTE_BOUNDS
 from proxy.pipeline.pipeline import Pipeline
@@ -648,3 +649,48 @@ async def test_a_body_the_adapter_cannot_read_goes_as_sent(
         assert prepared.body is ask
     status = "off" if mode == "off" else "degraded"
     assert prepared.response_headers["X-Memory-Status"] == status
+
+
+class RecordingFacts:
+    """Stands in for ``FactCapture``: records what the pipeline would queue."""
+
+    def __init__(self) -> None:
+        self.submitted: list[FactRequest] = []
+
+    def submit(self, *args: Any) -> bool:
+        self.submitted.append(args[-1])
+        return True
+
+
+@pytest.mark.parametrize(
+    ("api", "ask", "queued"),
+    [
+        (OPENAI_CHAT, body("I moved to Berlin."), True),
+        (
+            ANTHROPIC_MESSAGES,
+            {
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 9,
+                "messages": body("I moved.")["messages"],
+            },
+            False,
+        ),
+    ],
+)
+async def test_facts_use_only_openai_credentials(
+    api: ApiAdapter, ask: dict[str, object], queued: bool
+) -> None:
+    """Extraction calls the OpenAI-compatible upstream with the request's credentials: an
+    Anthropic key must never go there (it is counted as an unsupported API instead)."""
+    facts = RecordingFacts()
+    pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
+    pipeline.facts = facts  # type: ignore[assignment]
+    headers = {"x-memory-capture": "facts", "x-api-key": "sk-ant-secret"}
+    prepared = await pipeline.prepare(TENANT, headers, ask, api)
+    assert prepared.on_complete is not None
+    await prepared.on_complete(Completion(status=200, streamed=False, ok=True, text="Noted."))
+    assert bool(facts.submitted) is queued
+    unsupported = pipeline.metrics.registry.get_sample_value(
+        "memproxy_extraction_failures_total", {"reason": "unsupported_api"}
+    )
+    assert (unsupported or 0) == (0 if queued else 1)
