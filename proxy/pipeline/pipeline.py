@@ -130,6 +130,9 @@ class Run:
     clock: StageClock = field(default_factory=StageClock)
     deadline_at: float = float("inf")  # the memory deadline, in the event loop's clock
     budget: TokenBudget | None = None
+    # The messages' UTF-8 bytes (an upper bound of their tokens and of what hashing them reads),
+    # kept once the exact budget, counted in tokens, has replaced the bounds.
+    message_bytes: int = 0
     assembly: Assembly | None = None
     placement: Placement | None = None  # where the blocks go (set once the budget is known)
     reasons: list[str] = field(default_factory=list)
@@ -396,8 +399,9 @@ class Pipeline:
         indices = candidate_indices(turns, where.index, rule.behind_roles)
         scope = (options.user, *options.sources, budget.encoding, conversation.preamble)
         args = (run.tenant.id, scope, turns, indices)
-        # UTF-8 bytes, at most (the whole conversation's: its turns are a part of it).
-        size = sum(budget.message_counts) * 4
+        # UTF-8 bytes, at most (the whole conversation's: its turns are a part of it). Not the
+        # exact budget's token counts: a token may stand for up to 128 bytes.
+        size = run.message_bytes
         if size <= KEYS_ON_LOOP_BYTES:
             keys = prefix_keys(*args)
         else:
@@ -433,6 +437,7 @@ class Pipeline:
         if run.conversation.unseen_history:
             upper, lower = hold_back(upper), hold_back(lower)
         run.budget = upper
+        run.message_bytes = sum(upper.message_counts)
         settled = upper if upper.settled else lower if lower.settled else None
         cheap = sum(upper.message_counts) + upper.tools_tokens <= COUNT_ON_LOOP_BYTES
         if settled is not None and not (run.options.mode == "explain" and cheap):

@@ -4,11 +4,13 @@ take, reuse on a tool round trip, the system fallback, and what explain shows.""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+import pytest
 
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.apis.openai_responses import RESPONSES
@@ -240,3 +242,25 @@ async def test_a_continued_responses_request_gets_no_block_put_back() -> None:
         TENANT, {}, responses("dog?", previous_response_id="resp_2"), RESPONSES
     )
     assert "assemble" in other.response_headers["Server-Timing"]  # chosen anew
+
+
+async def test_hashing_a_long_conversation_for_its_blocks_runs_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Runs of one character are few tokens for many bytes: the size that decides where the
+    prefix keys are hashed is the messages' bytes, not their exact token counts."""
+    from proxy.pipeline import pipeline as pipeline_module
+
+    threads: list[int] = []
+
+    def spy(*args: Any) -> Any:
+        threads.append(threading.get_ident())
+        return prefix_keys(*args)
+
+    monkeypatch.setattr(pipeline_module, "prefix_keys", spy)
+    pipeline, _, _ = build()
+    long_turn = "a" * 200_000  # 200 KB in ~25k tokens: 4 bytes a token would say 100 KB
+    ask = chat(long_turn, "ok", long_turn, "ok", "what is my dog called?")
+    await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, ask, OPENAI_CHAT)
+    assert threads
+    assert threading.get_ident() not in threads
