@@ -55,14 +55,12 @@ from proxy.apis.adapter import (
 )
 from proxy.apis.answer import Answer
 from proxy.apis.openai_chat import parsed_body
-from proxy.context.position import has_breakpoint
+from proxy.context.position import BREAKPOINT, SEPARATOR, has_breakpoint
 from proxy.defaults import Position
 from proxy.error_responses import ANTHROPIC, ErrorShape
 from proxy.pipeline.contract import Completion
 from proxy.sse import iter_events
 
-SEPARATOR = "\n\n"  # between the app's system text and the block, as in a chat system prompt
-CACHE_CONTROL = "cache_control"
 USER = "user"
 TOOL_RESULT = "tool_result"
 HIGH_DETAIL_IMAGE = {"type": "image_url", "image_url": {"detail": "high"}}
@@ -80,7 +78,7 @@ def preamble(system: object) -> str | None:
     no prompt token); ``None`` when it cannot be written as JSON."""
     if isinstance(system, list):
         system = [
-            {k: v for k, v in part.items() if k != CACHE_CONTROL}
+            {k: v for k, v in part.items() if k != BREAKPOINT}
             if isinstance(part, Mapping)
             else part
             for part in system
@@ -275,7 +273,7 @@ def breakpoint_at(messages: Sequence[object]) -> tuple[int, int] | None:
             continue
         for position in range(len(content) - 1, -1, -1):
             part = content[position]
-            if isinstance(part, Mapping) and part.get(CACHE_CONTROL) is not None:
+            if has_breakpoint(part):
                 return index, position
     return None
 

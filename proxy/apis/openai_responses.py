@@ -45,12 +45,12 @@ from proxy.apis.adapter import (
 )
 from proxy.apis.answer import Answer
 from proxy.apis.openai_chat import parsed_body
+from proxy.context.position import SEPARATOR
 from proxy.defaults import Position
 from proxy.error_responses import OPENAI_RESPONSES, ErrorShape
 from proxy.pipeline.contract import Completion
 from proxy.sse import iter_events
 
-SEPARATOR = "\n\n"  # between the app's instructions and the block, as in a chat system prompt
 TEXT_PARTS = ("input_text", "output_text", "text")
 # Item types that stand for content the proxy never sees.
 UNSEEN_ITEMS = ("item_reference",)

@@ -24,10 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from proxy.context.position import carries_breakpoint, has_breakpoint
+from proxy.context.position import SEPARATOR, carries_breakpoint, has_breakpoint
 
 SYSTEM_ROLES = ("system", "developer")
-SEPARATOR = "\n\n"
 
 
 def inject(messages: Sequence[Mapping[str, Any]], block: str) -> list[dict[str, Any]]:

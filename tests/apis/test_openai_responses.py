@@ -10,9 +10,9 @@ import pytest
 
 from proxy.apis.adapter import SYSTEM, TURN, Blocks, Injected
 from proxy.apis.answer import Answer
-from proxy.apis.openai_responses import RESPONSES, SEPARATOR
+from proxy.apis.openai_responses import RESPONSES
 from proxy.context.billing import IMAGE_TOKENS, count_content
-from proxy.context.position import Slot, slot
+from proxy.context.position import SEPARATOR, Slot, slot
 from proxy.pipeline.query import last_user_texts, query_text
 from tests.fakes.upstream import StackedEncoder, response_events, response_object
 

@@ -16,7 +16,7 @@ import openai
 import orjson
 import pytest
 
-from proxy.apis.openai_responses import SEPARATOR
+from proxy.context.position import SEPARATOR
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 from tests.e2e.conftest import API_KEY, MemoryProxy
 from tests.e2e.test_cache_and_capture import wait_for

@@ -26,7 +26,7 @@ import orjson
 import pytest
 
 from proxy.app import create_app
-from proxy.context.inject import SEPARATOR
+from proxy.context.position import SEPARATOR
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 from tests.fakes.servers import ProxyServer
 from tests.fakes.upstream import FakeServer
