@@ -8,12 +8,15 @@ after the client has its answer, as background work, never on the hot path.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from proxy.content_encoding import DecodeError, decode_body
 from proxy.pipeline.contract import Completion
+from proxy.sse import iter_events
 from proxy.upstream import first_header
 
 LOGGER = logging.getLogger("memproxy.relay")
@@ -59,6 +62,31 @@ class Answer:
 
 AnswerHook = Callable[[Answer], Coroutine[Any, Any, None]]  # run as a task (Services.spawn)
 CompletionReader = Callable[[Answer], Completion]
+# An API's reading of a whole answer body / of a stream's events: its text, and whether the
+# answer failed although its HTTP status says success.
+WholeText = Callable[[Mapping[str, Any]], tuple[str, bool]]
+StreamText = Callable[[Sequence[Mapping[str, Any]]], tuple[str, bool]]
+
+
+def read_answer(answer: Answer, whole: WholeText, stream: StreamText) -> Completion:
+    """The ``Completion`` of a relayed answer: a whole body parsed (when the exchange went
+    well) and read by ``whole``, or a stream's events read by ``stream``."""
+    raw = answer.decoded()
+    if not answer.streamed:
+        body = parsed_body(raw) if answer.ok else None
+        text, failed = whole(body) if body is not None else ("", False)
+        return Completion(answer.status, False, answer.ok and not failed, text, body)
+    text, failed = stream(iter_events(raw))
+    return Completion(answer.status, True, answer.ok and not failed, text)
+
+
+def parsed_body(raw: bytes) -> dict[str, Any] | None:
+    """A whole JSON answer as an object, or ``None`` when it is not one."""
+    try:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def completion_hook(

@@ -53,13 +53,11 @@ from proxy.apis.adapter import (
     chat_messages,
     in_turns,
 )
-from proxy.apis.answer import Answer
-from proxy.apis.openai_chat import parsed_body
+from proxy.apis.answer import Answer, read_answer
 from proxy.context.position import BREAKPOINT, SEPARATOR, has_breakpoint
 from proxy.defaults import Position
 from proxy.error_responses import ANTHROPIC, ErrorShape
 from proxy.pipeline.contract import Completion
-from proxy.sse import iter_events
 
 USER = "user"
 TOOL_RESULT = "tool_result"
@@ -149,21 +147,7 @@ class AnthropicMessages:
 
     def read_completion(self, answer: Answer) -> Completion:
         """The text of a message object's text blocks, or of a stream's ``text_delta`` events."""
-        raw = answer.decoded()
-        if not answer.streamed:
-            body = parsed_body(raw) if answer.ok else None
-            content = body.get("content") if body is not None else None
-            return Completion(
-                status=answer.status,
-                streamed=False,
-                ok=answer.ok,
-                text=message_text(content),
-                body=body,
-            )
-        text, failed = stream_text(iter_events(raw))
-        return Completion(
-            status=answer.status, streamed=True, ok=answer.ok and not failed, text=text
-        )
+        return read_answer(answer, whole_text, stream_text)
 
 
 ANTHROPIC_MESSAGES = AnthropicMessages()
@@ -300,6 +284,11 @@ def after_breakpoint(messages: Sequence[Any], block: str) -> list[Any] | None:
             placed = [text, {"type": "text", "text": content}] if content else [text]
         return [*messages[:at], {**message, "content": placed}, *messages[at + 1 :]]
     return None
+
+
+def whole_text(body: Mapping[str, Any]) -> tuple[str, bool]:
+    """The text of a message object (a 200 message never reports a failure of its own)."""
+    return message_text(body.get("content")), False
 
 
 def message_text(content: object) -> str:

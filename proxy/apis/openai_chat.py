@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
-
 from proxy.apis.adapter import (
     SYSTEM,
     TURN,
@@ -29,7 +27,7 @@ from proxy.apis.adapter import (
     chat_messages,
     in_turns,
 )
-from proxy.apis.answer import Answer
+from proxy.apis.answer import Answer, parsed_body
 from proxy.context.inject import clear_of_breakpoints, inject, inject_index
 from proxy.context.position import slot
 from proxy.defaults import Position
@@ -103,15 +101,6 @@ def read_completion(answer: Answer) -> Completion:
         text=assistant_text(raw, streamed=answer.streamed, body=body),
         body=body,
     )
-
-
-def parsed_body(raw: bytes) -> dict[str, Any] | None:
-    """A whole JSON answer as an object, or ``None`` when it is not one."""
-    try:
-        parsed = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
 
 
 def assistant_text(raw: bytes, *, streamed: bool, body: Mapping[str, Any] | None) -> str:

@@ -43,13 +43,11 @@ from proxy.apis.adapter import (
     TurnRule,
     in_turns,
 )
-from proxy.apis.answer import Answer
-from proxy.apis.openai_chat import parsed_body
+from proxy.apis.answer import Answer, read_answer
 from proxy.context.position import SEPARATOR
 from proxy.defaults import Position
 from proxy.error_responses import OPENAI_RESPONSES, ErrorShape
 from proxy.pipeline.contract import Completion
-from proxy.sse import iter_events
 
 TEXT_PARTS = ("input_text", "output_text", "text")
 # Item types that stand for content the proxy never sees.
@@ -120,21 +118,7 @@ class OpenAIResponses:
 
     def read_completion(self, answer: Answer) -> Completion:
         """The output text of a response object, or of a stream's events."""
-        raw = answer.decoded()
-        if not answer.streamed:
-            body = parsed_body(raw) if answer.ok else None
-            failed = body is not None and body.get("status") in FAILED_STATUSES
-            return Completion(
-                status=answer.status,
-                streamed=False,
-                ok=answer.ok and not failed,
-                text=output_text(body.get("output") if body is not None else None),
-                body=body,
-            )
-        text, failed = stream_text(iter_events(raw))
-        return Completion(
-            status=answer.status, streamed=True, ok=answer.ok and not failed, text=text
-        )
+        return read_answer(answer, whole_text, stream_text)
 
 
 RESPONSES = OpenAIResponses()
@@ -213,6 +197,11 @@ def billed_body(
     if limit is not None:
         billed["max_completion_tokens"] = limit
     return billed
+
+
+def whole_text(body: Mapping[str, Any]) -> tuple[str, bool]:
+    """The output text of a response object, and whether its ``status`` says it failed."""
+    return output_text(body.get("output")), body.get("status") in FAILED_STATUSES
 
 
 def output_text(output: object) -> str:
