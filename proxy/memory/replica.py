@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import logging
 import os
 import shutil
@@ -214,6 +215,7 @@ class ReplicaStore:
         self._lock = asyncio.Lock()  # one catch-up or write at a time in this process
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replica-log")
         self._closed = False
+        self._follower: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -250,7 +252,18 @@ class ReplicaStore:
         except BaseException:
             await store.close()
             raise
+        store._follower = asyncio.create_task(store._follow())
         return store
+
+    async def _follow(self) -> None:
+        """Catch up every ``LOG_FOLD_CHECK_S`` without waiting for a read: a worker that gets
+        no requests would otherwise hold every fold's cut at its position (adr/0120)."""
+        while True:
+            await asyncio.sleep(LOG_FOLD_CHECK_S)
+            try:
+                await self.sync()
+            except Exception as exc:  # the next read or round tries again
+                LOGGER.warning("memory replica could not catch up with the write log: %s", exc)
 
     async def _in_thread(self, func: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, func, *args)
@@ -413,8 +426,13 @@ class ReplicaStore:
         if self._closed:
             return
         self._closed = True
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
         try:
-            await self._replica.close()
+            async with self._lock:  # a shielded catch-up or write still running ends first
+                await self._replica.close()
         finally:
             self._log.release(self._slot)
             self._log.close()

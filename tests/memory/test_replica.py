@@ -317,3 +317,25 @@ async def test_the_supervisors_folder_keeps_the_log_small(tmp_path: Path) -> Non
         folder.stop()
         await writer.close()
         await primary.close()
+
+
+async def test_an_idle_replica_follows_the_log_and_lets_it_be_cut(tmp_path: Path) -> None:
+    """A worker that gets no requests still catches up, so folds can cut (adr/0120)."""
+    primary = await EdgeStore.open(tmp_path, dimensions=DIM)
+    await absorb_log(primary, tmp_path)
+    writer, idle = await replica(tmp_path), await replica(tmp_path)
+    log = WriteLog(tmp_path / LOG_FILE)
+    try:
+        memory = record("m1")
+        await writer.add([memory], vectors_for([memory]))
+        size = log.size()
+        for _ in range(600):  # idle makes no call: it follows every LOG_FOLD_CHECK_S
+            if await fold_log(primary, log, min_bytes=1):
+                break
+            await asyncio.sleep(0.05)
+        assert log.size() == 0 < size
+    finally:
+        log.close()
+        await writer.close()
+        await idle.close()
+        await primary.close()
