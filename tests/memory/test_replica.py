@@ -241,101 +241,92 @@ async def test_vectors_of_every_row_reach_the_other_replica(
         assert hits[0].record.id == memory.id
 
 
-async def test_a_fold_moves_what_every_replica_applied_off_the_log(tmp_path: Path) -> None:
+@pytest.fixture
+async def folding(tmp_path: Path) -> AsyncIterator[tuple[EdgeStore, WriteLog]]:
+    """The supervisor's side: the primary, up to date, and a handle on the log. Requested
+    before ``pair``, so the replicas copy it and take their slots after its absorb."""
+    primary = await EdgeStore.open(tmp_path, dimensions=DIM)
+    await absorb_log(primary, tmp_path)
+    log = WriteLog(tmp_path / LOG_FILE)
+    yield primary, log
+    log.close()
+    await primary.close()
+
+
+async def test_a_fold_moves_what_every_replica_applied_off_the_log(
+    folding: tuple[EdgeStore, WriteLog], pair: tuple[ReplicaStore, ReplicaStore], tmp_path: Path
+) -> None:
     """The log is bounded while the workers run (adr/0120): the supervisor applies it to the
     primary and cuts it; writes, reads and a replica started afterwards lose nothing."""
-    primary = await EdgeStore.open(tmp_path, dimensions=DIM)
-    await absorb_log(primary, tmp_path)
-    a, b = await replica(tmp_path), await replica(tmp_path)
-    log = WriteLog(tmp_path / LOG_FILE)
+    (primary, log), (a, b) = folding, pair
+    memories = [record(f"m{i}", content=f"note {i} about topic {i}") for i in range(20)]
+    for memory in memories:
+        await a.add([memory], vectors_for([memory]))
+    await b.increment_retrievals("t1", ["m0", "m0"])
+    grown = log.size()
+    assert await a.count("t1") == 20  # a has applied b's write too
+    assert await fold_log(primary, log, min_bytes=grown + 1) == 0  # not due yet
+    assert await fold_log(primary, log, min_bytes=grown) == grown
+    assert log.size() == 0
+    assert await primary.count("t1") == 20
+    later = record("late")
+    await b.add([later], vectors_for([later]))  # writes go on after the cut
+    assert await a.get("t1", "late") is not None
+    copied = await replica(tmp_path)  # the folded primary plus the rest of the log
     try:
-        memories = [record(f"m{i}", content=f"note {i} about topic {i}") for i in range(20)]
-        for memory in memories:
-            await a.add([memory], vectors_for([memory]))
-        await b.increment_retrievals("t1", ["m0", "m0"])
-        grown = log.size()
-        assert await a.count("t1") == 20  # a has applied b's write too
-        assert await fold_log(primary, log, min_bytes=grown + 1) == 0  # not due yet
-        assert await fold_log(primary, log, min_bytes=grown) == grown
-        assert log.size() == 0
-        assert await primary.count("t1") == 20
-        later = record("late")
-        await b.add([later], vectors_for([later]))  # writes go on after the cut
-        assert await a.get("t1", "late") is not None
-        copied = await replica(tmp_path)  # the folded primary plus the rest of the log
-        try:
-            assert await copied.count("t1") == 21
-            found = await copied.get("t1", "m0")
-            assert found is not None
-            assert found.retrieval_count == 2  # the fold saved the primary's counts table
-        finally:
-            await copied.close()
+        assert await copied.count("t1") == 21
+        found = await copied.get("t1", "m0")
+        assert found is not None
+        assert found.retrieval_count == 2  # the fold saved the primary's counts table
     finally:
-        log.close()
-        await a.close()
-        await b.close()
-        await primary.close()
+        await copied.close()
 
 
-async def test_a_fold_keeps_what_a_replica_has_not_applied(tmp_path: Path) -> None:
-    primary = await EdgeStore.open(tmp_path, dimensions=DIM)
-    await absorb_log(primary, tmp_path)
-    a, idle = await replica(tmp_path), await replica(tmp_path)
-    log = WriteLog(tmp_path / LOG_FILE)
-    try:
-        memories = [record("m1"), record("m2")]
-        await a.add(memories, vectors_for(memories))
-        size = log.size()
-        assert await fold_log(primary, log, min_bytes=1) == 0  # idle has not read it
-        assert log.size() == size
-        assert await primary.count("t1") == 2  # the primary has it all the same
-        assert await idle.count("t1") == 2
-        assert await fold_log(primary, log, min_bytes=1) == size  # now it goes
-    finally:
-        log.close()
-        await a.close()
-        await idle.close()
-        await primary.close()
+async def test_a_fold_keeps_what_a_replica_has_not_applied(
+    folding: tuple[EdgeStore, WriteLog], pair: tuple[ReplicaStore, ReplicaStore]
+) -> None:
+    (primary, log), (writer, idle) = folding, pair
+    assert idle._follower is not None
+    idle._follower.cancel()  # a worker that has not caught up yet, however long the test takes
+    memories = [record("m1"), record("m2")]
+    await writer.add(memories, vectors_for(memories))
+    size = log.size()
+    assert await fold_log(primary, log, min_bytes=1) == 0
+    assert log.size() == size
+    assert await primary.count("t1") == 2  # the primary has it all the same
+    assert await idle.count("t1") == 2
+    assert await fold_log(primary, log, min_bytes=1) == size  # now it goes
 
 
-async def test_the_supervisors_folder_keeps_the_log_small(tmp_path: Path) -> None:
-    primary = await EdgeStore.open(tmp_path, dimensions=DIM)
-    await absorb_log(primary, tmp_path)
+async def test_an_idle_replica_follows_the_log_and_lets_it_be_cut(
+    folding: tuple[EdgeStore, WriteLog], pair: tuple[ReplicaStore, ReplicaStore]
+) -> None:
+    """A worker that gets no requests still catches up, so folds can cut (adr/0120)."""
+    (primary, log), (writer, _idle) = folding, pair
+    memory = record("m1")
+    await writer.add([memory], vectors_for([memory]))
+    size = log.size()
+    for _ in range(600):  # the idle one makes no call: it follows every LOG_FOLD_CHECK_S
+        if await fold_log(primary, log, min_bytes=1):
+            break
+        await asyncio.sleep(0.05)
+    assert log.size() == 0 < size
+
+
+async def test_the_supervisors_folder_keeps_the_log_small(
+    folding: tuple[EdgeStore, WriteLog], pair: tuple[ReplicaStore, ReplicaStore], tmp_path: Path
+) -> None:
+    (primary, log), (writer, _) = folding, pair
     folder = LogFolder(primary, tmp_path, min_bytes=1).start()
-    writer = await replica(tmp_path)
     try:
         memory = record("m1")
         await writer.add([memory], vectors_for([memory]))
-        assert (tmp_path / LOG_FILE).stat().st_size > 0
+        assert log.size() > 0
         for _ in range(600):  # the folder looks every LOG_FOLD_CHECK_S
-            if (tmp_path / LOG_FILE).stat().st_size == 0:
+            if log.size() == 0:
                 break
             await asyncio.sleep(0.05)
-        assert (tmp_path / LOG_FILE).stat().st_size == 0
+        assert log.size() == 0
         assert await primary.count("t1") == 1
     finally:
         folder.stop()
-        await writer.close()
-        await primary.close()
-
-
-async def test_an_idle_replica_follows_the_log_and_lets_it_be_cut(tmp_path: Path) -> None:
-    """A worker that gets no requests still catches up, so folds can cut (adr/0120)."""
-    primary = await EdgeStore.open(tmp_path, dimensions=DIM)
-    await absorb_log(primary, tmp_path)
-    writer, idle = await replica(tmp_path), await replica(tmp_path)
-    log = WriteLog(tmp_path / LOG_FILE)
-    try:
-        memory = record("m1")
-        await writer.add([memory], vectors_for([memory]))
-        size = log.size()
-        for _ in range(600):  # idle makes no call: it follows every LOG_FOLD_CHECK_S
-            if await fold_log(primary, log, min_bytes=1):
-                break
-            await asyncio.sleep(0.05)
-        assert log.size() == 0 < size
-    finally:
-        log.close()
-        await writer.close()
-        await idle.close()
-        await primary.close()
