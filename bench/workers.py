@@ -12,7 +12,8 @@ answers for the memory path); ``repeats`` counts requests past the end of that t
 Memory on means memory served: at c=50 the default 50 ms memory deadline is passed by nearly
 every request while 50 wait for a core, and a request past it goes without memories
 (``degraded``), so the servers run with a deadline and stage timeouts of ``DEADLINE_MS`` and the
-rate counts only responses with ``X-Memory-Status: injected`` (the rest are reported).
+rate counts only responses with ``X-Memory-Status: injected`` or ``empty`` (the memory stage ran
+to the end; the rest are reported).
 
 Reported per round and pooled: memory-on requests/s of each server, the 2-worker/1-worker
 ratio, and where the CPU went per request: each server's event-loop threads, its other Python
@@ -85,7 +86,10 @@ request = function()
   return wrk.format(nil, nil, nil, bodies[((n - 1) % #bodies) + 1])
 end
 response = function(status, headers, body)
-  if status == 200 and headers["x-memory-status"] == "injected" then injected = injected + 1 end
+  local memory = headers["x-memory-status"]
+  if status == 200 and (memory == "injected" or memory == "empty") then
+    injected = injected + 1
+  end
 end
 done = function(summary, latency, requests)
   local with_memory = 0
@@ -114,7 +118,8 @@ class Cell:
 
     @property
     def rps(self) -> float:
-        """Memory-on requests per second: responses that got memory injected."""
+        """Memory-on requests per second: responses whose memory stage ran to the end
+        (``injected``, or ``empty``: nothing worth its tokens)."""
         return stats.ratio(self.injected, self.seconds)
 
     def cpu_ms(self, *parts: str) -> float:
