@@ -238,12 +238,13 @@ async def open_store(
 
 async def open_primary(settings: Settings, stack: AsyncExitStack) -> MemoryStore | None:
     """For ``serve --workers N`` on the embedded store: the primary shard, brought up to date
-    with the write log, held open (so nothing else opens the data dir) while the workers run;
-    on exit, the writes they logged are applied to it. ``None`` when no primary is needed."""
+    with the write log, held open (so nothing else opens the data dir) while the workers run
+    and fed their logged writes as the log grows; on exit, the rest are applied to it.
+    ``None`` when no primary is needed."""
     if not settings.memory.enabled or settings.store.kind != "edge":
         return None
     from proxy.memory.edge import EdgeStore
-    from proxy.memory.replica import absorb_log
+    from proxy.memory.replica import LogFolder, absorb_log
 
     embedder = await open_embedder(settings, stack)
     # No background index build: replicas copy the files while this process holds them.
@@ -257,6 +258,10 @@ async def open_primary(settings: Settings, stack: AsyncExitStack) -> MemoryStore
     stack.push_async_callback(absorb_log, store, settings.store.data_dir)
     if await absorb_log(store, settings.store.data_dir):
         await store.optimize()
+    # While the workers run, their log is folded into the primary as it grows (adr/0120);
+    # stopped (last in, first out) before the final absorb and the close.
+    folder = LogFolder(store, settings.store.data_dir, settings.store.log_fold_bytes).start()
+    stack.callback(folder.stop)
     return store
 
 

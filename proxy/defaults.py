@@ -62,3 +62,8 @@ BLOCKS_TTL_S = 3600
 COLLECTION = "memproxy"
 HYBRID = True  # dense + sparse (keyword) search
 RECORD_CACHE_ENTRIES = 20_000  # decoded records the embedded store keeps (~1 KB each)
+# Several workers on the embedded store (adr/0120): the supervisor folds the shared write log
+# into the primary shard once it holds this many bytes the primary has not applied, checking
+# every LOG_FOLD_CHECK_S; the log stays about this size however long the server runs.
+LOG_FOLD_BYTES = 8 << 20
+LOG_FOLD_CHECK_S = 1.0

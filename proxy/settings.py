@@ -54,6 +54,7 @@ from proxy.defaults import (
     COUNT_FLUSH_S,
     EMBEDDING_TTL_S,
     HYBRID,
+    LOG_FOLD_BYTES,
     MAX_CONTENT_CHARS,
     MEMORY_MAX_TOKENS,
     MEMORY_POSITION,
@@ -537,6 +538,8 @@ class StoreSettings(_Section):
     hybrid: Bool = HYBRID  # dense + sparse (BM25-style) search
     # Decoded records the embedded store keeps for searches (~1 KB each); 0 disables.
     record_cache_entries: NonNegative = RECORD_CACHE_ENTRIES
+    # workers > 1 on edge: fold the shared write log into the primary at this size (adr/0120).
+    log_fold_bytes: Positive = LOG_FOLD_BYTES
 
     @model_validator(mode="after")
     def _server_has_url(self) -> Self:

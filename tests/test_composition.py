@@ -9,17 +9,24 @@ from pathlib import Path
 
 import pytest
 
-from proxy.composition import Provided, open_request_cache, open_services, open_store
+from proxy.composition import (
+    Provided,
+    open_primary,
+    open_request_cache,
+    open_services,
+    open_store,
+)
 from proxy.errors import ConfigError
 from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.reopening import ReopeningStore, StoreReopening
-from proxy.memory.replica import ReplicaStore
+from proxy.memory.replica import LOG_FILE, ReplicaStore
 from proxy.metrics import Metrics
 from proxy.pipeline.contract import NoopPipeline
 from proxy.pipeline.pipeline import Pipeline
 from proxy.services import Services
 from proxy.settings import Settings, StoreSettings, load_settings, replace
+from tests.memory.support import record, vector_for
 
 
 def settings_for(tmp_path: Path, *, memory: bool = True, workers: int = 1) -> Settings:
@@ -135,3 +142,23 @@ async def test_open_store_opens_the_configured_edge_store(tmp_path: Path) -> Non
 async def test_open_store_needs_a_url_for_qdrant() -> None:
     with pytest.raises(ConfigError, match="qdrant_url"):
         await open_store(StoreSettings(kind="qdrant", qdrant_url=None), dimensions=8)
+
+
+async def test_the_primary_folds_the_workers_log_while_they_run(tmp_path: Path) -> None:
+    """``serve --workers N``: the supervisor's primary keeps the write log small (adr/0120)."""
+    settings = settings_for(tmp_path, workers=2)
+    settings = replace(settings, store=replace(settings.store, log_fold_bytes=1))
+    async with AsyncExitStack() as stack:
+        primary = await open_primary(settings, stack)
+        assert isinstance(primary, EdgeStore)
+        worker = await open_store(settings.store, dimensions=primary.dimensions, replica=True)
+        stack.push_async_callback(worker.close)
+        memory = record("m1", content="a note")
+        await worker.add([memory], vector_for(memory.content, primary.dimensions)[None, :])
+        log = tmp_path / LOG_FILE
+        for _ in range(600):  # the supervisor looks every LOG_FOLD_CHECK_S
+            if log.stat().st_size == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert log.stat().st_size == 0
+        assert await primary.get("t1", "m1") is not None

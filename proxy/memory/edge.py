@@ -388,8 +388,16 @@ class EdgeStore:
         return not self._closed
 
     async def flush(self) -> None:
-        """Persist segments now (the WAL already holds every acknowledged write)."""
-        await self._run(self._shard.flush)
+        """Persist segments and the retrieval counts table now (the WAL already holds every
+        acknowledged write; the counts table is only saved every few seconds otherwise). On
+        return no background flush is running either: the files stay as they are until the
+        next write (the supervisor's primary is copied by replicas, adr/0120)."""
+        await self._run(self._flush_sync)
+
+    def _flush_sync(self) -> None:
+        self._maintenance.settle()
+        self._counts.save()
+        self._shard.flush()
 
     async def close(self) -> None:
         """Wait for a running index build, flush, close the shard and stop the threads (once)."""

@@ -73,6 +73,10 @@ class ShardMaintenance:
         finally:
             self._optimizing = False
 
+    def settle(self) -> None:
+        """Wait for a background flush already started (blocking; its thread runs in order)."""
+        self._flusher.submit(lambda: None).result()
+
     async def optimize(self) -> bool:
         """Build the HNSW index for everything written so far (waits until done)."""
         with self._lock:

@@ -7,19 +7,25 @@ it answers a read. The check is one ``fstat`` of the log, so a write acknowledge
 is visible to every read that starts after it, on every worker (staleness bound: none).
 
 Layout under ``store.data_dir``: ``memories/`` is the primary shard, ``memories.log`` the writes
-made since it was last brought up to date, ``replicas/<pid>-*/`` each worker's copy. A replica
-starts as a copy of the primary plus the whole log. Only the server's supervisor process updates
-the primary (``absorb_log``, before the workers start and after they stop), so the primary never
-changes while a replica copies it; a worker that dies and is restarted simply copies again.
+it has not absorbed yet (``memories.log.state``: the log's positions, adr/0120),
+``replicas/<pid>-*/`` each worker's copy. A replica starts as a copy of the primary plus the log
+from where the primary stopped. Only the server's supervisor process updates the primary: before
+the workers start and after they stop (``absorb_log``), and while they run, whenever the log has
+grown by ``store.log_fold_bytes`` (``fold_log``): it applies the new entries to the primary and
+cuts off the front of the log what every replica has applied, so the log stays about that size
+however long the server runs. The primary's lock keeps a replica from copying it half updated.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
+import logging
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -29,6 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
+from proxy.defaults import LOG_FOLD_CHECK_S
 from proxy.errors import ConfigError, StoreError
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.edge_counts import COUNTS_FILE
@@ -39,6 +46,7 @@ from proxy.memory.write_log import Entry, WriteLog
 LOG_FILE = "memories.log"
 REPLICAS_DIR = "replicas"
 T = TypeVar("T")
+LOGGER = logging.getLogger("memproxy.store")
 
 # The log's operations: each replays one ``EdgeStore`` write with the same arguments.
 ADD, DELETE, DELETE_USER, INCREMENT, USEFULNESS = "add", "delete", "delete_user", "inc", "use"
@@ -83,30 +91,131 @@ async def absorb_log(store: EdgeStore, data_dir: str | os.PathLike[str]) -> int:
         return 0
     log = WriteLog(path)
     try:
-        entries, _ = await asyncio.to_thread(log.read, 0)
-        for entry, _end in entries:
-            await apply(store, entry)
-        if entries:
-            await store.flush()  # the log goes next: its writes must be in the shard's segments
-        log.truncate()
+        applied = await _fold(store, log)
+        await asyncio.to_thread(_cut_all, log)
     finally:
         log.close()
+    return applied
+
+
+def _cut_all(log: WriteLog) -> None:
+    log.lock()
+    try:
+        log.release_all()  # no replica runs now: slots left by killed workers go too
+        log.cut_before(log.end)
+    finally:
+        log.unlock()
+
+
+async def fold_log(store: EdgeStore, log: WriteLog, min_bytes: int) -> int:
+    """While the workers run: once the log holds ``min_bytes``, apply what the primary
+    ``store`` has not to it and cut off the front of the log what every live replica has
+    applied too. Returns the bytes cut (0: not due, or a replica lags; the next call cuts what
+    it has applied since)."""
+    if log.end - log.base < min_bytes:
+        return 0
+    await _fold(store, log)
+    return await asyncio.to_thread(_cut_applied, log)
+
+
+async def _fold(store: EdgeStore, log: WriteLog) -> int:
+    """Apply the entries the primary has not applied yet; how many there were. Replicas may
+    copy the primary only before or after: it is changed under the primary lock."""
+    start = log.primary
+
+    def read() -> tuple[builtins.list[tuple[Entry, int]], int]:
+        log.lock_shared()  # against a cut moving the bytes meanwhile; writers append on
+        try:
+            return log.read(max(start, log.base))
+        finally:
+            log.unlock()
+
+    entries, _ = await asyncio.to_thread(read)
+    if not entries:
+        return 0
+    done = start
+    await asyncio.to_thread(log.lock_primary, shared=False)
+    try:
+        for entry, end in entries:
+            await apply(store, entry)
+            done = end  # a failed apply stops here: the next fold starts with it, once
+    finally:
+        try:
+            if done != start:
+                # A copy or the next start begins at ``done``: its writes must be in the
+                # shard's segments and the counts table, not only in this process.
+                await store.flush()
+                log.set_primary(done)
+        finally:
+            log.unlock_primary()
     return len(entries)
+
+
+def _cut_applied(log: WriteLog) -> int:
+    log.lock()
+    try:
+        return log.cut_before(min([log.primary, *log.replica_positions()]))
+    finally:
+        log.unlock()
+
+
+class LogFolder:
+    """The supervisor's thread that runs ``fold_while_running`` on the primary (its own event
+    loop: the supervisor's main thread is serving the workers meanwhile)."""
+
+    def __init__(self, store: EdgeStore, data_dir: str | os.PathLike[str], min_bytes: int) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(fold_while_running(store, data_dir, min_bytes, self._stop)),
+            name="memory-log-fold",
+            daemon=True,
+        )
+
+    def start(self) -> LogFolder:
+        """Start folding; returns self."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop and wait for a fold under way to finish."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+async def fold_while_running(
+    store: EdgeStore, data_dir: str | os.PathLike[str], min_bytes: int, stop: threading.Event
+) -> None:
+    """The supervisor's loop: ``fold_log`` every ``LOG_FOLD_CHECK_S`` until ``stop`` is set.
+    A failed fold is logged and tried again: the log only grows meanwhile."""
+    log = WriteLog(Path(data_dir) / LOG_FILE)
+    try:
+        while not await asyncio.to_thread(stop.wait, LOG_FOLD_CHECK_S):
+            try:
+                await fold_log(store, log, min_bytes)
+            except Exception:
+                LOGGER.exception("folding the memory write log into the primary failed")
+    finally:
+        log.close()
 
 
 class ReplicaStore:
     """A ``MemoryStore``: reads from this process's replica, writes through the shared log."""
 
-    def __init__(self, replica: EdgeStore, log: WriteLog, directory: Path) -> None:
+    def __init__(
+        self, replica: EdgeStore, log: WriteLog, directory: Path, *, slot: int, start: int
+    ) -> None:
         self.dimensions = replica.dimensions
         self.hybrid = replica.hybrid
         self.directory = directory
         self._replica = replica
         self._log = log
-        self._offset = 0  # the log is applied up to here
+        self._slot = slot  # where this replica tells the supervisor how far it has applied
+        self._offset = start  # the log is applied up to here
         self._lock = asyncio.Lock()  # one catch-up or write at a time in this process
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replica-log")
         self._closed = False
+        self._follower: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -121,13 +230,10 @@ class ReplicaStore:
         data = Path(data_dir)
         (data / REPLICAS_DIR).mkdir(parents=True, exist_ok=True)
         directory = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=data / REPLICAS_DIR))
+        log = WriteLog(data / LOG_FILE)
+        slot = None
         try:
-            primary = data / SHARD_DIR
-            if (primary / CONFIG_FILE).exists():
-                await asyncio.to_thread(shutil.copytree, primary, directory / SHARD_DIR)
-            # Retrieval counts live beside the shard, not in it (adr/0103): copy them along.
-            if (data / COUNTS_FILE).exists():
-                await asyncio.to_thread(shutil.copy2, data / COUNTS_FILE, directory / COUNTS_FILE)
+            slot, start = await asyncio.to_thread(_copy_primary, data, directory, log)
             replica = await EdgeStore.open(
                 directory,
                 dimensions=dimensions,
@@ -135,22 +241,36 @@ class ReplicaStore:
                 record_cache_entries=record_cache_entries,
             )
         except BaseException:
+            if slot is not None:
+                log.release(slot)
+            log.close()
             shutil.rmtree(directory, ignore_errors=True)
             raise
-        store = cls(replica, WriteLog(data / LOG_FILE), directory)
+        store = cls(replica, log, directory, slot=slot, start=start)
         try:
             await store.sync()
         except BaseException:
             await store.close()
             raise
+        store._follower = asyncio.create_task(store._follow())
         return store
+
+    async def _follow(self) -> None:
+        """Catch up every ``LOG_FOLD_CHECK_S`` without waiting for a read: a worker that gets
+        no requests would otherwise hold every fold's cut at its position (adr/0120)."""
+        while True:
+            await asyncio.sleep(LOG_FOLD_CHECK_S)
+            try:
+                await self.sync()
+            except Exception as exc:  # the next read or round tries again
+                LOGGER.warning("memory replica could not catch up with the write log: %s", exc)
 
     async def _in_thread(self, func: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, func, *args)
 
     async def sync(self) -> None:
         """Apply the log entries other processes appended since this replica last looked."""
-        if self._log.size() == self._offset:
+        if self._log.end == self._offset:
             return
         # Shielded, as writes are: a caller's timeout must not cut an entry's apply short, or
         # the entry would be applied again next time (a retrieval count twice).
@@ -158,14 +278,26 @@ class ReplicaStore:
 
     async def _locked_catch_up(self) -> None:
         async with self._lock:
-            await self._catch_up()
+            await self._catch_up(self._read_shared)
 
-    async def _catch_up(self) -> None:
+    def _read_shared(self, offset: int) -> tuple[builtins.list[tuple[Entry, int]], int]:
+        self._log.lock_shared()  # a fold's cut moves the bytes: not while reading them
+        try:
+            return self._log.read(offset)
+        finally:
+            self._log.unlock()
+
+    async def _catch_up(
+        self, read: Callable[[int], tuple[builtins.list[tuple[Entry, int]], int]]
+    ) -> None:
         """Apply every whole entry past ``_offset`` (the caller holds ``_lock``)."""
-        entries, _ = await self._in_thread(self._log.read, self._offset)
-        for entry, end in entries:
-            await apply(self._replica, entry)
-            self._offset = end  # per entry: a failed apply is retried, never applied twice
+        entries, _ = await self._in_thread(read, self._offset)
+        try:
+            for entry, end in entries:
+                await apply(self._replica, entry)
+                self._offset = end  # per entry: a failed apply is retried, never applied twice
+        finally:
+            self._log.publish(self._slot, self._offset)
 
     async def _write(self, prepare: Callable[[], Awaitable[Entry | None]]) -> object:
         """Append the entry ``prepare`` makes (``None``: nothing to write) and apply it here.
@@ -181,16 +313,17 @@ class ReplicaStore:
         async with self._lock:
             await self._in_thread(self._log.lock)
             try:
-                await self._catch_up()
+                await self._catch_up(self._log.read)  # the exclusive lock covers the read
                 entry = await prepare()
                 if entry is None:
                     return None
                 try:
-                    end = await self._in_thread(self._log.append, entry, self._offset)
+                    end = await self._in_thread(self._log.append, entry)
                 except OSError as exc:
                     raise StoreError(f"cannot append to the memory write log: {exc}") from exc
                 result = await apply(self._replica, entry)
                 self._offset = end
+                self._log.publish(self._slot, end)
                 return result
             finally:
                 self._log.unlock()
@@ -293,9 +426,15 @@ class ReplicaStore:
         if self._closed:
             return
         self._closed = True
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
         try:
-            await self._replica.close()
+            async with self._lock:  # a shielded catch-up or write still running ends first
+                await self._replica.close()
         finally:
+            self._log.release(self._slot)
             self._log.close()
             self._thread.shutdown(wait=True)
             shutil.rmtree(self.directory, ignore_errors=True)
@@ -303,3 +442,25 @@ class ReplicaStore:
 
 async def _ready(entry: Entry) -> Entry:
     return entry
+
+
+def _copy_primary(data: Path, directory: Path, log: WriteLog) -> tuple[int, int]:
+    """Copy the primary shard and its counts into ``directory``; this replica's slot and the
+    log position the copy starts from. Under the primary's lock (shared: a fold waits), and the
+    slot is taken before it is released, so no fold cuts what the copy still has to apply."""
+    log.lock_primary(shared=True)
+    try:
+        primary = data / SHARD_DIR
+        if (primary / CONFIG_FILE).exists():
+            shutil.copytree(primary, directory / SHARD_DIR)
+        # Retrieval counts live beside the shard, not in it (adr/0103): copy them along.
+        if (data / COUNTS_FILE).exists():
+            shutil.copy2(data / COUNTS_FILE, directory / COUNTS_FILE)
+        start = log.primary
+        log.lock()
+        try:
+            return log.claim(start), start
+        finally:
+            log.unlock()
+    finally:
+        log.unlock_primary()

@@ -7,15 +7,24 @@ sequence in order, so all replicas hold the same memories.
 
 An entry is ``<length:u32><crc32:u32><payload>``, the payload a pickle of ``(op, args)``. Pickle
 is safe here for the same reason reading the shard is: only memproxy processes write the data
-dir, and nothing in it comes from a client unencoded. A reader that is not holding the lock may
-meet an entry still being written (or left torn by a writer that died mid-write): it stops there
-and reads it next time. A writer holds the lock, so bytes past the last whole entry can only be
-a dead writer's torn tail, which it cuts off before appending (that write was never acknowledged).
+dir, and nothing in it comes from a client unencoded.
+
+Positions are offsets in the log as if it were never shortened: the supervisor folds the entries
+every replica has applied into the primary shard and cuts them off the front of the file while
+the workers run (adr/0120), so the file holds ``[base, end)``. Those counters live in a small
+file every process maps (``<log>.state``), with one slot per replica saying how far it has
+applied, so nothing a replica still needs is cut. ``end`` moves only when a writer has appended
+a whole entry: reading it is how a replica learns, without a system call, that it is behind.
+Bytes past ``end`` are a writer's entry cut short (it died mid-write) and are overwritten by the
+next append. Reading entries takes the lock shared (a cut moves bytes within the file); writing
+and cutting take it exclusive. The state file's own ``flock`` guards the primary shard: a fold
+changes it exclusively, a replica copies it shared.
 """
 
 from __future__ import annotations
 
 import fcntl
+import mmap
 import os
 import pickle
 import struct
@@ -25,63 +34,195 @@ from typing import Any
 
 HEADER = struct.Struct("<II")
 Entry = tuple[str, tuple[Any, ...]]
-READ_CHUNK = 1 << 20
+U64 = struct.Struct("<Q")
+STATE_SUFFIX = ".state"
+STATE_BYTES = 4096
+MAGIC = 0x6D706C6F67763031  # "mplogv01": the state file is initialised
+# Byte offsets of the state's counters; replica slots (pid, applied) follow from SLOTS_AT.
+MAGIC_AT, BASE_AT, END_AT, PRIMARY_AT, SLOTS_AT = 0, 8, 16, 24, 64
+SLOT = struct.Struct("<QQ")
+SLOT_COUNT = (STATE_BYTES - SLOTS_AT) // SLOT.size
 
 
 class WriteLog:
-    """One open handle on the shared log file (each replica opens its own)."""
+    """One open handle on the shared log file and its state (each process opens its own)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        # O_APPEND: a write always lands at the end, whatever offset this handle last read.
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._state_fd = os.open(f"{self.path}{STATE_SUFFIX}", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(self._state_fd).st_size < STATE_BYTES:
+                os.ftruncate(self._state_fd, STATE_BYTES)  # zeros; never shrinks
+            self._state = mmap.mmap(self._state_fd, STATE_BYTES)
+            if self._get(MAGIC_AT) != MAGIC:
+                self._initialise()
+        except BaseException:
+            self.close()
+            raise
+
+    def _initialise(self) -> None:
+        """First open of this log: positions start at 0, and a log left by an older memproxy
+        (no state file) is taken up to its last whole entry."""
+        self.lock()
+        try:
+            if self._get(MAGIC_AT) == MAGIC:
+                return  # another process got there first
+            self._set(BASE_AT, 0)
+            self._set(PRIMARY_AT, 0)
+            self._set(END_AT, 0)
+            self._set(END_AT, self._scan(0, os.fstat(self._fd).st_size)[1])
+            self._set(MAGIC_AT, MAGIC)
+        finally:
+            self.unlock()
+
+    def _get(self, at: int) -> int:
+        return int(U64.unpack_from(self._state, at)[0])
+
+    def _set(self, at: int, value: int) -> None:
+        U64.pack_into(self._state, at, value)
+
+    @property
+    def end(self) -> int:
+        """The position after the last whole entry (one load from the shared map: the cheap
+        check every read makes)."""
+        return self._get(END_AT)
+
+    @property
+    def base(self) -> int:
+        """The position of the file's first byte: everything before it is in the primary."""
+        return self._get(BASE_AT)
+
+    @property
+    def primary(self) -> int:
+        """How far the primary shard has applied the log."""
+        return self._get(PRIMARY_AT)
+
+    def set_primary(self, position: int) -> None:
+        """Record that the primary has applied everything before ``position`` (the caller
+        holds the primary lock, exclusively)."""
+        self._set(PRIMARY_AT, position)
 
     def size(self) -> int:
-        """Bytes in the file now (one ``fstat``: the cheap check every read makes)."""
+        """Bytes in the file now."""
         return os.fstat(self._fd).st_size
 
-    def read(self, offset: int) -> tuple[list[tuple[Entry, int]], int]:
-        """The whole entries from ``offset`` on, each with the offset just after it, and the
-        offset after the last of them."""
-        data = os.pread(self._fd, max(0, self.size() - offset), offset)
+    def read(self, position: int) -> tuple[list[tuple[Entry, int]], int]:
+        """The whole entries from ``position`` to ``end``, each with the position just after
+        it, and the position after the last of them (the caller holds the lock, either way)."""
+        base, end = self.base, self.end
+        if position < base:
+            raise ValueError(f"log position {position} was folded away (the log starts at {base})")
+        return self._scan(position - base, end - base, base)
+
+    def _scan(self, start: int, stop: int, base: int = 0) -> tuple[list[tuple[Entry, int]], int]:
+        data = os.pread(self._fd, max(0, stop - start), start)
         entries: list[tuple[Entry, int]] = []
         position = 0
         while position + HEADER.size <= len(data):
             length, crc = HEADER.unpack_from(data, position)
-            start = position + HEADER.size
-            payload = data[start : start + length]
+            begin = position + HEADER.size
+            payload = data[begin : begin + length]
             if len(payload) < length or zlib.crc32(payload) != crc:
-                break  # being written, or a dead writer's torn tail
-            position = start + length
-            entries.append((pickle.loads(payload), offset + position))
-        return entries, offset + position
+                break  # a dead writer's torn tail (only an old log, read at initialisation)
+            position = begin + length
+            entries.append((pickle.loads(payload), base + start + position))
+        return entries, base + start + position
 
     def lock(self) -> None:
-        """Block until this handle holds the exclusive write lock (other processes' writers
-        wait meanwhile)."""
+        """Block until this handle holds the exclusive lock (to append or cut)."""
         fcntl.flock(self._fd, fcntl.LOCK_EX)
 
+    def lock_shared(self) -> None:
+        """Block until this handle holds the lock shared (to read entries)."""
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+
     def unlock(self) -> None:
-        """Release the write lock."""
+        """Release the log's lock."""
         fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def append(self, entry: Entry, end: int) -> int:
-        """Append ``entry`` (the caller holds the lock and has read up to ``end``); return the
-        offset after it. Bytes past ``end`` are a torn tail and are cut off first."""
-        if self.size() > end:
-            os.ftruncate(self._fd, end)
+    def lock_primary(self, *, shared: bool) -> None:
+        """Block until this handle holds the primary shard's lock (shared: to copy it)."""
+        fcntl.flock(self._state_fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+
+    def unlock_primary(self) -> None:
+        """Release the primary shard's lock."""
+        fcntl.flock(self._state_fd, fcntl.LOCK_UN)
+
+    def append(self, entry: Entry) -> int:
+        """Append ``entry`` at ``end`` (the caller holds the lock exclusively and has read up to
+        ``end``); return the new ``end``. A dead writer's bytes past ``end`` are overwritten."""
+        base, end = self.base, self.end
         payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
         frame = HEADER.pack(len(payload), zlib.crc32(payload)) + payload
-        written = os.write(self._fd, frame)
+        if self.size() > end - base:
+            os.ftruncate(self._fd, end - base)
+        written = os.pwrite(self._fd, frame, end - base)
         if written != len(frame):  # a short write to a regular file: the disk is full
-            os.ftruncate(self._fd, end)
+            os.ftruncate(self._fd, end - base)
             raise OSError(f"short write to {self.path}: {written} of {len(frame)} bytes")
+        self._set(END_AT, end + len(frame))  # only now may readers see it
         return end + len(frame)
 
-    def truncate(self) -> None:
-        """Empty the log (its entries are in the primary shard now; the caller holds the lock)."""
-        os.ftruncate(self._fd, 0)
+    def cut_before(self, position: int) -> int:
+        """Drop the entries before ``position`` from the file (the caller holds the lock
+        exclusively, and every replica and the primary have applied them); the bytes freed."""
+        base, end = self.base, self.end
+        position = min(max(position, base), end)
+        if position == base:
+            return 0
+        kept = os.pread(self._fd, end - position, position - base)
+        os.pwrite(self._fd, kept, 0)
+        os.ftruncate(self._fd, len(kept))
+        self._set(BASE_AT, position)
+        return position - base
+
+    def claim(self, applied: int) -> int:
+        """A slot for this process's replica, which has applied everything before ``applied``
+        (the caller holds the lock exclusively); slots of exited processes are reused."""
+        pid = os.getpid()
+        for slot in range(SLOT_COUNT):
+            owner, _ = SLOT.unpack_from(self._state, SLOTS_AT + slot * SLOT.size)
+            if owner == 0 or not _alive(owner):
+                SLOT.pack_into(self._state, SLOTS_AT + slot * SLOT.size, pid, applied)
+                return slot
+        raise OSError(f"more than {SLOT_COUNT} replicas on {self.path}")
+
+    def publish(self, slot: int, applied: int) -> None:
+        """Say how far this replica has applied the log (one store into the shared map)."""
+        U64.pack_into(self._state, SLOTS_AT + slot * SLOT.size + U64.size, applied)
+
+    def release(self, slot: int) -> None:
+        """Give the slot back (the replica is closing)."""
+        SLOT.pack_into(self._state, SLOTS_AT + slot * SLOT.size, 0, 0)
+
+    def release_all(self) -> None:
+        """Free every slot (no replica runs: the supervisor's start and stop)."""
+        self._state[SLOTS_AT:STATE_BYTES] = bytes(STATE_BYTES - SLOTS_AT)
+
+    def replica_positions(self) -> list[int]:
+        """How far each live replica has applied the log."""
+        positions = []
+        for slot in range(SLOT_COUNT):
+            owner, applied = SLOT.unpack_from(self._state, SLOTS_AT + slot * SLOT.size)
+            if owner and _alive(owner):
+                positions.append(applied)
+        return positions
 
     def close(self) -> None:
-        """Close the handle (releases the lock if held)."""
+        """Unmap the state and close the handles (releases the locks held)."""
+        state = getattr(self, "_state", None)
+        if state is not None:
+            state.close()
+        os.close(self._state_fd)
         os.close(self._fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True

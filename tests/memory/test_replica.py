@@ -21,8 +21,16 @@ from proxy.composition import open_store
 from proxy.memory.duplicates import words_key
 from proxy.memory.edge import EdgeStore
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES
-from proxy.memory.replica import LOG_FILE, REPLICAS_DIR, ReplicaStore, absorb_log
+from proxy.memory.replica import (
+    LOG_FILE,
+    REPLICAS_DIR,
+    LogFolder,
+    ReplicaStore,
+    absorb_log,
+    fold_log,
+)
 from proxy.memory.store import SearchQuery
+from proxy.memory.write_log import WriteLog
 from proxy.settings import StoreSettings
 from tests.memory.support import DIM, record, vector_for, vectors_for
 
@@ -231,3 +239,94 @@ async def test_vectors_of_every_row_reach_the_other_replica(
     for memory, vector in zip(memories, vectors, strict=True):
         hits = await b.search("t1", SearchQuery(np.asarray(vector), "", "u1", None, 1))
         assert hits[0].record.id == memory.id
+
+
+@pytest.fixture
+async def folding(tmp_path: Path) -> AsyncIterator[tuple[EdgeStore, WriteLog]]:
+    """The supervisor's side: the primary, up to date, and a handle on the log. Requested
+    before ``pair``, so the replicas copy it and take their slots after its absorb."""
+    primary = await EdgeStore.open(tmp_path, dimensions=DIM)
+    await absorb_log(primary, tmp_path)
+    log = WriteLog(tmp_path / LOG_FILE)
+    yield primary, log
+    log.close()
+    await primary.close()
+
+
+async def test_a_fold_moves_what_every_replica_applied_off_the_log(
+    folding: tuple[EdgeStore, WriteLog], pair: tuple[ReplicaStore, ReplicaStore], tmp_path: Path
+) -> None:
+    """The log is bounded while the workers run (adr/0120): the supervisor applies it to the
+    primary and cuts it; writes, reads and a replica started afterwards lose nothing."""
+    (primary, log), (a, b) = folding, pair
+    memories = [record(f"m{i}", content=f"note {i} about topic {i}") for i in range(20)]
+    for memory in memories:
+        await a.add([memory], vectors_for([memory]))
+    await b.increment_retrievals("t1", ["m0", "m0"])
+    grown = log.size()
+    assert await a.count("t1") == 20  # a has applied b's write too
+    assert await fold_log(primary, log, min_bytes=grown + 1) == 0  # not due yet
+    assert await fold_log(primary, log, min_bytes=grown) == grown
+    assert log.size() == 0
+    assert await primary.count("t1") == 20
+    later = record("late")
+    await b.add([later], vectors_for([later]))  # writes go on after the cut
+    assert await a.get("t1", "late") is not None
+    copied = await replica(tmp_path)  # the folded primary plus the rest of the log
+    try:
+        assert await copied.count("t1") == 21
+        found = await copied.get("t1", "m0")
+        assert found is not None
+        assert found.retrieval_count == 2  # the fold saved the primary's counts table
+    finally:
+        await copied.close()
+
+
+async def test_a_fold_keeps_what_a_replica_has_not_applied(
+    folding: tuple[EdgeStore, WriteLog], pair: tuple[ReplicaStore, ReplicaStore]
+) -> None:
+    (primary, log), (writer, idle) = folding, pair
+    assert idle._follower is not None
+    idle._follower.cancel()  # a worker that has not caught up yet, however long the test takes
+    memories = [record("m1"), record("m2")]
+    await writer.add(memories, vectors_for(memories))
+    size = log.size()
+    assert await fold_log(primary, log, min_bytes=1) == 0
+    assert log.size() == size
+    assert await primary.count("t1") == 2  # the primary has it all the same
+    assert await idle.count("t1") == 2
+    assert await fold_log(primary, log, min_bytes=1) == size  # now it goes
+
+
+async def test_an_idle_replica_follows_the_log_and_lets_it_be_cut(
+    folding: tuple[EdgeStore, WriteLog], pair: tuple[ReplicaStore, ReplicaStore]
+) -> None:
+    """A worker that gets no requests still catches up, so folds can cut (adr/0120)."""
+    (primary, log), (writer, _idle) = folding, pair
+    memory = record("m1")
+    await writer.add([memory], vectors_for([memory]))
+    size = log.size()
+    for _ in range(600):  # the idle one makes no call: it follows every LOG_FOLD_CHECK_S
+        if await fold_log(primary, log, min_bytes=1):
+            break
+        await asyncio.sleep(0.05)
+    assert log.size() == 0 < size
+
+
+async def test_the_supervisors_folder_keeps_the_log_small(
+    folding: tuple[EdgeStore, WriteLog], pair: tuple[ReplicaStore, ReplicaStore], tmp_path: Path
+) -> None:
+    (primary, log), (writer, _) = folding, pair
+    folder = LogFolder(primary, tmp_path, min_bytes=1).start()
+    try:
+        memory = record("m1")
+        await writer.add([memory], vectors_for([memory]))
+        assert log.size() > 0
+        for _ in range(600):  # the folder looks every LOG_FOLD_CHECK_S
+            if log.size() == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert log.size() == 0
+        assert await primary.count("t1") == 1
+    finally:
+        folder.stop()

@@ -1,19 +1,25 @@
-"""The shared write log: whole entries in order, torn tails, the lock between handles."""
+"""The shared write log: whole entries in order, torn tails, the lock between handles, cutting
+the front off while positions stay valid, and the replicas' slots."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
-from proxy.memory.write_log import HEADER, WriteLog
+import pytest
+
+from proxy.memory.write_log import HEADER, SLOT, SLOTS_AT, WriteLog
 
 
-def test_entries_come_back_in_order_with_their_end_offsets(tmp_path: Path) -> None:
+def test_entries_come_back_in_order_with_their_end_positions(tmp_path: Path) -> None:
     writer, reader = WriteLog(tmp_path / "log"), WriteLog(tmp_path / "log")
-    end = writer.append(("add", (1, "one")), 0)
-    end = writer.append(("delete", ("t", "m")), end)
+    writer.append(("add", (1, "one")))
+    end = writer.append(("delete", ("t", "m")))
+    assert reader.end == end  # another handle sees the new end through the shared state
     entries, last = reader.read(0)
     assert [entry for entry, _ in entries] == [("add", (1, "one")), ("delete", ("t", "m"))]
     assert last == end == reader.size()
@@ -21,26 +27,30 @@ def test_entries_come_back_in_order_with_their_end_offsets(tmp_path: Path) -> No
     assert reader.read(end) == ([], end)
 
 
-def test_a_torn_tail_is_not_read_and_the_next_writer_cuts_it(tmp_path: Path) -> None:
+def test_a_torn_tail_is_not_read_and_the_next_writer_overwrites_it(tmp_path: Path) -> None:
     log = WriteLog(tmp_path / "log")
-    end = log.append(("add", ("whole",)), 0)
-    # A writer that died mid-write: a header promising more bytes than arrived.
+    end = log.append(("add", ("whole",)))
+    # A writer that died mid-write: bytes past the end, which it never moved.
     with open(tmp_path / "log", "ab") as raw:
         raw.write(HEADER.pack(100, 0) + b"only part")
-    assert log.read(0)[1] == end  # the reader stops before it
-    after = log.append(("add", ("next",)), end)
+    assert log.read(0) == ([(("add", ("whole",)), end)], end)
+    after = log.append(("add", ("next",)))
     assert [entry for entry, _ in log.read(0)[0]] == [("add", ("whole",)), ("add", ("next",))]
     assert after == log.size()
 
 
-def test_a_corrupt_entry_stops_the_reader(tmp_path: Path) -> None:
+def test_a_log_left_without_its_state_is_read_up_to_its_last_whole_entry(tmp_path: Path) -> None:
+    """A data dir from before the state file, or whose state file was lost."""
+    old = WriteLog(tmp_path / "log")
+    old.append(("add", ("a",)))
+    end = old.append(("add", ("b",)))
+    old.close()
+    with open(tmp_path / "log", "ab") as raw:
+        raw.write(HEADER.pack(100, 0) + b"torn")
+    os.unlink(f"{tmp_path / 'log'}.state")
     log = WriteLog(tmp_path / "log")
-    end = log.append(("add", ("x",)), 0)
-    data = bytearray((tmp_path / "log").read_bytes())
-    data[-1] ^= 0xFF  # the checksum no longer matches
-    (tmp_path / "log").write_bytes(bytes(data))
-    assert log.read(0) == ([], 0)
-    assert end > 0
+    assert (log.base, log.end, log.primary) == (0, end, 0)
+    assert [entry for entry, _ in log.read(0)[0]] == [("add", ("a",)), ("add", ("b",))]
 
 
 def test_the_lock_excludes_another_handle_until_released(tmp_path: Path) -> None:
@@ -49,7 +59,7 @@ def test_the_lock_excludes_another_handle_until_released(tmp_path: Path) -> None
     taken = threading.Event()
 
     def take() -> None:
-        second.lock()
+        second.lock_shared()  # a reader waits for a writer (or a cut) too
         taken.set()
         second.unlock()
 
@@ -62,8 +72,49 @@ def test_the_lock_excludes_another_handle_until_released(tmp_path: Path) -> None
     assert taken.is_set()
 
 
-def test_truncate_empties_the_log(tmp_path: Path) -> None:
+def test_cutting_the_front_keeps_every_later_position(tmp_path: Path) -> None:
+    log, other = WriteLog(tmp_path / "log"), WriteLog(tmp_path / "log")
+    first = log.append(("add", ("a",)))
+    second = log.append(("add", ("b",)))
+    end = log.append(("add", ("c",)))
+    assert log.cut_before(second) == second
+    assert (other.base, other.end) == (second, end)
+    assert log.size() == end - second  # the file holds only what is left
+    assert [entry for entry, _ in other.read(second)[0]] == [("add", ("c",))]
+    with pytest.raises(ValueError, match="folded away"):
+        other.read(first)
+    after = other.append(("add", ("d",)))  # appends go on at the same positions
+    assert [(entry, at) for entry, at in log.read(end)[0]] == [(("add", ("d",)), after)]
+    assert log.cut_before(after) == after - second
+    assert log.size() == 0
+    assert log.read(after) == ([], after)
+
+
+def test_slots_say_how_far_live_replicas_are(tmp_path: Path) -> None:
     log = WriteLog(tmp_path / "log")
-    log.append(("add", ()), 0)
-    log.truncate()
-    assert log.size() == 0 == os.path.getsize(tmp_path / "log")
+    mine = log.claim(10)
+    theirs = log.claim(5)
+    assert mine != theirs  # two live replicas never share a slot
+    log.publish(theirs, 7)
+    assert sorted(log.replica_positions()) == [7, 10]
+    log.release(theirs)
+    assert log.replica_positions() == [10]
+    log.release_all()
+    assert log.replica_positions() == []
+    assert log.claim(3) == 0  # freed slots are taken again
+
+
+def spawn_and_reap() -> int:
+    """The pid of a process that has exited."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_dead_replicas_slot_is_ignored_and_reused(tmp_path: Path) -> None:
+    log = WriteLog(tmp_path / "log")
+    slot = log.claim(1)
+    # The slot as a worker that was killed left it.
+    SLOT.pack_into(log._state, SLOTS_AT + slot * SLOT.size, spawn_and_reap(), 1)
+    assert log.replica_positions() == []  # its position holds nothing back
+    assert log.claim(2) == slot  # and its slot is the first free one
