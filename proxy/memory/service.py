@@ -33,7 +33,6 @@ import builtins
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -315,13 +314,17 @@ class MemoryService:
 
     async def supersede(self, tenant: str, old_id: str, new_id: str) -> MemoryRecord | None:
         """Mark ``old_id`` superseded by ``new_id`` (kept, out of retrieval); return it, or
-        ``None`` when it is gone or already superseded (the first replacement stands)."""
-        old = await self.store.get(tenant, old_id)
-        if old is None or old.superseded_by is not None or old_id == new_id:
+        ``None`` when it is gone or already superseded (the first replacement stands).
+
+        One conditional store write (``MemoryStore.supersede``): nothing is re-embedded (the
+        text is unchanged, the stored vector stays), and of two writers at once, in one process
+        or in several workers sharing the write log, exactly one succeeds.
+        """
+        if old_id == new_id:
             return None
-        marked = replace(old, superseded_by=new_id)
-        await self.store.add([marked], await self._embed([marked.content]))
-        await self._invalidate(tenant)
+        marked = await self.store.supersede(tenant, old_id, new_id)
+        if marked is not None:
+            await self._invalidate(tenant)
         return marked
 
     async def history(

@@ -101,6 +101,12 @@ class MemoryStore(Protocol):
         process), so concurrent votes all count; return the updated memory or ``None``."""
         ...
 
+    async def supersede(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
+        """Mark the memory superseded by ``by`` if it exists and is not superseded yet, as one
+        conditional write (of two at once, exactly one succeeds; its vector is kept); return
+        the updated memory, else ``None``."""
+        ...
+
     async def count(self, tenant: str) -> int:
         """Return how many memories the tenant has."""
         ...
