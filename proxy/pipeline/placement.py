@@ -2,7 +2,9 @@
 
 With position ``turn`` (``proxy/context/position.py``, adr/0111) the pipeline recalls the blocks
 earlier turns of this conversation carried (``proxy/cache/blocks.py``) and puts them back at
-their slots, so the previous upstream prompt stays a byte-identical prefix of this one. Rules:
+their slots, so the previous upstream prompt stays a byte-identical prefix of this one. The
+recall (one cache round trip) runs alongside the search, which does not depend on it; a recall
+that fails is a miss and marks the request degraded, never failing it. Rules:
 
 - Re-inserted blocks are prompt tokens like the conversation's own: they count against the
   context window (``available_tokens``), earliest kept first while they fit (``fitting``). The

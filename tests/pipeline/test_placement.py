@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,14 +14,16 @@ import pytest
 
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.apis.openai_responses import RESPONSES
-from proxy.cache.blocks import CachedTurnBlocks, Remembered, prefix_keys
+from proxy.cache.blocks import CachedTurnBlocks, Remembered, TurnBlocks, prefix_keys
 from proxy.cache.local import LocalCache
+from proxy.cache.outcome import record_unserved
 from proxy.cache.request_cache import RequestCache
 from proxy.context.budget import TokenBudgetCalculator
 from proxy.context.position import Slot
-from proxy.context.records import MemoryRecord
+from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.render import BLOCK_OPEN
 from proxy.memory.retriever import Retriever
+from proxy.memory.store import SearchQuery
 from proxy.metrics import Metrics
 from proxy.pipeline.pipeline import Pipeline
 from proxy.pipeline.placement import Placement, recalled
@@ -57,11 +59,16 @@ class Spawned:
         await asyncio.gather(*self.tasks)
 
 
-def build() -> tuple[Pipeline, Spawned, LocalCache]:
+def build(
+    blocks: Callable[[CachedTurnBlocks], TurnBlocks] = lambda kept: kept,
+    store: FakeStore | None = None,
+) -> tuple[Pipeline, Spawned, LocalCache]:
+    """A pipeline over the fake store (``store``, else one holding ``FACTS``); its turn blocks
+    are ``blocks`` of the ones kept in the returned cache."""
     raw = LocalCache(1000)
     cache = RequestCache(raw)
     spawned = Spawned()
-    store = FakeStore(records(FACTS), dimensions=DIMS)
+    store = store if store is not None else FakeStore(records(FACTS), dimensions=DIMS)
     pipeline = Pipeline(
         MemorySettings(deadline_ms=2000.0),
         calculator=TokenBudgetCalculator(memory_cap=None),
@@ -70,7 +77,7 @@ def build() -> tuple[Pipeline, Spawned, LocalCache]:
         metrics=Metrics(),
         spawn=spawned,
         clock=lambda: NOW,
-        blocks=CachedTurnBlocks(raw, ttl_s=60),
+        blocks=blocks(CachedTurnBlocks(raw, ttl_s=60)),
     )
     return pipeline, spawned, raw
 
@@ -170,6 +177,89 @@ async def test_a_tool_round_trip_reuses_the_turns_block() -> None:
     assert (
         second.response_headers["X-Memory-Injected"] == first.response_headers["X-Memory-Injected"]
     )
+
+
+class AfterSearch:
+    """Turn blocks whose recall answers only once a search has started: a pipeline that
+    recalled before searching would wait for it until its deadline."""
+
+    def __init__(self, kept: TurnBlocks, searched: asyncio.Event) -> None:
+        self.kept, self.searched = kept, searched
+
+    async def recall(self, keys: Sequence[str]) -> list[Remembered | None]:
+        await self.searched.wait()
+        return await self.kept.recall(keys)
+
+    async def remember(self, key: str, block: Remembered) -> None:
+        await self.kept.remember(key, block)
+
+
+class SignallingStore(FakeStore):
+    """The fake store, setting ``searched`` when a search comes in."""
+
+    def __init__(self, searched: asyncio.Event) -> None:
+        super().__init__(records(FACTS), dimensions=DIMS)
+        self.searched = searched
+
+    async def search(self, tenant: str, query: SearchQuery) -> list[Candidate]:
+        self.searched.set()
+        return await super().search(tenant, query)
+
+
+async def test_the_recall_of_earlier_blocks_runs_alongside_the_search() -> None:
+    """One cache round trip fewer in series: the same blocks come back, found while the
+    search runs (a Redis recall no longer adds its round trip to the request)."""
+    searched = asyncio.Event()
+    headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
+    pipeline, spawned, _ = build(
+        blocks=lambda kept: AfterSearch(kept, searched), store=SignallingStore(searched)
+    )
+    first = await pipeline.prepare(TENANT, headers, chat("dog?"), OPENAI_CHAT)
+    await spawned.run()
+    assert first.response_headers["X-Memory-Status"] == "injected"
+    searched.clear()
+    second = await pipeline.prepare(
+        TENANT,
+        {**headers, "x-memory-mode": "explain"},
+        chat("dog?", "Biscuit.", "tea?"),
+        OPENAI_CHAT,
+    )
+    assert second.reply is not None
+    document = orjson.loads(bytes(second.reply.body))
+    assert second.response_headers["X-Memory-Status"] == "injected"
+    assert document["placement"]["reinserted"] == [
+        {"message": 1, "part": 0, "tokens": document["placement"]["reinserted_tokens"]}
+    ]
+    assert document["messages"][1] == first.body["messages"][1]  # the same block, put back
+
+
+class Failing:
+    """Turn blocks whose backend fails: ``raises`` as an exception, else as misses the cache
+    could not serve (what the byte caches do when Redis is down)."""
+
+    def __init__(self, raises: bool) -> None:
+        self.raises = raises
+
+    async def recall(self, keys: Sequence[str]) -> list[Remembered | None]:
+        if self.raises:
+            raise ConnectionError("cache down")
+        record_unserved()
+        return [None] * len(keys)
+
+    async def remember(self, key: str, block: Remembered) -> None:
+        """Nothing is kept."""
+
+
+@pytest.mark.parametrize("raises", [True, False], ids=["raises", "unserved"])
+async def test_a_failing_block_cache_degrades_the_request_but_memories_still_go_in(
+    raises: bool,
+) -> None:
+    pipeline, _, _ = build(blocks=lambda _kept: Failing(raises))
+    prepared = await pipeline.prepare(TENANT, {}, chat("dog?", "Biscuit.", "tea?"), OPENAI_CHAT)
+    assert prepared.response_headers["X-Memory-Status"] == "degraded"
+    assert int(prepared.response_headers["X-Memory-Injected"]) > 0
+    assert prepared.body["messages"][3]["content"].startswith(BLOCK_OPEN)
+    assert prepared.body["messages"][1] == {"role": "user", "content": "dog?"}  # nothing back
 
 
 async def test_explain_shows_where_the_block_went() -> None:
