@@ -68,14 +68,16 @@ async def test_token_counts_are_filled_at_write_time(store: MemoryStore) -> None
     got = await store.get("t1", "m1")
     assert got is not None
     assert dict(got.tokens) == count_all("Caroline moved to Boston in May 2023.")
-    assert set(got.tokens) == {"o200k_base", "cl100k_base"}
+    assert set(got.tokens) == {"o200k_base", "cl100k_base", "claude"}
 
 
 async def test_token_counts_given_by_the_caller_are_kept(store: MemoryStore) -> None:
-    await put(store, record("m1", tokens={"o200k_base": 99, "cl100k_base": 98}))
+    given = record("m1", tokens={"o200k_base": 99, "cl100k_base": 98})
+    await put(store, given)
     got = await store.get("t1", "m1")
     assert got is not None
-    assert dict(got.tokens) == {"o200k_base": 99, "cl100k_base": 98}
+    # Those given are kept, the missing one (Claude's) is counted.
+    assert dict(got.tokens) == {**count_all(given.content), "o200k_base": 99, "cl100k_base": 98}
 
 
 async def test_add_upserts_by_tenant_and_id(store: MemoryStore) -> None:

@@ -51,6 +51,7 @@ async def test_write_builds_records_embeds_once_adds_and_bumps() -> None:
     assert records[0].tokens == {
         "o200k_base": count_tokens("Alice likes tea", "o200k_base"),
         "cl100k_base": count_tokens("Alice likes tea", "cl100k_base"),
+        "claude": count_tokens("Alice likes tea", "claude"),
     }
     assert embedder.calls == [["Alice likes tea", "Bob"]]
     (added, vectors) = store.adds[0]
