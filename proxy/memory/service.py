@@ -38,6 +38,7 @@ from typing import Protocol
 
 import numpy as np
 
+from proxy.cache.blocks import TurnBlocks
 from proxy.cache.protocol import MemoryCache
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.tokens import O200K
@@ -175,7 +176,8 @@ class MemoryService:
     """Writes, reads, searches and deletes one tenant's memories at a time.
 
     Holds no state of its own: ``store``, ``embedder`` and ``cache`` belong to whoever created
-    them. ``cache`` may be ``None`` (no generation to bump, no cached searches).
+    them. ``cache`` may be ``None`` (no generation to bump, no cached searches); ``blocks``
+    ``None``: no remembered turn blocks to forget on a delete.
     """
 
     def __init__(
@@ -186,8 +188,12 @@ class MemoryService:
         *,
         max_content_chars: int = MAX_CONTENT_CHARS,
         clock: Callable[[], datetime] = utc_now,
+        blocks: TurnBlocks | None = None,
     ) -> None:
         self.store = store
+        # Earlier turns' blocks (``proxy/cache/blocks.py``): a delete lets none shown before it
+        # come back, so a deleted memory leaves every prompt from the next turn on.
+        self.blocks = blocks
         self.embedder = embedder
         self.cache = cache
         self.retriever = Retriever(store, embedder, cache, clock=clock)
@@ -386,13 +392,19 @@ class MemoryService:
         if not await self.store.delete(tenant, memory_id):
             raise NotFound(f"No memory with id '{memory_id}'.", param="id")
         await self._invalidate(tenant)
+        await self._forget_blocks(tenant)
 
     async def delete_user(self, tenant: str, user: str) -> int:
         """Forget every memory of ``user``; return how many there were (0 is not an error)."""
         deleted = await self.store.delete_user(tenant, user)
         if deleted:
             await self._invalidate(tenant)
+            await self._forget_blocks(tenant)
         return deleted
+
+    async def _forget_blocks(self, tenant: str) -> None:
+        if self.blocks is not None:
+            await self.blocks.forget(tenant)
 
     async def feedback(
         self, tenant: str, memory_id: str, feedback: Vote | SetUsefulness

@@ -35,7 +35,7 @@ import orjson
 
 from proxy.apis.adapter import TURN, ApiAdapter, Conversation, Injected, place
 from proxy.background import Job, Spawner
-from proxy.cache.blocks import TurnBlocks, prefix_keys
+from proxy.cache.blocks import Recalled, TurnBlocks, prefix_keys
 from proxy.cache.outcome import CacheOutcome, cache_outcome
 from proxy.cache.protocol import MemoryCache
 from proxy.context.allocation import BudgetCalculator, TokenBudget
@@ -433,14 +433,15 @@ class Pipeline:
             keys = await self._off_loop(run, size / KEYS_BYTES_PER_S, prefix_keys, *args)
         known = [key for key in keys if key is not None]
         try:
-            found = iter(await self.blocks.recall(known))
+            recall = await self.blocks.recall(run.tenant.id, known)
         except Exception as exc:  # a backend's failure is only a miss: the turn goes on
             LOGGER.warning("recalling earlier blocks failed: %s", type(exc).__name__)
             run.degrade("cache")
-            found = iter([None] * len(known))
+            recall = Recalled([None] * len(known), None)
+        found = iter(recall.found)
         kept = [next(found) if key is not None else None for key in keys]
         run.clock.mark("recall")
-        return recalled(placement, indices, keys, kept, budget.available_tokens)
+        return recalled(placement, indices, keys, kept, budget.available_tokens, recall.stamp)
 
     async def _budget(self, run: Run) -> TokenBudget:
         """The memory budget: from byte-length bounds when they settle it, else counted.

@@ -14,7 +14,7 @@ import pytest
 
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.apis.openai_responses import RESPONSES
-from proxy.cache.blocks import CachedTurnBlocks, Remembered, TurnBlocks, prefix_keys
+from proxy.cache.blocks import CachedTurnBlocks, Recalled, Remembered, TurnBlocks, prefix_keys
 from proxy.cache.local import LocalCache
 from proxy.cache.outcome import record_unserved
 from proxy.cache.request_cache import RequestCache
@@ -23,6 +23,7 @@ from proxy.context.position import Slot
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.render import BLOCK_OPEN
 from proxy.memory.retriever import Retriever
+from proxy.memory.service import MemoryService
 from proxy.memory.store import SearchQuery
 from proxy.metrics import Metrics
 from proxy.pipeline.pipeline import Pipeline
@@ -123,7 +124,9 @@ async def test_re_inserted_blocks_take_their_tokens_from_the_window() -> None:
         "t1", ("", *TENANT.memory.sources, "o200k_base", ""), history["messages"], [1]
     )
     assert key is not None
-    big = Remembered("<memories>\nold\n</memories>", 0, 127_000, ("m9",))
+    stamp = (await CachedTurnBlocks(raw, 60).recall("t1", [])).stamp
+    assert stamp is not None
+    big = Remembered("<memories>\nold\n</memories>", 0, 127_000, ("m9",), stamp)
     await CachedTurnBlocks(raw, 60).remember(key, big)
     explained = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, history, OPENAI_CHAT)
     assert explained.reply is not None
@@ -131,7 +134,7 @@ async def test_re_inserted_blocks_take_their_tokens_from_the_window() -> None:
     # gpt-4o: 128k window; 127k of old blocks cannot go back with the reserves: left out.
     assert document["placement"]["reinserted"] == []
     assert document["placement"]["left_out"] == 1
-    small = Remembered("<memories>\nold\n</memories>", 0, 100, ("m9",))
+    small = Remembered("<memories>\nold\n</memories>", 0, 100, ("m9",), stamp)
     await CachedTurnBlocks(raw, 60).remember(key, small)
     explained = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, history, OPENAI_CHAT)
     assert explained.reply is not None
@@ -186,12 +189,15 @@ class AfterSearch:
     def __init__(self, kept: TurnBlocks, searched: asyncio.Event) -> None:
         self.kept, self.searched = kept, searched
 
-    async def recall(self, keys: Sequence[str]) -> list[Remembered | None]:
+    async def recall(self, tenant: str, keys: Sequence[str]) -> Recalled:
         await self.searched.wait()
-        return await self.kept.recall(keys)
+        return await self.kept.recall(tenant, keys)
 
     async def remember(self, key: str, block: Remembered) -> None:
         await self.kept.remember(key, block)
+
+    async def forget(self, tenant: str) -> None:
+        await self.kept.forget(tenant)
 
 
 class SignallingStore(FakeStore):
@@ -233,6 +239,24 @@ async def test_the_recall_of_earlier_blocks_runs_alongside_the_search() -> None:
     assert document["messages"][1] == first.body["messages"][1]  # the same block, put back
 
 
+async def test_a_deleted_memory_never_comes_back_in_an_earlier_block() -> None:
+    store = FakeStore(records(FACTS), dimensions=DIMS)
+    pipeline, spawned, raw = build(store=store)
+    service = MemoryService(store, FakeEmbedder(DIMS), blocks=CachedTurnBlocks(raw, ttl_s=60))
+    headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
+    first = await pipeline.prepare(TENANT, headers, chat("dog?"), OPENAI_CHAT)
+    await spawned.run()
+    shown = first.body["messages"][1]["content"]
+    assert shown.startswith(BLOCK_OPEN)
+    deleted = next(i for i, fact in enumerate(FACTS) if fact in shown)
+    again = await pipeline.prepare(TENANT, headers, chat("dog?", "Biscuit.", "tea?"), OPENAI_CHAT)
+    assert again.body["messages"][1]["content"] == shown  # put back while nothing is deleted
+    await service.delete("t1", f"m{deleted}")
+    after = await pipeline.prepare(TENANT, headers, chat("dog?", "Biscuit.", "tea?"), OPENAI_CHAT)
+    assert after.body["messages"][1] == {"role": "user", "content": "dog?"}  # not put back
+    assert all(FACTS[deleted] not in str(m["content"]) for m in after.body["messages"])
+
+
 class Failing:
     """Turn blocks whose backend fails: ``raises`` as an exception, else as misses the cache
     could not serve (what the byte caches do when Redis is down)."""
@@ -240,14 +264,17 @@ class Failing:
     def __init__(self, raises: bool) -> None:
         self.raises = raises
 
-    async def recall(self, keys: Sequence[str]) -> list[Remembered | None]:
+    async def recall(self, tenant: str, keys: Sequence[str]) -> Recalled:
         if self.raises:
             raise ConnectionError("cache down")
         record_unserved()
-        return [None] * len(keys)
+        return Recalled([None] * len(keys), None)
 
     async def remember(self, key: str, block: Remembered) -> None:
         """Nothing is kept."""
+
+    async def forget(self, tenant: str) -> None:
+        """Nothing to forget."""
 
 
 @pytest.mark.parametrize("raises", [True, False], ids=["raises", "unserved"])
