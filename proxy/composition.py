@@ -109,7 +109,11 @@ async def open_services(
             cache = open_request_cache(settings, stack, metrics.count_cache_lookup)
         if store is not None:
             memories = MemoryService(
-                store, embedder, cache, max_content_chars=settings.memory.max_content_chars
+                store,
+                embedder,
+                cache,
+                max_content_chars=settings.memory.max_content_chars,
+                blocks=turn_blocks(settings, cache),
             )
             purger = ExpiryPurger(store, metrics, settings.memory.purge_interval_s)
             purger.start()
@@ -353,6 +357,14 @@ def open_fact_capture(
     return facts
 
 
+def turn_blocks(settings: Settings, cache: MemoryCache) -> CachedTurnBlocks | None:
+    """Earlier turns' blocks, in the same byte cache (Redis: shared by workers, kept across
+    restarts); a provided typed cache of another kind has none, and turns then go without."""
+    if not isinstance(cache, RequestCache):
+        return None
+    return CachedTurnBlocks(cache.cache, settings.cache.blocks_ttl_s)
+
+
 async def build_pipeline(
     settings: Settings,
     memories: MemoryService | None,
@@ -372,13 +384,7 @@ async def build_pipeline(
             store, background.spawn, metrics, delay_s=settings.memory.count_flush_s
         )
         stack.push_async_callback(counter.flush)
-    # Earlier turns' blocks live in the same byte cache (Redis: shared by workers, kept across
-    # restarts); a provided typed cache of another kind has none, and turns then go without.
-    blocks = (
-        CachedTurnBlocks(cache.cache, settings.cache.blocks_ttl_s)
-        if isinstance(cache, RequestCache)
-        else None
-    )
+    blocks = turn_blocks(settings, cache)
     return Pipeline(
         settings.memory,
         calculator=BudgetCalculator(await load_limits(), tiktoken_tokenizer(), memory_cap=None),

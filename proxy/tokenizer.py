@@ -8,6 +8,14 @@ Counts use ``encode_ordinary``: text that looks like a special token counts as p
 Claude models (a bare name starting ``claude``) are counted in the ``claude`` encoding: the
 tokenizer Anthropic published, loaded from litellm's copy as a tiktoken encoding, with a safety
 margin (``proxy/claude_tokenizer.py``). Without that file they fall back to cl100k_base.
+
+What a memory keeps (``count_all``, at write time): its count in every stored encoding, and in
+``claude`` when that tokenizer is there, so no request counts a memory again, whatever API or
+model it comes for. Invariant: ``tokens[name] == counter(name)(content)`` for every name a
+record holds; for ``claude`` that is the margin applied to the raw count of the NFKC text,
+capped at the text's UTF-8 bytes (``claude_count``): the very function a request would call, so
+the stored figure is exact, not an approximation of it. A change of the margin (ADR 0109) must
+rename the ``claude`` encoding, or counts kept under the old margin would be read as new ones.
 """
 
 from __future__ import annotations
@@ -102,12 +110,16 @@ class TiktokenTokenizer:
             self._longest[encoding] = longest
         return longest
 
+    def kept_encodings(self) -> tuple[str, ...]:
+        """The encodings a memory's count is kept in: the stored ones, and ``claude`` when its
+        tokenizer file is there."""
+        return (*STORED_ENCODINGS, CLAUDE) if self._claude_file is not None else STORED_ENCODINGS
+
     def warm(self, encodings: Iterable[str] | None = None) -> None:
         """Pay first-use costs now (file reads, tables), not in a request; by default for the
         stored encodings and Claude's."""
         if encodings is None:
-            claude = (CLAUDE,) if self._claude_file is not None else ()
-            encodings = (*STORED_ENCODINGS, *claude)
+            encodings = self.kept_encodings()
         for name in encodings:
             self.counter(name)("warm up")
             self.longest_token_bytes(name)
@@ -158,5 +170,11 @@ def count_tokens(text: str, encoding: str = O200K) -> int:
 
 
 def count_all(text: str) -> dict[str, int]:
-    """``text`` counted in every stored encoding (what a memory keeps from write time)."""
-    return {name: count_tokens(text, name) for name in STORED_ENCODINGS}
+    """``text`` counted in every encoding a memory keeps from write time (module notes)."""
+    tokenizer = tiktoken_tokenizer()
+    return {name: tokenizer.counter(name)(text) for name in tokenizer.kept_encodings()}
+
+
+def kept_encodings() -> tuple[str, ...]:
+    """The encodings ``count_all`` counts in, with the process's tokenizer."""
+    return tiktoken_tokenizer().kept_encodings()

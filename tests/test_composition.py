@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from proxy.cache.blocks import CachedTurnBlocks
 from proxy.composition import (
     Provided,
     open_primary,
@@ -63,6 +64,10 @@ async def test_the_pipeline_and_the_api_share_one_read_and_one_write_path(
         assert pipeline.retriever is memories.retriever
         assert pipeline.writer is memories
         assert pipeline.counts is memories.cache
+        # A delete forgets the turn blocks the pipeline recalls: the same byte cache.
+        assert isinstance(memories.blocks, CachedTurnBlocks)
+        assert isinstance(pipeline.blocks, CachedTurnBlocks)
+        assert memories.blocks.cache is pipeline.blocks.cache
         assert set(services.probes) == {"upstream", "store", "embedder", "cache"}
         store = memories.store
         assert await store.ready()

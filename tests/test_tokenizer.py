@@ -8,7 +8,10 @@ import sys
 
 import pytest
 import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from proxy.claude_tokenizer import CLAUDE, normalized, with_margin
 from proxy.context.tokens import STORED_ENCODINGS, Tokenizer
 from proxy.tokenizer import (
     TiktokenTokenizer,
@@ -65,3 +68,29 @@ def test_the_process_tokenizer_loads_offline_from_litellms_files() -> None:
     )
     env = {k: v for k, v in os.environ.items() if k != "TIKTOKEN_CACHE_DIR"}
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60, env=env)
+
+
+# Unicode that NFKC changes (ligatures, full-width, math letters, U+337F that it lengthens),
+# plain prose, and anything else.
+CLAUDE_TEXTS = st.one_of(
+    st.text(max_size=200),
+    st.text(alphabet="ﬁﬂＡｂ１𝐀𝐁㍿ é\u0301 abc.,!?\n", max_size=60),
+    st.sampled_from(["", "The user lives in Porto.", "㍿" * 9, "a" * 300]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(CLAUDE_TEXTS)
+def test_a_memory_keeps_its_claude_count_exactly_as_a_request_counts_it(text: str) -> None:
+    """The invariant of what a memory keeps: the margin over the raw count of the NFKC text,
+    capped at its UTF-8 bytes, is the stored figure itself, for every text."""
+    tokenizer = tiktoken_tokenizer()
+    kept = count_all(text)
+    assert set(kept) == {*STORED_ENCODINGS, CLAUDE}
+    raw = len(tokenizer.encoding(CLAUDE).encode_ordinary(normalized(text)))
+    size = len(text.encode("utf-8", "surrogatepass"))
+    assert kept[CLAUDE] == with_margin(raw, size) == tokenizer.counter(CLAUDE)(text)
+
+
+def test_without_the_claude_file_memories_keep_the_stored_encodings_only() -> None:
+    assert TiktokenTokenizer().kept_encodings() == STORED_ENCODINGS

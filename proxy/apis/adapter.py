@@ -34,6 +34,7 @@ from proxy.context.position import (
     has_breakpoint,
 )
 from proxy.context.position import place as place_blocks
+from proxy.context.position import slot as slot_of
 from proxy.defaults import Position
 from proxy.error_responses import ErrorShape
 from proxy.pipeline.contract import Completion
@@ -76,6 +77,15 @@ class TurnRule:
     behind_roles: tuple[str, ...] = BEHIND_BREAKPOINT_ROLES
     pinned: PartPredicate = has_breakpoint
     text_part: TextPart = chat_text_part
+
+    def slot(self, turns: Sequence[Mapping[str, Any]]) -> Slot | None:
+        """Where a new block goes in ``turns`` under this rule (``position.slot``)."""
+        return slot_of(
+            turns,
+            anchor_roles=self.anchor_roles,
+            behind_roles=self.behind_roles,
+            pinned=self.pinned,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +171,16 @@ def in_turns(
     new = [(where, blocks.block)] if where is not None and blocks.block else []
     result, filled = place_blocks(turns, [*blocks.earlier, *new], text_part=rule.text_part)
     return result, where.index if where is not None and new and where in filled else None
+
+
+def instead_of_system(
+    turns: Sequence[Mapping[str, Any]], blocks: Blocks, rule: TurnRule
+) -> Blocks | None:
+    """The blocks to write into ``turns`` when the API's system place would sit in front of a
+    cache breakpoint: position ``system`` takes the turn's slot (the shared rule), position
+    ``turn`` (which had no slot) goes nowhere; ``None``: nothing is injected."""
+    where = rule.slot(turns) if blocks.position == SYSTEM else None
+    return None if where is None else Blocks(blocks.block, TURN, where)
 
 
 def chat_messages(value: object) -> list[Mapping[str, object]]:

@@ -14,22 +14,17 @@ tokens) is left to the budget's 5% safety buffer.
 Writing the block, position ``turn`` (the default, adr/0111): a text block at the start of the
 latest user message's content, after any ``tool_result`` blocks (the API wants them first) and
 after its last ``cache_control`` breakpoint (string content: the block, a blank line, the text);
-earlier turns' blocks go back where they were, so the previous prompt stays a prefix. When an
-assistant message after it carries a breakpoint there is no slot; the block then goes where
-position ``system`` puts it, unless that would be in front of a breakpoint: then nowhere.
+earlier turns' blocks go back where they were, so the previous prompt stays a prefix. This is
+the shared rule (``proxy/context/position.py``) with the API's roles and pins (``rule``).
 
-Position ``system`` (adr/0108): never in front of the app's ``cache_control`` breakpoints, so
-the prefix the app caches stays byte for byte what it sent. Anthropic caches the prefix
-tools -> system -> messages up to each breakpoint:
-
-- no breakpoint in ``messages`` (none at all, or only on tools or system): the block goes in
-  ``system``, after the app's own text: a string gets ``"\\n\\n" + block``; blocks get one
-  more text block at the end, after the last breakpoint (an existing block is never edited);
-  none becomes the block;
-- the last breakpoint in ``messages`` (the app caches its conversation): a block in ``system``
-  would change that whole cached prefix whenever the memories change. The block goes as a new
-  text block right after the breakpoint's block when that is in a user message, else at the
-  start of the first user message after it; with none after it, in ``system`` after all.
+Position ``system`` (adr/0123): the block goes in ``system``, after the app's own text (a string
+gets ``"\n\n" + block``; blocks get one more text block at the end, after any breakpoint, and
+an existing block is never edited; none becomes the block). Anthropic caches the prefix tools ->
+system -> messages up to each breakpoint, so breakpoints on tools or system never stand in the
+way; one in ``messages`` does: the system prompt would sit in front of it. Then, as for chat
+completions (``adapter.instead_of_system``), position ``system`` takes the turn's slot by the
+same shared rule, and position ``turn`` without a slot injects nothing; so does a conversation
+whose last breakpoint is on an assistant message after the latest user turn (a prefill).
 
 A body of no shape this reads (``messages`` not a list of objects, ``system`` neither a string
 nor a list of objects) has nothing to retrieve for: it goes upstream untouched, and the upstream
@@ -52,9 +47,10 @@ from proxy.apis.adapter import (
     TurnRule,
     chat_messages,
     in_turns,
+    instead_of_system,
 )
 from proxy.apis.answer import Answer, read_answer
-from proxy.context.position import BREAKPOINT, SEPARATOR, has_breakpoint
+from proxy.context.position import BREAKPOINT, SEPARATOR, carries_breakpoint, has_breakpoint
 from proxy.defaults import Position
 from proxy.error_responses import ANTHROPIC, ErrorShape
 from proxy.pipeline.contract import Completion
@@ -122,23 +118,20 @@ class AnthropicMessages:
         self, body: Mapping[str, object], conversation: Conversation, blocks: Blocks
     ) -> Injected:
         """Position ``turn``: at the start of the latest user message, after its ``tool_result``
-        blocks and breakpoints; ``system``: after the app's last breakpoint (module notes)."""
-        messages = body.get("messages")
+        blocks and breakpoints; ``system``: at the end of ``system`` (module notes)."""
         if blocks.position == TURN and blocks.slot is not None:
             new, held = in_turns(conversation.turns, blocks, self.rule)
             return Injected({**body, "messages": new}, held is not None, held)
         block = blocks.block
         if not block:
             return Injected(dict(body))
-        if isinstance(messages, list):
-            placed = after_breakpoint(messages, block)
-            if placed is not None:
-                at = next(
-                    i for i, (a, b) in enumerate(zip(messages, placed, strict=True)) if a is not b
-                )
-                return Injected({**body, "messages": placed}, True, at)
-            if blocks.position == TURN and breakpoint_at(messages) is not None:
-                return Injected(dict(body))  # the system prompt would precede a breakpoint
+        turns = conversation.turns
+        if any(map(carries_breakpoint, turns)):  # the system prompt would precede one
+            instead = instead_of_system(turns, blocks, self.rule)
+            if instead is None:
+                return Injected(dict(body))
+            new, held = in_turns(turns, instead, self.rule)
+            return Injected({**body, "messages": new}, held is not None, held)
         return Injected({**body, "system": with_block(body.get("system"), block)}, True)
 
     def shown(self, body: Mapping[str, object]) -> dict[str, object]:
@@ -246,44 +239,6 @@ def with_block(system: object, block: str) -> str | list[object]:
     if isinstance(system, str) and system:
         return system + SEPARATOR + block
     return block
-
-
-def breakpoint_at(messages: Sequence[object]) -> tuple[int, int] | None:
-    """(message, block) of the last ``cache_control`` breakpoint in ``messages``, if any."""
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        content = message.get("content") if isinstance(message, Mapping) else None
-        if not isinstance(content, list):
-            continue
-        for position in range(len(content) - 1, -1, -1):
-            part = content[position]
-            if has_breakpoint(part):
-                return index, position
-    return None
-
-
-def after_breakpoint(messages: Sequence[Any], block: str) -> list[Any] | None:
-    """``messages`` with the block as a text block after their last breakpoint; ``None``
-    when they have none, or no user message holds or follows it."""
-    found = breakpoint_at(messages)
-    if found is None:
-        return None
-    index, position = found
-    text = {"type": "text", "text": block}
-    for at in range(index, len(messages)):
-        message = messages[at]
-        if not isinstance(message, Mapping) or message.get("role") != USER:
-            continue
-        content = message.get("content")
-        if at == index:
-            assert isinstance(content, list)  # the breakpoint is one of its blocks
-            placed = [*content[: position + 1], text, *content[position + 1 :]]
-        elif isinstance(content, list):
-            placed = [text, *content]
-        else:
-            placed = [text, {"type": "text", "text": content}] if content else [text]
-        return [*messages[:at], {**message, "content": placed}, *messages[at + 1 :]]
-    return None
 
 
 def whole_text(body: Mapping[str, Any]) -> tuple[str, bool]:

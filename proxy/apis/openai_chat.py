@@ -26,10 +26,10 @@ from proxy.apis.adapter import (
     TurnRule,
     chat_messages,
     in_turns,
+    instead_of_system,
 )
 from proxy.apis.answer import Answer, parsed_body
 from proxy.context.inject import clear_of_breakpoints, inject, inject_index
-from proxy.context.position import slot
 from proxy.defaults import Position
 from proxy.error_responses import OPENAI, ErrorShape
 from proxy.pipeline.contract import Completion
@@ -63,12 +63,10 @@ class OpenAIChat:
         if not block:
             return Injected(dict(body))
         if not clear_of_breakpoints(messages):
-            # The system prompt would sit in front of a breakpoint: position system takes the
-            # turn's slot instead; without one (or with position turn), nothing goes anywhere.
-            where = slot(messages) if blocks.position == SYSTEM else None
-            if where is None:
+            instead = instead_of_system(messages, blocks, self.rule)
+            if instead is None:
                 return Injected(dict(body))
-            return self._in_turns(body, messages, Blocks(block, TURN, where))
+            return self._in_turns(body, messages, instead)
         new = inject(messages, block)
         return Injected({**body, "messages": new}, True, inject_index(messages))
 

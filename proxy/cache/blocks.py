@@ -14,44 +14,73 @@ Digests of all prefixes come from one pass (``prefix_keys``). Entries live ``cac
 in the shared cache: with Redis across workers and restarts, in-process otherwise. A miss, a
 corrupt entry or a cache that is down is only a miss: that turn's prompt diverges from the
 previous one where the block was, once, and nothing fails.
+
+Deleted memories: a block shows memories as they were; once one of them is deleted, no block
+of the tenant may come back (``forget``). Each block carries the tenant's *forget stamp* as it
+was when the block was recalled for its turn, and a recall reads the current stamp in the same
+round trip (one more key in the ``get_many``): a block whose stamp differs is a miss. Deleting
+moves the stamp, so every conversation of the tenant loses its earlier blocks once (its prompt
+diverges there once) instead of showing a deleted memory until the TTL. The stamp is a counter
+like the tenants' generations (ADR 0031): a missing one (never set, evicted) restarts at the
+wall clock in microseconds, so it never meets a value an earlier one had. Without Redis each
+worker has its own cache: a delete then reaches the blocks of the worker that served it only.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
-from proxy.cache.codec import CacheDecodeError
+from proxy.cache.codec import CacheDecodeError, decode_count
 from proxy.cache.keys import DIGEST_BYTES, tenant_prefix
 from proxy.cache.protocol import Cache
 from proxy.context.position import BREAKPOINT
 
 KIND = "blk"
+STAMP = "blkstamp"  # the tenant's forget stamp (``tenant_prefix(tenant) + STAMP``)
+MICROS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
 class Remembered:
-    """One turn's block: its text, its slot's ``after``, its exact tokens, the memories shown."""
+    """One turn's block: its text, its slot's ``after``, its exact tokens, the memories shown,
+    and the tenant's forget stamp it was shown under."""
 
     block: str
     after: int
     tokens: int
     ids: tuple[str, ...]
+    stamp: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """What one recall found: a block or ``None`` per key, and the tenant's forget stamp now
+    (``None``: unknown, the cache failed; a block shown now is then not kept)."""
+
+    found: list[Remembered | None]
+    stamp: int | None
 
 
 class TurnBlocks(Protocol):
     """Where blocks of earlier turns are kept; like ``Cache`` it never raises for the backend."""
 
-    async def recall(self, keys: Sequence[str]) -> list[Remembered | None]:
-        """The block remembered under each key, ``None`` where there is none (one round trip)."""
+    async def recall(self, tenant: str, keys: Sequence[str]) -> Recalled:
+        """The block remembered under each key, ``None`` where there is none or it was shown
+        before the tenant's last ``forget`` (one round trip)."""
         ...
 
     async def remember(self, key: str, block: Remembered) -> None:
         """Keep ``block`` under ``key``."""
+        ...
+
+    async def forget(self, tenant: str) -> None:
+        """Let no block of ``tenant`` shown until now come back (a memory was deleted)."""
         ...
 
 
@@ -62,39 +91,65 @@ class CachedTurnBlocks:
         self.cache = cache
         self.ttl_s = ttl_s
 
-    async def recall(self, keys: Sequence[str]) -> list[Remembered | None]:
-        """The blocks under ``keys``; a corrupt entry is a miss."""
-        if self.ttl_s <= 0 or not keys:
-            return [None] * len(keys)
-        found = await self.cache.get_many(keys)
-        return [decode(data) if data is not None else None for data in found]
+    async def recall(self, tenant: str, keys: Sequence[str]) -> Recalled:
+        """The blocks under ``keys`` shown under the current stamp; a corrupt entry is a miss."""
+        if self.ttl_s <= 0:
+            return Recalled([None] * len(keys), None)
+        key = stamp_key(tenant)
+        data, *found = await self.cache.get_many([key, *keys])
+        stamp = None
+        if data is None:
+            stamp = await self.cache.incr(key, seed())  # first use, or evicted: see above
+        else:
+            try:
+                stamp = decode_count(data)
+            except CacheDecodeError:
+                stamp = None
+        blocks = [decode(data) if data is not None else None for data in found]
+        return Recalled([b if b is not None and b.stamp == stamp else None for b in blocks], stamp)
 
     async def remember(self, key: str, block: Remembered) -> None:
         """Keep ``block`` for ``ttl_s`` (0: never)."""
         if self.ttl_s > 0:
             await self.cache.set(key, encode(block), self.ttl_s)
 
+    async def forget(self, tenant: str) -> None:
+        """Move the tenant's stamp (past any value an evicted one reached)."""
+        key = stamp_key(tenant)
+        if await self.cache.incr(key) == 1:  # it was absent
+            await self.cache.incr(key, seed())
+
+
+def stamp_key(tenant: str) -> str:
+    """The key of ``tenant``'s forget stamp."""
+    return f"{tenant_prefix(tenant)}{STAMP}"
+
+
+def seed() -> int:
+    """Where a missing stamp restarts: the wall clock in microseconds."""
+    return int(time.time() * MICROS)
+
 
 def encode(block: Remembered) -> bytes:
     """The stored form of a block."""
-    return orjson.dumps([block.block, block.after, block.tokens, list(block.ids)])
+    return orjson.dumps([block.block, block.after, block.tokens, list(block.ids), block.stamp])
 
 
 def decode(data: bytes) -> Remembered | None:
     """The block stored in ``data``, or ``None`` when it is not one of ours."""
     try:
-        text, after, tokens, ids = orjson.loads(data)
+        text, after, tokens, ids, stamp = orjson.loads(data)
         if not (
             isinstance(text, str)
             and text
-            and all(type(n) is int and n >= 0 for n in (after, tokens))
+            and all(type(n) is int and n >= 0 for n in (after, tokens, stamp))
             and isinstance(ids, list)
             and all(isinstance(i, str) for i in ids)
         ):
             raise CacheDecodeError("not a remembered block")
     except (orjson.JSONDecodeError, ValueError, TypeError, CacheDecodeError):
         return None
-    return Remembered(text, after, tokens, tuple(ids))
+    return Remembered(text, after, tokens, tuple(ids), stamp)
 
 
 def canonical(turn: Mapping[str, Any]) -> bytes:

@@ -49,6 +49,7 @@ from proxy.memory.points import (
     DENSE_VECTOR,
     RETRIEVAL_COUNT_KEY,
     SPARSE_VECTOR,
+    SUPERSEDED_KEY,
     TENANT_KEY,
     owned,
     owned_or_fail,
@@ -348,6 +349,24 @@ class EdgeStore:
                 return None
             value = update(current.usefulness)
             self._shard.update(qe.UpdateOperation.set_payload([pid], {"usefulness": value}))
+            self._records.invalidate([uuid_of(pid)])
+            after = self._shard.retrieve([pid], True, False)
+        return self._owned(after[0], tenant)
+
+    async def supersede(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
+        """Mark the memory superseded by ``by`` if it is not yet, under the read-modify-write
+        lock (a payload update: the vector stays)."""
+        require_tenant(tenant)
+        return await self._run(self._supersede_sync, tenant, memory_id, by)
+
+    def _supersede_sync(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
+        pid = point_id(tenant, memory_id)
+        with self._rmw_lock:
+            found = self._shard.retrieve([pid], True, False)
+            current = self._owned(found[0], tenant) if found else None
+            if current is None or current.superseded_by is not None:
+                return None
+            self._shard.update(qe.UpdateOperation.set_payload([pid], {SUPERSEDED_KEY: by}))
             self._records.invalidate([uuid_of(pid)])
             after = self._shard.retrieve([pid], True, False)
         return self._owned(after[0], tenant)

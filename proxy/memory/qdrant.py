@@ -402,6 +402,26 @@ class QdrantStore:
         return found[0] if found else None
 
     @store_errors
+    async def supersede(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
+        """Mark the memory superseded by ``by`` if it is not yet, under this process's
+        read-modify-write lock (a payload update: the vector stays). As with votes, several
+        memproxy processes on one collection could both succeed: Qdrant has no compare-and-set.
+        """
+        require_tenant(tenant)
+        async with self._rmw_lock:
+            found = await self._retrieve(tenant, [memory_id])
+            if not found or found[0].superseded_by is not None:
+                return None
+            await self._client.set_payload(
+                self._collection,
+                payload={SUPERSEDED_KEY: by},
+                points=[point_id(tenant, memory_id)],
+                wait=True,
+            )
+            found = await self._retrieve(tenant, [memory_id])
+        return found[0] if found else None
+
+    @store_errors
     async def count(self, tenant: str) -> int:
         """Return how many memories the tenant has."""
         require_tenant(tenant)

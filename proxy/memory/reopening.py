@@ -191,6 +191,10 @@ class ReopeningStore:
         """See ``MemoryStore``."""
         return await self._live().update_usefulness(tenant, memory_id, update)
 
+    async def supersede(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
+        """See ``MemoryStore``."""
+        return await self._live().supersede(tenant, memory_id, by)
+
     async def count(self, tenant: str) -> int:
         """See ``MemoryStore``."""
         return await self._live().count(tenant)

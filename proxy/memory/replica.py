@@ -50,7 +50,7 @@ LOGGER = logging.getLogger("memproxy.store")
 
 # The log's operations: each replays one ``EdgeStore`` write with the same arguments.
 ADD, DELETE, DELETE_USER, INCREMENT, USEFULNESS = "add", "delete", "delete_user", "inc", "use"
-PURGE = "purge"
+PURGE, SUPERSEDE = "purge", "supersede"
 
 
 async def apply(store: EdgeStore, entry: Entry) -> object:
@@ -78,6 +78,8 @@ async def apply(store: EdgeStore, entry: Entry) -> object:
         return await store.set_usefulness(*args)
     if op == PURGE:
         return await store.purge_expired(*args)
+    if op == SUPERSEDE:
+        return await store.supersede(*args)  # conditional: a replay changes nothing twice
     raise StoreError(f"unknown write log operation {op!r}")
 
 
@@ -396,6 +398,20 @@ class ReplicaStore:
 
         updated = await self._write(prepare)
         return updated if isinstance(updated, MemoryRecord) else None
+
+    async def supersede(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
+        """Mark the memory superseded by ``by`` if it is not yet, in any worker: checked under
+        the log's lock and logged only when it applies, so of two workers at once one wins."""
+        require_tenant(tenant)
+
+        async def prepare() -> Entry | None:
+            current = await self._replica.get(tenant, memory_id)
+            if current is None or current.superseded_by is not None:
+                return None
+            return (SUPERSEDE, (tenant, memory_id, by))
+
+        marked = await self._write(prepare)
+        return marked if isinstance(marked, MemoryRecord) else None
 
     async def count(self, tenant: str) -> int:
         """Return how many memories the tenant has."""

@@ -20,9 +20,8 @@ from typing import Protocol
 import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.context.tokens import STORED_ENCODINGS
 from proxy.errors import RequestError, StoreError
-from proxy.tokenizer import count_all
+from proxy.tokenizer import count_all, kept_encodings
 
 # The user of tenant-shared memories: every user's search sees them.
 SHARED_USER = ""
@@ -101,6 +100,12 @@ class MemoryStore(Protocol):
         process), so concurrent votes all count; return the updated memory or ``None``."""
         ...
 
+    async def supersede(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
+        """Mark the memory superseded by ``by`` if it exists and is not superseded yet, as one
+        conditional write (of two at once, exactly one succeeds; its vector is kept); return
+        the updated memory, else ``None``."""
+        ...
+
     async def count(self, tenant: str) -> int:
         """Return how many memories the tenant has."""
         ...
@@ -154,7 +159,7 @@ def check_query(query: SearchQuery, dimensions: int) -> np.ndarray:
 
 def with_tokens(record: MemoryRecord) -> MemoryRecord:
     """Return ``record`` with its token counts in every stored encoding (counted once, here)."""
-    if all(name in record.tokens for name in STORED_ENCODINGS):
+    if all(name in record.tokens for name in kept_encodings()):
         return record
     counts = count_all(record.content)
     counts.update(record.tokens)

@@ -35,7 +35,7 @@ import orjson
 
 from proxy.apis.adapter import TURN, ApiAdapter, Conversation, Injected, place
 from proxy.background import Job, Spawner
-from proxy.cache.blocks import TurnBlocks, prefix_keys
+from proxy.cache.blocks import Recalled, TurnBlocks, prefix_keys
 from proxy.cache.outcome import CacheOutcome, cache_outcome
 from proxy.cache.protocol import MemoryCache
 from proxy.context.allocation import BudgetCalculator, TokenBudget
@@ -332,26 +332,43 @@ class Pipeline:
         return run.api.inject(body, run.conversation, blocks(self._placement(run), block))
 
     async def _retrieve(self, run: Run) -> None:
-        """Budget, query, retrieval (cache, embed, search), assemble; fills ``run``."""
+        """Budget, query, retrieval (cache, embed, search), assemble; fills ``run``.
+
+        The search starts before the recall of earlier turns' blocks and runs alongside it: the
+        recall is a cache round trip (Redis across workers) the search does not depend on, so
+        a request waits for the longer of the two, not both. Only what is done with the hits
+        (the room, a reused block) waits for the recall.
+        """
         options = run.options
         budget = run.budget = await self._budget(run)
         run.clock.mark("budget")
         if budget.memory_tokens <= 0:
             return
-        placement = await self._recall(run, budget)
-        room = placement.room(budget.memory_tokens, budget.available_tokens)
-        placement = run.placement = placement.reusable(room)
-        if placement.reused is not None or room <= 0:
-            return
         query = query_text(run.messages, self.settings.query_window)
         run.clock.mark("query")
+        want = Retrieval(query, options.user, options.top_k, options.sources)
+        searching = None
+        if query and options.sources and self.retriever is not None and self._recalls(run):
+            searching = asyncio.ensure_future(self.retriever.retrieve(run.tenant.id, want, run))
+        try:
+            placement = await self._recall(run, budget)
+            room = placement.room(budget.memory_tokens, budget.available_tokens)
+            placement = run.placement = placement.reusable(room)
+        except BaseException:
+            dropped(searching)
+            raise
+        if placement.reused is not None or room <= 0:
+            dropped(searching)  # the turn's block is known, or there is no room for one
+            return
         if not query or not options.sources:
             return
         if self.retriever is None:
             run.degrade("store_unavailable")
             return
-        want = Retrieval(query, options.user, options.top_k, options.sources)
-        hits = await self.retriever.retrieve(run.tenant.id, want, run)
+        if searching is None:
+            hits = await self.retriever.retrieve(run.tenant.id, want, run)
+        else:
+            hits = await searching
         if not run.cache.served:
             run.degrade("cache")
         work = functools.partial(
@@ -376,6 +393,14 @@ class Pipeline:
         if len(hits) > ASSEMBLE_ON_LOOP_CANDIDATES:
             return await self.offloader.run(work, hits)
         return work(hits)
+
+    def _recalls(self, run: Run) -> bool:
+        """Whether this request may look up earlier turns' blocks (a cache round trip)."""
+        return (
+            self.blocks is not None
+            and run.conversation.preamble is not None
+            and place(run.api, run.options.position) == TURN
+        )
 
     async def _recall(self, run: Run, budget: TokenBudget) -> Placement:
         """Where this request's blocks go; with position ``turn``, the earlier turns' blocks
@@ -407,10 +432,16 @@ class Pipeline:
         else:
             keys = await self._off_loop(run, size / KEYS_BYTES_PER_S, prefix_keys, *args)
         known = [key for key in keys if key is not None]
-        found = iter(await self.blocks.recall(known))
+        try:
+            recall = await self.blocks.recall(run.tenant.id, known)
+        except Exception as exc:  # a backend's failure is only a miss: the turn goes on
+            LOGGER.warning("recalling earlier blocks failed: %s", type(exc).__name__)
+            run.degrade("cache")
+            recall = Recalled([None] * len(known), None)
+        found = iter(recall.found)
         kept = [next(found) if key is not None else None for key in keys]
         run.clock.mark("recall")
-        return recalled(placement, indices, keys, kept, budget.available_tokens)
+        return recalled(placement, indices, keys, kept, budget.available_tokens, recall.stamp)
 
     async def _budget(self, run: Run) -> TokenBudget:
         """The memory budget: from byte-length bounds when they settle it, else counted.
@@ -606,6 +637,13 @@ class Pipeline:
                 self.facts.submit(run.tenant.id, run.options, run.messages, completion, facts)
 
         return on_complete
+
+
+def dropped(task: asyncio.Future[T] | None) -> None:
+    """Stop ``task`` (a search no longer wanted); whatever it ends with is not reported."""
+    if task is not None:
+        task.cancel()
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 def message_keys(messages: Sequence[object], encoding: str) -> list[str | None]:

@@ -2,7 +2,9 @@
 
 With position ``turn`` (``proxy/context/position.py``, adr/0111) the pipeline recalls the blocks
 earlier turns of this conversation carried (``proxy/cache/blocks.py``) and puts them back at
-their slots, so the previous upstream prompt stays a byte-identical prefix of this one. Rules:
+their slots, so the previous upstream prompt stays a byte-identical prefix of this one. The
+recall (one cache round trip) runs alongside the search, which does not depend on it; a recall
+that fails is a miss and marks the request degraded, never failing it. Rules:
 
 - Re-inserted blocks are prompt tokens like the conversation's own: they count against the
   context window (``available_tokens``), earliest kept first while they fit (``fitting``). The
@@ -47,6 +49,7 @@ class Placement:
     reused: Remembered | None = None  # this turn's block, remembered from an earlier request
     left_out: int = 0  # earlier blocks found but past the context window's room
     already: tuple[str, ...] = ()  # ids chosen for this turn that an earlier block shows
+    stamp: int = 0  # the tenant's forget stamp the recall saw (``proxy/cache/blocks.py``)
 
     @property
     def earlier_tokens(self) -> int:
@@ -80,11 +83,13 @@ def recalled(
     keys: Sequence[str | None],
     found: Sequence[Remembered | None],
     available_tokens: int,
+    stamp: int | None = 0,
 ) -> Placement:
     """``placement`` with the blocks ``found`` under ``keys`` (those of messages ``indices``).
 
     The slot's own block, if found, is reused; earlier ones go back while they fit in
-    ``available_tokens``.
+    ``available_tokens``. ``stamp``: the tenant's forget stamp the recall read, kept with this
+    turn's block (``None``: unknown, so the block is not kept).
     """
     if placement.slot is None:
         return placement
@@ -99,7 +104,7 @@ def recalled(
         else:
             earlier.append((Slot(index, block.after), block))
     kept = fitting([block.tokens for _, block in earlier], available_tokens)
-    key = dict(zip(indices, keys, strict=True)).get(here)
+    key = dict(zip(indices, keys, strict=True)).get(here) if stamp is not None else None
     return Placement(
         placement.position,
         placement.slot,
@@ -108,6 +113,7 @@ def recalled(
         # Reused only at the same slot: a breakpoint added since may now pin what it preceded.
         reused if reused is not None and reused.after == placement.slot.after else None,
         len(earlier) - kept,
+        stamp=stamp or 0,
     )
 
 
@@ -127,7 +133,7 @@ def remembered(placement: Placement, assembly: Assembly) -> Remembered:
     """This turn's block as it is kept for the turns after it."""
     after = placement.slot.after if placement.slot is not None else 0
     ids = tuple(memory.id for memory in assembly.packed)
-    return Remembered(assembly.block, after, assembly.rendered_tokens, ids)
+    return Remembered(assembly.block, after, assembly.rendered_tokens, ids, placement.stamp)
 
 
 def shown(placement: Placement | None, assembly: Assembly | None) -> tuple[int, int]:

@@ -66,52 +66,111 @@ def test_breakpoints_on_tools_keep_the_block_in_system() -> None:
     assert inject(body)["system"] == "S.\n\n" + BLOCK
 
 
-def test_a_breakpoint_in_a_user_message_gets_the_block_right_after_it() -> None:
-    history = [
-        {"role": "user", "content": [text("Long document.", cache_control=CACHED), text("Q1")]},
-        {"role": "assistant", "content": "A1"},
-        USER,
-    ]
-    body = {"model": "m", "max_tokens": 9, "system": "S.", "messages": history}
-    forwarded = inject(body)
-    assert forwarded["system"] == "S."  # the cached prefix (tools, system, ...) is unchanged
-    messages: Any = forwarded["messages"]
-    assert messages[0]["content"] == [
-        text("Long document.", cache_control=CACHED),
-        text(BLOCK),
-        text("Q1"),
-    ]
-    assert messages[1:] == history[1:]
-    assert history[0]["content"] == [text("Long document.", cache_control=CACHED), text("Q1")]
+DOC = text("Long document.", cache_control=CACHED)
+RESULT_BLOCK = {"type": "tool_result", "tool_use_id": "t1", "content": "21 C"}
+PREFILL = {"role": "assistant", "content": [text("Sure,", cache_control=CACHED)]}
+ANSWER = {"role": "assistant", "content": "A1"}
+SYSTEM_CACHED = [text("Rules.", cache_control=CACHED), text("Be brief.")]
+RESULT_CACHED = {**RESULT_BLOCK, "cache_control": CACHED}
+OTHER_RESULT = {**RESULT_BLOCK, "tool_use_id": "t2"}
+TOOL_CALLS = {
+    "role": "assistant",
+    "content": [
+        {"type": "tool_use", "id": "t1", "name": "w", "input": {}},
+        {"type": "tool_use", "id": "t2", "name": "w", "input": {}},
+    ],
+}
+
+
+def user(content: object) -> dict[str, object]:
+    return {"role": "user", "content": content}
+
+
+# Request shapes with a breakpoint in ``messages``, position ``system``: the system prompt would
+# sit in front of the breakpoint, so the block takes the turn's slot by the shared rule
+# (``position.slot``): the latest user turn behind its pins, behind a later breakpoint in a user
+# message, nowhere behind one in an assistant message. (system, messages, message, content
+# of that message afterwards; ``None``: nothing injected.)
+SHAPES = [
+    # The app caches an earlier turn: the block goes in the latest turn, not behind that
+    # breakpoint deep in the history (everything after it would change every turn).
+    (
+        SYSTEM_CACHED,
+        [user([DOC, text("Q1")]), ANSWER, USER],
+        2,
+        BLOCK + "\n\n" + str(USER["content"]),
+    ),
+    ("S.", [user([DOC, text("Q1")]), ANSWER, user([text("Q2")])], 2, [text(BLOCK), text("Q2")]),
+    # A breakpoint in the latest turn: behind it.
+    (SYSTEM_CACHED, [user([DOC, text("Q")])], 0, [DOC, text(BLOCK), text("Q")]),
+    # Tool results come first in their message, also behind a cached one.
+    (
+        "S.",
+        [USER, TOOL_CALLS, user([RESULT_CACHED, OTHER_RESULT])],
+        2,
+        [RESULT_CACHED, OTHER_RESULT, text(BLOCK)],
+    ),
+    # A breakpoint on an assistant message before the latest user turn: in that turn.
+    (
+        None,
+        [
+            USER,
+            {"role": "assistant", "content": [text("Miso.", cache_control=CACHED)]},
+            user("Thanks!"),
+        ],
+        2,
+        BLOCK + "\n\nThanks!",
+    ),
+    # A prefill carrying the last breakpoint: no place behind it, and system would precede it.
+    (SYSTEM_CACHED, [USER, PREFILL], None, None),
+    (None, [USER, PREFILL], None, None),
+]
 
 
 @pytest.mark.parametrize(
-    ("later", "placed"),
-    [
-        ("Thanks!", [text(BLOCK), text("Thanks!")]),
-        ([text("Thanks!")], [text(BLOCK), text("Thanks!")]),
+    ("system", "messages", "message", "content"),
+    SHAPES,
+    ids=[
+        "earlier-turn-cached-string",
+        "earlier-turn-cached-blocks",
+        "latest-turn-cached",
+        "cached-tool-result",
+        "assistant-cached-before-latest",
+        "prefill-cached-system-cached",
+        "prefill-cached",
     ],
 )
-def test_a_breakpoint_in_an_assistant_message_puts_the_block_in_the_next_user_message(
-    later: object, placed: object
+def test_position_system_behind_a_breakpoint_in_messages_takes_the_shared_slot(
+    system: object, messages: list[Any], message: int | None, content: object
 ) -> None:
-    history = [
-        USER,
-        {"role": "assistant", "content": [text("Miso.", cache_control=CACHED)]},
-        {"role": "user", "content": later},
+    body: dict[str, Any] = {"model": "claude-sonnet-4-5", "max_tokens": 9, "messages": messages}
+    if system is not None:
+        body["system"] = system
+    sent = orjson.dumps(body)
+    injected = API.inject(body, API.conversation(body), Blocks(BLOCK, SYSTEM))
+    assert orjson.dumps(body) == sent  # the input is untouched
+    assert injected.body.get("system") == system  # the cached prefix is unchanged
+    assert (injected.held, injected.message) == (message is not None, message)
+    forwarded: Any = injected.body["messages"]
+    if message is None:
+        assert injected.body == body
+        return
+    assert message == API.rule.slot(messages).index  # type: ignore[union-attr]
+    assert forwarded[message] == {**messages[message], "content": content}
+    assert [m for i, m in enumerate(forwarded) if i != message] == [
+        m for i, m in enumerate(messages) if i != message
     ]
-    forwarded = inject({"model": "m", "max_tokens": 9, "messages": history})
-    assert "system" not in forwarded
-    messages: Any = forwarded["messages"]
-    assert messages[:2] == history[:2]
-    assert messages[2] == {"role": "user", "content": placed}
 
 
-def test_no_user_message_after_the_breakpoint_falls_back_to_system() -> None:
-    history = [USER, {"role": "assistant", "content": [text("Mi", cache_control=CACHED)]}]
-    forwarded = inject({"model": "m", "max_tokens": 9, "messages": history})
-    assert forwarded["system"] == BLOCK
-    assert forwarded["messages"] == history
+@pytest.mark.parametrize("system", ["S.", SYSTEM_CACHED, None])
+def test_position_turn_without_a_slot_and_a_breakpoint_in_messages_injects_nothing(
+    system: object,
+) -> None:
+    body: dict[str, Any] = {"model": "m", "max_tokens": 9, "messages": [USER, PREFILL]}
+    if system is not None:
+        body["system"] = system
+    injected = API.inject(body, API.conversation(body), Blocks(BLOCK, TURN))
+    assert injected == Injected(body)
 
 
 def test_the_conversation_in_chat_terms() -> None:

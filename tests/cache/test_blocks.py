@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import fakeredis
 import pytest
 
 from proxy.cache import LocalCache, RedisCache
-from proxy.cache.blocks import CachedTurnBlocks, Remembered, decode, encode, prefix_keys
+from proxy.cache.blocks import CachedTurnBlocks, Recalled, Remembered, decode, encode, prefix_keys
 from proxy.cache.protocol import Cache
 from proxy.cache.redis_cache import connect
 from tests.redis_server import RedisServer
@@ -40,8 +41,41 @@ async def test_a_block_comes_back_under_its_key_only(blocks: CachedTurnBlocks) -
     assert first
     assert second
     assert first != second
-    await blocks.remember(first, BLOCK)
-    assert await blocks.recall([first, second]) == [BLOCK, None]
+    stamp = (await blocks.recall("acme", [])).stamp
+    assert stamp is not None
+    shown = replace(BLOCK, stamp=stamp)
+    await blocks.remember(first, shown)
+    assert (await blocks.recall("acme", [first, second])).found == [shown, None]
+
+
+async def test_a_delete_lets_no_block_shown_before_it_come_back(blocks: CachedTurnBlocks) -> None:
+    [key] = prefix_keys("acme", SCOPE, TURNS, [1])
+    [elsewhere] = prefix_keys("other", SCOPE, TURNS, [1])
+    assert key is not None
+    assert elsewhere is not None
+    for tenant, at in (("acme", key), ("other", elsewhere)):
+        stamp = (await blocks.recall(tenant, [])).stamp
+        assert stamp is not None
+        await blocks.remember(at, replace(BLOCK, stamp=stamp))
+    await blocks.forget("acme")
+    after = await blocks.recall("acme", [key])
+    assert after.found == [None]  # shown before the delete: gone
+    assert (await blocks.recall("other", [elsewhere])).found != [None]  # another tenant's stays
+    assert after.stamp is not None
+    await blocks.remember(key, replace(BLOCK, stamp=after.stamp))  # shown after it: kept
+    assert (await blocks.recall("acme", [key])).found == [replace(BLOCK, stamp=after.stamp)]
+
+
+async def test_a_stamp_that_vanished_restarts_past_every_earlier_one(
+    blocks: CachedTurnBlocks,
+) -> None:
+    [key] = prefix_keys("acme", SCOPE, TURNS, [1])
+    assert key is not None
+    await blocks.remember(key, BLOCK)  # shown under a stamp of 0: no stamp can be that
+    first = await blocks.recall("acme", [key])
+    assert first.found == [None]
+    assert first.stamp is not None
+    assert first.stamp > 1_700_000_000 * 1_000_000  # the wall clock, in microseconds
 
 
 def test_keys_name_the_conversation_up_to_the_message_and_its_scope() -> None:
@@ -78,7 +112,16 @@ def test_no_key_from_a_message_json_cannot_encode_on() -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"not json", b"[]", b'["", 0, 1, []]', b'["b", -1, 1, []]', b'["b", 0, 1, [3]]'],
+    [
+        b"",
+        b"not json",
+        b"[]",
+        b'["", 0, 1, [], 0]',
+        b'["b", -1, 1, [], 0]',
+        b'["b", 0, 1, [3], 0]',
+        b'["b", 0, 1, [], -1]',
+        b'["b", 0, 1, []]',
+    ],
 )
 def test_what_is_not_a_block_is_a_miss(data: bytes) -> None:
     assert decode(data) is None
@@ -93,24 +136,27 @@ async def test_zero_ttl_keeps_nothing() -> None:
     [key] = prefix_keys("acme", SCOPE, TURNS, [1])
     assert key is not None
     await blocks.remember(key, BLOCK)
-    assert await blocks.recall([key]) == [None]
+    assert await blocks.recall("acme", [key]) == Recalled([None], None)
 
 
 async def test_a_cache_that_is_down_is_a_miss_never_an_error() -> None:
     client = connect("redis://127.0.0.1:1/0")  # nothing listens there
     blocks = CachedTurnBlocks(RedisCache(client, timeout_ms=200), ttl_s=60)
     await blocks.remember("k", BLOCK)
-    assert await blocks.recall(["k"]) == [None]
+    assert await blocks.recall("acme", ["k"]) == Recalled([None], None)
 
 
 async def test_blocks_outlive_a_worker_on_a_real_redis(shared_redis_server: RedisServer) -> None:
     [key] = prefix_keys("acme", SCOPE, TURNS, [1])
     assert key is not None
     one = CachedTurnBlocks(RedisCache(connect(shared_redis_server.url), timeout_ms=2000), 60)
-    await one.remember(key, BLOCK)
+    stamp = (await one.recall("acme", [])).stamp
+    assert stamp is not None
+    shown = replace(BLOCK, stamp=stamp)
+    await one.remember(key, shown)
     await one.cache.close()
     other = CachedTurnBlocks(RedisCache(connect(shared_redis_server.url), timeout_ms=2000), 60)
     try:
-        assert await other.recall([key]) == [BLOCK]
+        assert (await other.recall("acme", [key])).found == [shown]
     finally:
         await other.cache.close()

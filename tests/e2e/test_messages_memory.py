@@ -121,11 +121,12 @@ def test_a_breakpoint_in_the_conversation_keeps_system_and_history_untouched(
         messages=history,
         extra_headers={"X-Memory-Position": "system"},
     )
-    body = sent(memproxy)  # position system: right after the breakpoint, never in front of it
+    # Position system: system would precede the breakpoint, so the block takes the turn's
+    # place (adr/0123), not a place deep in the history right after the breakpoint.
+    body = sent(memproxy)
     assert body["system"] == "S."
-    assert body["messages"][0]["content"][0] == cached
-    assert "Biscuit" in block_in(body["messages"][0]["content"][1]["text"])
-    assert body["messages"][1:] == history[1:]
+    assert body["messages"][:2] == history[:2]
+    assert "Biscuit" in block_in(body["messages"][2]["content"])
 
 
 def test_explain_shows_system_and_messages_without_calling_the_upstream(

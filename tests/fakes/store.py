@@ -18,7 +18,14 @@ import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import StoreError
-from proxy.memory.points import SOURCE_KEY, USER_KEY, WORDS_KEY, from_payload, to_payload
+from proxy.memory.points import (
+    SOURCE_KEY,
+    SUPERSEDED_KEY,
+    USER_KEY,
+    WORDS_KEY,
+    from_payload,
+    to_payload,
+)
 from proxy.memory.store import (
     SHARED_USER,
     Page,
@@ -152,6 +159,13 @@ class FakeStore:
             return None
         # No await between the read and the write: concurrent updates never interleave.
         return await self.set_usefulness(tenant, memory_id, update(point[0]["usefulness"]))
+
+    async def supersede(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
+        point = self._points.get((require_tenant(tenant), memory_id))
+        if point is None or point[0].get(SUPERSEDED_KEY) is not None:
+            return None
+        point[0][SUPERSEDED_KEY] = by  # no await since the check: never two winners
+        return from_payload(point[0])
 
     async def count(self, tenant: str) -> int:
         return len(self._records(tenant))

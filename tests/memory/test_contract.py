@@ -68,14 +68,16 @@ async def test_token_counts_are_filled_at_write_time(store: MemoryStore) -> None
     got = await store.get("t1", "m1")
     assert got is not None
     assert dict(got.tokens) == count_all("Caroline moved to Boston in May 2023.")
-    assert set(got.tokens) == {"o200k_base", "cl100k_base"}
+    assert set(got.tokens) == {"o200k_base", "cl100k_base", "claude"}
 
 
 async def test_token_counts_given_by_the_caller_are_kept(store: MemoryStore) -> None:
-    await put(store, record("m1", tokens={"o200k_base": 99, "cl100k_base": 98}))
+    given = record("m1", tokens={"o200k_base": 99, "cl100k_base": 98})
+    await put(store, given)
     got = await store.get("t1", "m1")
     assert got is not None
-    assert dict(got.tokens) == {"o200k_base": 99, "cl100k_base": 98}
+    # Those given are kept, the missing one (Claude's) is counted.
+    assert dict(got.tokens) == {**count_all(given.content), "o200k_base": 99, "cl100k_base": 98}
 
 
 async def test_add_upserts_by_tenant_and_id(store: MemoryStore) -> None:
@@ -610,3 +612,38 @@ async def test_repeats_finds_the_users_live_memories_with_the_same_words(
     found = await store.repeats("t1", "u1", words_key(text), LIVE_AT)
     assert {r.id for r in found} == {"same", "cased"}
     assert await store.repeats("t1", "u3", words_key(text), LIVE_AT) == []
+
+
+async def test_supersede_marks_a_live_memory_once_and_keeps_its_vector(
+    store: MemoryStore,
+) -> None:
+    text = "the user lives in porto"
+    await put(store, record("old", content=text), record("other", tenant="t2", content=text))
+    marked = await store.supersede("t1", "old", "new")
+    assert marked is not None
+    assert (marked.id, marked.superseded_by) == ("old", "new")
+    assert (await store.supersede("t1", "old", "newer")) is None  # the first replacement stands
+    got = await store.get("t1", "old")
+    assert got is not None
+    assert got.superseded_by == "new"
+    assert (await store.supersede("t1", "missing", "new")) is None
+    assert (await store.supersede("t1", "other", "new")) is None  # another tenant's memory
+    other = await store.get("t2", "other")
+    assert other is not None
+    assert other.superseded_by is None
+    # Its vector was kept: a search that sees superseded memories still finds it as before.
+    (hit,) = await store.search("t1", query_for(text))
+    assert hit.record.id == "old"
+    assert hit.similarity == pytest.approx(1.0, abs=1e-5)
+    live = replace(query_for(text), live_at=LIVE_AT)
+    assert await store.search("t1", live) == []
+
+
+async def test_concurrent_supersedes_have_one_winner(store: MemoryStore) -> None:
+    await put(store, record("old"))
+    results = await asyncio.gather(*(store.supersede("t1", "old", f"n{i}") for i in range(6)))
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1
+    got = await store.get("t1", "old")
+    assert got is not None
+    assert got.superseded_by == winners[0].superseded_by

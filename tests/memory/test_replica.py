@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,15 +24,28 @@ from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES
 from proxy.memory.replica import (
     LOG_FILE,
     REPLICAS_DIR,
+    SUPERSEDE,
     LogFolder,
     ReplicaStore,
     absorb_log,
     fold_log,
 )
+from proxy.memory.service import MemoryService
 from proxy.memory.store import SearchQuery
 from proxy.memory.write_log import WriteLog
 from proxy.settings import StoreSettings
-from tests.memory.support import DIM, record, vector_for, vectors_for
+from tests.memory.support import DIM, HashEmbedder, record, vector_for, vectors_for
+
+
+class CountingEmbedder(HashEmbedder):
+    """``HashEmbedder``, keeping every batch it was asked to embed."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        return await super().embed(texts)
 
 
 async def replica(data_dir: Path) -> ReplicaStore:
@@ -103,6 +116,34 @@ async def test_delete_user_through_one_is_seen_by_the_other(
     await a.add(mine, vectors_for(mine))
     assert await b.delete_user("t1", "u1") == 2
     assert await a.count("t1") == 1
+
+
+async def test_two_workers_superseding_one_memory_at_once_have_one_winner(
+    pair: tuple[ReplicaStore, ReplicaStore], tmp_path: Path
+) -> None:
+    """Issue 17's reconciliation in two workers at once: one logged conditional write wins,
+    the other changes nothing, and nothing is embedded again (the stored vector stays)."""
+    a, b = pair
+    memory = record("old", content="the user lives in porto")
+    await a.add([memory], vectors_for([memory]))
+    embedder = CountingEmbedder()
+    workers = [MemoryService(store, embedder) for store in (a, b)]
+    for _ in range(3):  # a race is a matter of timing: several rounds, each on a fresh memory
+        results = await asyncio.gather(
+            workers[0].supersede("t1", "old", "by-a"), workers[1].supersede("t1", "old", "by-b")
+        )
+        winners = [r for r in results if r is not None]
+        assert len(winners) == 1
+        for store in (a, b):
+            got = await store.get("t1", "old")
+            assert got is not None
+            assert got.superseded_by == winners[0].superseded_by
+        await a.add([memory], vectors_for([memory]))  # live again for the next round
+    assert embedder.calls == []
+    log = WriteLog(tmp_path / LOG_FILE)
+    entries, _ = log.read(0)
+    log.close()
+    assert [op for (op, _), _ in entries].count(SUPERSEDE) == 3  # only the winners are logged
 
 
 async def test_a_replica_opened_later_replays_the_log(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ async def test_write_builds_records_embeds_once_adds_and_bumps() -> None:
     assert records[0].tokens == {
         "o200k_base": count_tokens("Alice likes tea", "o200k_base"),
         "cl100k_base": count_tokens("Alice likes tea", "cl100k_base"),
+        "claude": count_tokens("Alice likes tea", "claude"),
     }
     assert embedder.calls == [["Alice likes tea", "Bob"]]
     (added, vectors) = store.adds[0]
@@ -254,3 +255,19 @@ async def test_expires_at_is_stored_and_shown() -> None:
     shown = memory_object(record)
     assert shown["expires_at"] == "2025-01-08T23:00:00Z"
     assert (shown["superseded_by"], shown["supersedes"]) == (None, None)
+
+
+async def test_supersede_is_one_conditional_write_without_embedding() -> None:
+    service, store, embedder, cache = make()
+    await service.add("t1", [{"content": "Lives in Porto", "id": "old"}])
+    embedder.calls.clear()
+    cache.bumps.clear()
+    marked = await service.supersede("t1", "old", "new")
+    assert marked is not None
+    assert marked.superseded_by == "new"
+    assert embedder.calls == []  # the text did not change: its stored vector stays
+    assert len(store.adds) == 1  # no second upsert of the old record
+    assert cache.bumps == ["t1"]
+    assert await service.supersede("t1", "old", "newer") is None
+    assert await service.supersede("t1", "old", "old") is None
+    assert cache.bumps == ["t1"]  # nothing changed, nothing invalidated

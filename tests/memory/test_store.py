@@ -11,8 +11,8 @@ from tests.memory.support import record
 
 def test_with_tokens_counts_only_missing_encodings() -> None:
     full = with_tokens(record("m1", content="hello world"))
-    assert set(full.tokens) == {"o200k_base", "cl100k_base"}
-    given_counts = record("m1", tokens={"o200k_base": 7, "cl100k_base": 8})
+    assert set(full.tokens) == {"o200k_base", "cl100k_base", "claude"}
+    given_counts = record("m1", tokens={"o200k_base": 7, "cl100k_base": 8, "claude": 9})
     assert with_tokens(given_counts) is given_counts
     partial = with_tokens(record("m1", content="hello world", tokens={"o200k_base": 7}))
     assert partial.tokens["o200k_base"] == 7

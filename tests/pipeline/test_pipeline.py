@@ -198,6 +198,46 @@ async def test_a_budget_the_byte_bound_settles_counts_nothing() -> None:
     assert [kind for kind, _, _ in lookups if kind == "tokens"] == []  # no count-cache trip
 
 
+PETS = [
+    "The user's dog is called Biscuit.",
+    "Biscuit is a beagle who hates rain.",
+    "The user walks the dog every morning at seven.",
+    "The user's café order is a flat white; ﬁne with oat milk.",
+]
+
+
+@pytest.mark.parametrize(
+    ("api", "request_body"),
+    [
+        (OPENAI_CHAT, body("what is my dog called?")),
+        (
+            ANTHROPIC_MESSAGES,
+            {
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 256,
+                "messages": [{"role": "user", "content": "what is my dog called?"}],
+            },
+        ),
+    ],
+    ids=["chat-o200k", "messages-claude"],
+)
+async def test_candidates_are_never_counted_again_whatever_the_api(
+    api: ApiAdapter, request_body: dict[str, Any]
+) -> None:
+    """A memory keeps its count in every encoding a request may use, Claude's included: a
+    Messages request for a Claude model costs no tokenizer pass per candidate, as chat does."""
+    memories = [replace(BISCUIT, id=f"m{i}", content=text) for i, text in enumerate(PETS)]
+    tiktoken_tokenizer().warm()  # the encodings' first use is not what this is about
+    tokenizer = SpyTokenizer(tiktoken_tokenizer())
+    calculator = TokenBudgetCalculator(memory_cap=None, tokenizer=tokenizer)
+    store = FakeStore(memories, dimensions=DIMS)
+    prepared = await build(store, FakeEmbedder(DIMS), None, calculator).prepare(
+        TENANT, {"x-memory-mode": "explain"}, request_body, api
+    )
+    assert prepared.response_headers["X-Memory-Status"] == "injected"
+    assert not set(PETS) & set(tokenizer.counted)
+
+
 async def test_no_messages_or_mode_off_do_no_backend_work() -> None:
     store, embedder = biscuit_store(), FakeEmbedder(DIMS)
     pipeline = build(store, embedder)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,14 +14,17 @@ import pytest
 
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.apis.openai_responses import RESPONSES
-from proxy.cache.blocks import CachedTurnBlocks, Remembered, prefix_keys
+from proxy.cache.blocks import CachedTurnBlocks, Recalled, Remembered, TurnBlocks, prefix_keys
 from proxy.cache.local import LocalCache
+from proxy.cache.outcome import record_unserved
 from proxy.cache.request_cache import RequestCache
 from proxy.context.budget import TokenBudgetCalculator
 from proxy.context.position import Slot
-from proxy.context.records import MemoryRecord
+from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.render import BLOCK_OPEN
 from proxy.memory.retriever import Retriever
+from proxy.memory.service import MemoryService
+from proxy.memory.store import SearchQuery
 from proxy.metrics import Metrics
 from proxy.pipeline.pipeline import Pipeline
 from proxy.pipeline.placement import Placement, recalled
@@ -57,11 +60,16 @@ class Spawned:
         await asyncio.gather(*self.tasks)
 
 
-def build() -> tuple[Pipeline, Spawned, LocalCache]:
+def build(
+    blocks: Callable[[CachedTurnBlocks], TurnBlocks] = lambda kept: kept,
+    store: FakeStore | None = None,
+) -> tuple[Pipeline, Spawned, LocalCache]:
+    """A pipeline over the fake store (``store``, else one holding ``FACTS``); its turn blocks
+    are ``blocks`` of the ones kept in the returned cache."""
     raw = LocalCache(1000)
     cache = RequestCache(raw)
     spawned = Spawned()
-    store = FakeStore(records(FACTS), dimensions=DIMS)
+    store = store if store is not None else FakeStore(records(FACTS), dimensions=DIMS)
     pipeline = Pipeline(
         MemorySettings(deadline_ms=2000.0),
         calculator=TokenBudgetCalculator(memory_cap=None),
@@ -70,7 +78,7 @@ def build() -> tuple[Pipeline, Spawned, LocalCache]:
         metrics=Metrics(),
         spawn=spawned,
         clock=lambda: NOW,
-        blocks=CachedTurnBlocks(raw, ttl_s=60),
+        blocks=blocks(CachedTurnBlocks(raw, ttl_s=60)),
     )
     return pipeline, spawned, raw
 
@@ -116,7 +124,9 @@ async def test_re_inserted_blocks_take_their_tokens_from_the_window() -> None:
         "t1", ("", *TENANT.memory.sources, "o200k_base", ""), history["messages"], [1]
     )
     assert key is not None
-    big = Remembered("<memories>\nold\n</memories>", 0, 127_000, ("m9",))
+    stamp = (await CachedTurnBlocks(raw, 60).recall("t1", [])).stamp
+    assert stamp is not None
+    big = Remembered("<memories>\nold\n</memories>", 0, 127_000, ("m9",), stamp)
     await CachedTurnBlocks(raw, 60).remember(key, big)
     explained = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, history, OPENAI_CHAT)
     assert explained.reply is not None
@@ -124,7 +134,7 @@ async def test_re_inserted_blocks_take_their_tokens_from_the_window() -> None:
     # gpt-4o: 128k window; 127k of old blocks cannot go back with the reserves: left out.
     assert document["placement"]["reinserted"] == []
     assert document["placement"]["left_out"] == 1
-    small = Remembered("<memories>\nold\n</memories>", 0, 100, ("m9",))
+    small = Remembered("<memories>\nold\n</memories>", 0, 100, ("m9",), stamp)
     await CachedTurnBlocks(raw, 60).remember(key, small)
     explained = await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, history, OPENAI_CHAT)
     assert explained.reply is not None
@@ -170,6 +180,113 @@ async def test_a_tool_round_trip_reuses_the_turns_block() -> None:
     assert (
         second.response_headers["X-Memory-Injected"] == first.response_headers["X-Memory-Injected"]
     )
+
+
+class AfterSearch:
+    """Turn blocks whose recall answers only once a search has started: a pipeline that
+    recalled before searching would wait for it until its deadline."""
+
+    def __init__(self, kept: TurnBlocks, searched: asyncio.Event) -> None:
+        self.kept, self.searched = kept, searched
+
+    async def recall(self, tenant: str, keys: Sequence[str]) -> Recalled:
+        await self.searched.wait()
+        return await self.kept.recall(tenant, keys)
+
+    async def remember(self, key: str, block: Remembered) -> None:
+        await self.kept.remember(key, block)
+
+    async def forget(self, tenant: str) -> None:
+        await self.kept.forget(tenant)
+
+
+class SignallingStore(FakeStore):
+    """The fake store, setting ``searched`` when a search comes in."""
+
+    def __init__(self, searched: asyncio.Event) -> None:
+        super().__init__(records(FACTS), dimensions=DIMS)
+        self.searched = searched
+
+    async def search(self, tenant: str, query: SearchQuery) -> list[Candidate]:
+        self.searched.set()
+        return await super().search(tenant, query)
+
+
+async def test_the_recall_of_earlier_blocks_runs_alongside_the_search() -> None:
+    """One cache round trip fewer in series: the same blocks come back, found while the
+    search runs (a Redis recall no longer adds its round trip to the request)."""
+    searched = asyncio.Event()
+    headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
+    pipeline, spawned, _ = build(
+        blocks=lambda kept: AfterSearch(kept, searched), store=SignallingStore(searched)
+    )
+    first = await pipeline.prepare(TENANT, headers, chat("dog?"), OPENAI_CHAT)
+    await spawned.run()
+    assert first.response_headers["X-Memory-Status"] == "injected"
+    searched.clear()
+    second = await pipeline.prepare(
+        TENANT,
+        {**headers, "x-memory-mode": "explain"},
+        chat("dog?", "Biscuit.", "tea?"),
+        OPENAI_CHAT,
+    )
+    assert second.reply is not None
+    document = orjson.loads(bytes(second.reply.body))
+    assert second.response_headers["X-Memory-Status"] == "injected"
+    assert document["placement"]["reinserted"] == [
+        {"message": 1, "part": 0, "tokens": document["placement"]["reinserted_tokens"]}
+    ]
+    assert document["messages"][1] == first.body["messages"][1]  # the same block, put back
+
+
+async def test_a_deleted_memory_never_comes_back_in_an_earlier_block() -> None:
+    store = FakeStore(records(FACTS), dimensions=DIMS)
+    pipeline, spawned, raw = build(store=store)
+    service = MemoryService(store, FakeEmbedder(DIMS), blocks=CachedTurnBlocks(raw, ttl_s=60))
+    headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
+    first = await pipeline.prepare(TENANT, headers, chat("dog?"), OPENAI_CHAT)
+    await spawned.run()
+    shown = first.body["messages"][1]["content"]
+    assert shown.startswith(BLOCK_OPEN)
+    deleted = next(i for i, fact in enumerate(FACTS) if fact in shown)
+    again = await pipeline.prepare(TENANT, headers, chat("dog?", "Biscuit.", "tea?"), OPENAI_CHAT)
+    assert again.body["messages"][1]["content"] == shown  # put back while nothing is deleted
+    await service.delete("t1", f"m{deleted}")
+    after = await pipeline.prepare(TENANT, headers, chat("dog?", "Biscuit.", "tea?"), OPENAI_CHAT)
+    assert after.body["messages"][1] == {"role": "user", "content": "dog?"}  # not put back
+    assert all(FACTS[deleted] not in str(m["content"]) for m in after.body["messages"])
+
+
+class Failing:
+    """Turn blocks whose backend fails: ``raises`` as an exception, else as misses the cache
+    could not serve (what the byte caches do when Redis is down)."""
+
+    def __init__(self, raises: bool) -> None:
+        self.raises = raises
+
+    async def recall(self, tenant: str, keys: Sequence[str]) -> Recalled:
+        if self.raises:
+            raise ConnectionError("cache down")
+        record_unserved()
+        return Recalled([None] * len(keys), None)
+
+    async def remember(self, key: str, block: Remembered) -> None:
+        """Nothing is kept."""
+
+    async def forget(self, tenant: str) -> None:
+        """Nothing to forget."""
+
+
+@pytest.mark.parametrize("raises", [True, False], ids=["raises", "unserved"])
+async def test_a_failing_block_cache_degrades_the_request_but_memories_still_go_in(
+    raises: bool,
+) -> None:
+    pipeline, _, _ = build(blocks=lambda _kept: Failing(raises))
+    prepared = await pipeline.prepare(TENANT, {}, chat("dog?", "Biscuit.", "tea?"), OPENAI_CHAT)
+    assert prepared.response_headers["X-Memory-Status"] == "degraded"
+    assert int(prepared.response_headers["X-Memory-Injected"]) > 0
+    assert prepared.body["messages"][3]["content"].startswith(BLOCK_OPEN)
+    assert prepared.body["messages"][1] == {"role": "user", "content": "dog?"}  # nothing back
 
 
 async def test_explain_shows_where_the_block_went() -> None:
