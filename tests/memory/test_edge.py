@@ -17,6 +17,7 @@ import qdrant_edge as qe
 from proxy.errors import StoreError
 from proxy.memory import edge_maintenance
 from proxy.memory.edge import EdgeStore, is_engine_error
+from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB
 from proxy.memory.points import DENSE_VECTOR
 from proxy.memory.store import SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
@@ -168,6 +169,25 @@ async def test_quantized_segments_still_give_exact_cosines(tmp_path: Path, hybri
             hits = await store.search("t1", query)
             assert hits[0].record.id == f"m{row}"
             assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+    finally:
+        await store.close()
+
+
+async def test_an_index_build_indexes_a_store_below_qdrants_default_threshold(
+    tmp_path: Path,
+) -> None:
+    """2.1 MB of vectors (Qdrant indexes from 10 MB): the build must still make an indexed,
+    int8-quantized segment, else a 10k-memory store searches by an unquantized exact scan."""
+    dims = 256
+    points = INDEXING_THRESHOLD_KB * 1024 // (dims * 4) + 100
+    store = await EdgeStore.open(tmp_path, dimensions=dims)
+    try:
+        records = [record(f"m{i}", content=f"note {i}") for i in range(points)]
+        await store.add(records, vectors_for(records, dims))
+        probe = vector_for("probe", dims)
+        assert not quantized_scores_differ(store, probe)  # unindexed: no int8 copies yet
+        await store.optimize()
+        assert quantized_scores_differ(store, probe)
     finally:
         await store.close()
 
