@@ -225,8 +225,11 @@ def spy_searches(monkeypatch: pytest.MonkeyPatch) -> list[datetime | None]:
     return seen
 
 
-def live_query(text: str) -> SearchQuery:
-    return SearchQuery(vector_for(text, DIM), text, "u1", None, 5, live_at=LIVE_AT)
+async def live_ids(store: EdgeStore, tenant: str = "t1") -> list[str]:
+    """The ids a live search of ``tenant`` for "a red van" returns."""
+    text = "a red van"
+    query = SearchQuery(vector_for(text, DIM), text, "u1", None, 5, live_at=LIVE_AT)
+    return [c.record.id for c in await store.search(tenant, query)]
 
 
 async def test_a_tenant_without_dying_memories_is_searched_without_liveness(
@@ -239,13 +242,13 @@ async def test_a_tenant_without_dying_memories_is_searched_without_liveness(
         await store.add([kept], vectors_for([kept], DIM))
         elsewhere = record("x", tenant="t2", content="a red van", expires_at=LIVE_AT)
         await store.add([elsewhere], vectors_for([elsewhere], DIM))
-        assert [c.record.id for c in await store.search("t1", live_query("a red van"))] == ["m1"]
+        assert await live_ids(store) == ["m1"]
         assert seen == [None]
         # One expiring memory written: from the next search on, one search with the condition.
         dying = record("m2", content="a red van", expires_at=LIVE_AT)
         await store.add([dying], vectors_for([dying], DIM))
         seen.clear()
-        assert [c.record.id for c in await store.search("t1", live_query("a red van"))] == ["m1"]
+        assert await live_ids(store) == ["m1"]
         assert seen == [LIVE_AT]
     finally:
         await store.close()
@@ -265,10 +268,10 @@ async def test_after_a_restart_the_shard_says_which_tenants_need_liveness(
     seen = spy_searches(monkeypatch)
     store = await EdgeStore.open(tmp_path, dimensions=DIM)
     try:
-        assert [c.record.id for c in await store.search("t1", live_query("a red van"))] == ["m1"]
+        assert await live_ids(store) == ["m1"]
         assert seen == [LIVE_AT]
         seen.clear()
-        assert [c.record.id for c in await store.search("t2", live_query("a red van"))] == ["m3"]
+        assert await live_ids(store, "t2") == ["m3"]
         assert seen == [None]
     finally:
         await store.close()
@@ -288,7 +291,7 @@ async def test_a_dead_memory_found_without_the_condition_is_searched_again(
         store._shard.update(qe.UpdateOperation.set_payload([point_id("t1", "m2")], expiry))
         store._records.clear()
         seen = spy_searches(monkeypatch)
-        assert [c.record.id for c in await store.search("t1", live_query("a red van"))] == ["m1"]
+        assert await live_ids(store) == ["m1"]
         assert seen == [None, LIVE_AT]
     finally:
         await store.close()
