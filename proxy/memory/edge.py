@@ -141,7 +141,7 @@ class EdgeStore:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        store = cls(
+        return cls(
             shard,
             executor,
             dimensions=dimensions,
@@ -150,8 +150,6 @@ class EdgeStore:
             record_cache_entries=record_cache_entries,
             counts=counts,
         )
-        store._maintenance.after_open()
-        return store
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         """Run a blocking shard call on the store's threads; the engine's failures are

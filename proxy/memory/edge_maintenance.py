@@ -3,7 +3,7 @@
 Edge has no background optimizer of its own. After writes, ``ShardMaintenance`` starts a flush
 at most every ``FLUSH_INTERVAL_S`` (persisting segments keeps the write-ahead log short, and
 replaced payload blocks are reclaimed only by a flush) and an HNSW build after every
-``optimize_after`` new points and once at open. Each runs on its own single thread: a flush takes ~200 ms and an
+``optimize_after`` new points. Each runs on its own single thread: a flush takes ~200 ms and an
 index build minutes, and neither may hold up the write that triggered it or the searches, which
 keep running meanwhile on the unindexed segments (adr/0011).
 """
@@ -55,19 +55,6 @@ class ShardMaintenance:
             self._flusher.submit(self._flush_sync)
         if build:
             self._optimizer.submit(self._optimize_sync)
-
-    def after_open(self) -> None:
-        """Start an index build of what an earlier process left unindexed (a no-op in ~20 us
-        when nothing is): ``_unindexed`` starts at 0 in every process, so a store that grew to
-        10k memories over restarts was otherwise never indexed. Only when builds are automatic
-        (``optimize_after`` set)."""
-        if self.optimize_after is None:
-            return
-        with self._lock:
-            if self._optimizing:
-                return
-            self._optimizing = True
-        self._optimizer.submit(self._optimize_sync)
 
     def _flush_sync(self) -> None:
         try:

@@ -195,21 +195,6 @@ async def test_an_index_build_indexes_a_store_below_qdrants_default_threshold(
         await store.close()
 
 
-async def test_a_store_left_unindexed_is_indexed_when_opened_again(tmp_path: Path) -> None:
-    dims = 256
-    points = INDEXING_THRESHOLD_KB * 1024 // (dims * 4) + 100
-    records = [record(f"m{i}", content=f"note {i}") for i in range(points)]
-    store = await EdgeStore.open(tmp_path, dimensions=dims, optimize_after=None)
-    await store.add(records, vectors_for(records, dims))
-    await store.close()
-    await (await EdgeStore.open(tmp_path, dimensions=dims)).close()  # close waits for a build
-    store = await EdgeStore.open(tmp_path, dimensions=dims, optimize_after=None)
-    try:
-        assert quantized_scores_differ(store, vector_for("probe", dims))
-    finally:
-        await store.close()
-
-
 LIVE_AT = datetime(2026, 3, 1, tzinfo=UTC)
 
 
