@@ -34,6 +34,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -163,7 +165,13 @@ def end_to_end(
                     finally:
                         await store.close()
 
-                took = asyncio.run(seed())
+                # Another tree seeds its own store: the shard layout and index build are part of
+                # what is compared.
+                took = (
+                    asyncio.run(seed())
+                    if tree is None
+                    else seed_from_tree(tree, Path(data_dir), text, count)
+                )
                 print(f"seeded {count} {text} memories in {took:.1f} s", file=sys.stderr)
                 extra = {"MEMPROXY_ACCESS_LOG": "false"}
                 if config is not None:
@@ -191,6 +199,42 @@ def end_to_end(
                 on_sample = results[(f"{text}-on{suffix}", concurrency, False)]
                 rows.append(e2e_row(f"{text}{suffix}", count, concurrency, off_sample, on_sample))
     return rows
+
+
+SEED_IN_TREE = """
+import asyncio, sys, time
+from pathlib import Path
+from bench import pipeline
+from bench.lib import realtext
+from proxy.memory.edge import EdgeStore
+from proxy.memory.embedders import StaticEmbedder
+
+where, kind, count, locomo = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+corpus = realtext.load_corpus(locomo)
+realtext.load_corpus = lambda path=locomo: corpus  # the data lives beside this tree, not that
+
+
+async def seed():
+    embedder = StaticEmbedder()
+    store = await EdgeStore.open(where, dimensions=embedder.dimensions)
+    try:
+        tenant = pipeline.bench_tenant()
+        return await pipeline.seed_store(store, embedder, tenant, count, kind)
+    finally:
+        await store.close()
+
+
+print(asyncio.run(seed()))
+"""
+
+
+def seed_from_tree(tree: Path, data_dir: Path, text: str, count: int) -> float:
+    """Seed ``data_dir`` with ``tree``'s own code (its shard layout); return the seconds."""
+    env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
+    argv = [sys.executable, "-c", SEED_IN_TREE, str(data_dir), text, str(count)]
+    argv.append(str(realtext.LOCOMO_PATH))
+    done = subprocess.run(argv, cwd=tree, env=env, check=True, capture_output=True, text=True)
+    return float(done.stdout.strip().splitlines()[-1])
 
 
 def e2e_row(

@@ -21,6 +21,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,9 +35,11 @@ from proxy.defaults import HYBRID
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
 from proxy.memory.edge_counts import COUNTS_FILE, RetrievalCounts
+from proxy.memory.edge_lifecycle import LifecycleTenants
 from proxy.memory.edge_maintenance import OPTIMIZE_AFTER_POINTS, ShardMaintenance
 from proxy.memory.edge_query import (
     expired_filter,
+    lifecycle_filters,
     list_filter,
     repeat_filter,
     search_hits,
@@ -107,6 +110,7 @@ class EdgeStore:
         self.record_cache_entries = record_cache_entries
         self._records = RecordCache(record_cache_entries)
         self._counts = counts if counts is not None else RetrievalCounts()
+        self._lifecycle = LifecycleTenants()
 
     @classmethod
     async def open(
@@ -174,6 +178,10 @@ class EdgeStore:
             indices, values = lexical.encode_document(full.content)
             vector = {DENSE_VECTOR: row, SPARSE_VECTOR: qe.SparseVector(indices, values)}
             points.append(qe.Point(point_id(full.tenant, full.id), vector, to_payload(full)))
+        # Before the write is visible: a search from now on filters these tenants on liveness.
+        self._lifecycle.note(
+            r.tenant for r in records if r.expires_at is not None or r.superseded_by is not None
+        )
         self._shard.update(qe.UpdateOperation.upsert_points(points))
         written = [point_uuid(r.tenant, r.id) for r in records]
         self._counts.drop(written)  # the payload carries the record's own count again
@@ -272,6 +280,27 @@ class EdgeStore:
         self, tenant: str, query: SearchQuery, vector: np.ndarray
     ) -> builtins.list[Candidate]:
         """Blocking ``search`` (the benchmark uses it to measure the cost of offloading)."""
+        at = query.live_at
+        if at is None or self._lifecycle.may_hold(tenant, lambda: self._holds_lifecycle(tenant)):
+            return self._search_once(tenant, query, vector)
+        # No memory of the tenant can be dead: search without the liveness condition, but
+        # check what comes back (a write may have raced the lookup; edge_lifecycle).
+        found = self._search_once(tenant, replace(query, live_at=None), vector)
+        if all(hit.record.live(at) for hit in found):
+            return found
+        self._lifecycle.note([tenant])
+        return self._search_once(tenant, query, vector)
+
+    def _holds_lifecycle(self, tenant: str) -> bool:
+        """Whether the shard holds a memory of ``tenant`` with an expiry or a successor."""
+        return any(
+            self._shard.count(qe.CountRequest(exact=True, filter=found))
+            for found in lifecycle_filters(tenant)
+        )
+
+    def _search_once(
+        self, tenant: str, query: SearchQuery, vector: np.ndarray
+    ) -> builtins.list[Candidate]:
         hits = search_hits(self._shard, tenant, query, vector, hybrid=self.hybrid)
         records = self._records_of(tenant, [pid for pid, _ in hits])
         # A hit deleted between the search and the payload read is simply gone.

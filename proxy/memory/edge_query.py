@@ -27,7 +27,13 @@ from proxy.memory.filters import (
     scope_conditions,
 )
 from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K, fuse_ranks
-from proxy.memory.points import DENSE_VECTOR, EXPIRES_TS_KEY, SPARSE_VECTOR, TENANT_KEY
+from proxy.memory.points import (
+    DENSE_VECTOR,
+    EXPIRES_TS_KEY,
+    SPARSE_VECTOR,
+    SUPERSEDED_KEY,
+    TENANT_KEY,
+)
 from proxy.memory.store import SearchQuery
 
 Hit = tuple[UUID, float]  # (point id, dense cosine); UUIDs as the shard returns them
@@ -72,6 +78,16 @@ def expired_filter(before: float) -> qe.Filter:
 def tenant_filter(tenant: str) -> qe.Filter:
     """Return the filter of one tenant's memories."""
     return to_filter([(TENANT_KEY, (tenant,))])
+
+
+def lifecycle_filters(tenant: str) -> list[qe.Filter]:
+    """Return the filters of the tenant's memories that carry an expiry, and that were
+    superseded: those a liveness condition can exclude (``edge_lifecycle``)."""
+    tenant_only = qe.FieldCondition(TENANT_KEY, match=qe.MatchValue(tenant))
+    return [
+        qe.Filter(must=[tenant_only], must_not=[qe.IsEmptyCondition(key)])
+        for key in (EXPIRES_TS_KEY, SUPERSEDED_KEY)
+    ]
 
 
 def scope_filter(tenant: str, query: SearchQuery) -> qe.Filter:

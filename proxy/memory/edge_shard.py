@@ -24,6 +24,12 @@ CONFIG_FILE = "edge_config.json"
 HNSW_M = 32
 HNSW_EF_CONSTRUCT = 200
 FULL_SCAN_KB = 2_000
+# A segment with more vector bytes than this gets the HNSW graph and int8 copies when the shard
+# is optimized; Qdrant's default (10 MB: 10,000 memories of 256 dimensions) left a 10k-memory
+# real-text store, 9,476 distinct memories after write hygiene, an unindexed exact scan with
+# unquantized vectors (search p50 1.41 -> 0.84 ms once indexed, docs/benchmarks.md). Below
+# ``FULL_SCAN_KB`` a filtered search scans anyway, so indexing starts where scans stop.
+INDEXING_THRESHOLD_KB = FULL_SCAN_KB
 
 
 def shard_config(dimensions: int) -> qe.EdgeConfig:
@@ -46,6 +52,7 @@ def shard_config(dimensions: int) -> qe.EdgeConfig:
         hnsw_config=qe.HnswIndexConfig(
             m=HNSW_M, ef_construct=HNSW_EF_CONSTRUCT, full_scan_threshold=FULL_SCAN_KB
         ),
+        optimizers=qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB),
     )
 
 

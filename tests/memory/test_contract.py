@@ -566,6 +566,41 @@ async def test_a_live_search_skips_expired_and_superseded_memories(store: Memory
     assert len(await list_all(store, "t1")) == 5
 
 
+async def test_a_memory_that_dies_after_the_tenant_was_searched_is_skipped(
+    store: MemoryStore,
+) -> None:
+    """The first live search may find a tenant without expiring or superseded memories; a
+    later write of one must still take effect (the embedded store skips the condition until
+    then)."""
+    text = "the user works at the harbour"
+    await put(store, record("kept", content=text), record("other", tenant="t2", content=text))
+    query = replace(query_for(text), live_at=LIVE_AT)
+    assert [hit.record.id for hit in await store.search("t1", query)] == ["kept"]
+    await put(
+        store,
+        record("gone", content=text, expires_at=LIVE_AT - timedelta(days=1)),
+        record("kept", content=text, superseded_by="new"),
+        record("new", content=text + " now", supersedes="kept"),
+    )
+    assert [hit.record.id for hit in await store.search("t1", query)] == ["new"]
+    assert [hit.record.id for hit in await store.search("t2", query)] == ["other"]
+
+
+async def test_dead_memories_stay_skipped_after_a_restart(open_store: StoreFactory) -> None:
+    store = await open_store(hybrid=True)
+    text = "the user drives a red van"
+    await put(
+        store,
+        record("expired", content=text, expires_at=LIVE_AT),
+        record("old", content=text, superseded_by="forever"),
+        record("forever", content=text),
+    )
+    await store.close()
+    reopened = await open_store(hybrid=True)
+    query = replace(query_for(text), live_at=LIVE_AT)
+    assert [hit.record.id for hit in await reopened.search("t1", query)] == ["forever"]
+
+
 async def test_purge_deletes_what_expired_in_every_tenant_and_nothing_else(
     store: MemoryStore,
 ) -> None:

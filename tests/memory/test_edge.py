@@ -8,16 +8,20 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import qdrant_edge as qe
 
 from proxy.errors import StoreError
-from proxy.memory import edge_maintenance
+from proxy.memory import edge, edge_maintenance
 from proxy.memory.edge import EdgeStore, is_engine_error
-from proxy.memory.points import DENSE_VECTOR
+from proxy.memory.edge_query import search_hits
+from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB
+from proxy.memory.points import DENSE_VECTOR, EXPIRES_KEY, EXPIRES_TS_KEY, point_id
 from proxy.memory.store import SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
 
@@ -168,6 +172,112 @@ async def test_quantized_segments_still_give_exact_cosines(tmp_path: Path, hybri
             hits = await store.search("t1", query)
             assert hits[0].record.id == f"m{row}"
             assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+    finally:
+        await store.close()
+
+
+async def test_an_index_build_indexes_a_store_below_qdrants_default_threshold(
+    tmp_path: Path,
+) -> None:
+    """2.1 MB of vectors (Qdrant indexes from 10 MB): the build must still make an indexed,
+    int8-quantized segment, else a 10k-memory store searches by an unquantized exact scan."""
+    dims = 256
+    points = INDEXING_THRESHOLD_KB * 1024 // (dims * 4) + 100
+    store = await EdgeStore.open(tmp_path, dimensions=dims)
+    try:
+        records = [record(f"m{i}", content=f"note {i}") for i in range(points)]
+        await store.add(records, vectors_for(records, dims))
+        probe = vector_for("probe", dims)
+        assert not quantized_scores_differ(store, probe)  # unindexed: no int8 copies yet
+        await store.optimize()
+        assert quantized_scores_differ(store, probe)
+    finally:
+        await store.close()
+
+
+LIVE_AT = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def spy_searches(monkeypatch: pytest.MonkeyPatch) -> list[datetime | None]:
+    """Record the ``live_at`` of every shard search the store runs (``None``: no liveness)."""
+    seen: list[datetime | None] = []
+
+    def spy(shard: qe.EdgeShard, tenant: str, query: SearchQuery, *args: Any, **kw: Any) -> Any:
+        seen.append(query.live_at)
+        return search_hits(shard, tenant, query, *args, **kw)
+
+    monkeypatch.setattr(edge, "search_hits", spy)
+    return seen
+
+
+async def live_ids(store: EdgeStore, tenant: str = "t1") -> list[str]:
+    """The ids a live search of ``tenant`` for "a red van" returns."""
+    text = "a red van"
+    query = SearchQuery(vector_for(text, DIM), text, "u1", None, 5, live_at=LIVE_AT)
+    return [c.record.id for c in await store.search(tenant, query)]
+
+
+async def test_a_tenant_without_dying_memories_is_searched_without_liveness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = spy_searches(monkeypatch)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM, hybrid=True)
+    try:
+        kept = record("m1", content="a red van")
+        await store.add([kept], vectors_for([kept], DIM))
+        elsewhere = record("x", tenant="t2", content="a red van", expires_at=LIVE_AT)
+        await store.add([elsewhere], vectors_for([elsewhere], DIM))
+        assert await live_ids(store) == ["m1"]
+        assert seen == [None]
+        # One expiring memory written: from the next search on, one search with the condition.
+        dying = record("m2", content="a red van", expires_at=LIVE_AT)
+        await store.add([dying], vectors_for([dying], DIM))
+        seen.clear()
+        assert await live_ids(store) == ["m1"]
+        assert seen == [LIVE_AT]
+    finally:
+        await store.close()
+
+
+async def test_after_a_restart_the_shard_says_which_tenants_need_liveness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = [
+        record("m1", content="a red van"),
+        record("m2", content="a red van", superseded_by="m1"),
+        record("m3", tenant="t2", content="a red van"),
+    ]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    await store.add(records, vectors_for(records, DIM))
+    await store.close()
+    seen = spy_searches(monkeypatch)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        assert await live_ids(store) == ["m1"]
+        assert seen == [LIVE_AT]
+        seen.clear()
+        assert await live_ids(store, "t2") == ["m3"]
+        assert seen == [None]
+    finally:
+        await store.close()
+
+
+async def test_a_dead_memory_found_without_the_condition_is_searched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write racing the shard lookup (simulated: the store is told the tenant has none)."""
+    records = [record("m1", content="a red van"), record("m2", content="a red van")]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        await store.add(records, vectors_for(records, DIM))
+        store._lifecycle.may_hold("t1", lambda: False)  # looked up before the write below
+        expiry = {EXPIRES_KEY: LIVE_AT.isoformat(), EXPIRES_TS_KEY: LIVE_AT.timestamp()}
+        # The write as add makes it, without add's note; the shard holds it from now on.
+        store._shard.update(qe.UpdateOperation.set_payload([point_id("t1", "m2")], expiry))
+        store._records.clear()
+        seen = spy_searches(monkeypatch)
+        assert await live_ids(store) == ["m1"]
+        assert seen == [None, LIVE_AT]
     finally:
         await store.close()
 
