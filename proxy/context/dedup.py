@@ -22,7 +22,9 @@ On 50 real-text candidates (LoCoMo turns, observations, summaries) the band hold
 per item and the bound lets ~1 pair a request through to the exact test; the prefix-filter walk
 this replaces sorted every set by the request's word rarity (0.45 ms a request,
 docs/benchmarks.md). A signature costs one pass over a set's words; ``text_signature`` keeps
-it per memory text, as ``dedup_words`` keeps the set.
+it per memory text, as ``dedup_words`` keeps the set. With hundreds of items of like sizes the
+bands grow with the items (500 sets: ~1.2x the prefix filter's time, once signatures are kept);
+the request path assembles 50 to 100.
 """
 
 from __future__ import annotations
@@ -50,9 +52,11 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return shared / (len(a) + len(b) - shared)
 
 
+@functools.lru_cache(maxsize=TEXTS_MEMOISED)
 def signature(words: frozenset[str]) -> Signature:
     """``words``, their count, their bits (one per word, by hash) and the words whose bit
-    another of them set first (``lost``)."""
+    another of them set first (``lost``); memoised (``dedup_words`` hands out one set per
+    text, and a set keeps its hash)."""
     bits = 0
     for word in words:
         bits |= 1 << (hash(word) & MASK)
