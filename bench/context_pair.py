@@ -16,7 +16,8 @@ Two worker processes, one per tree, each importing its own tree's engine:
    (candidates, query, budget, time, config). Both workers replay them in request order, the
    engine's memos emptied first, so memory texts are met for the first time where the server
    met them; every call is one sample. Outputs compared per call: block, injected ids and the
-   explain figures.
+   explain figures. ``--cpu`` times each worker's thread CPU instead of the wall clock (on a
+   shared machine, what others' load does not stretch); ``--only retrieved`` times that alone.
 
     git archive <commit> | tar -x -C /tmp/engine-before
     .venv/bin/python bench/context_pair.py --baseline-tree /tmp/engine-before
@@ -378,19 +379,21 @@ def retrieved_digests(engine: Engine, calls: list[Callable[[Any], Any]]) -> dict
     return out
 
 
-def replay(engine: Engine, calls: list[Callable[[Any], Any]]) -> list[float]:
+def replay(
+    engine: Engine, calls: list[Callable[[Any], Any]], clock: Callable[[], float]
+) -> list[float]:
     """Every call in request order on emptied memos and a new line memo: seconds per call."""
     forget_memos()
     tokens = engine.assemble_kwargs("o200k_base", True)["tokens"]
     samples = []
     for call in calls:
-        start = time.perf_counter()
+        start = clock()
         call(tokens)
-        samples.append(time.perf_counter() - start)
+        samples.append(clock() - start)
     return samples
 
 
-def worker(tree: Path, cases: int, retrieved: Path | None) -> None:
+def worker(tree: Path, cases: int, retrieved: Path | None, cpu: bool) -> None:
     """Serve one tree: print output digests, then time ``name count`` requests from stdin."""
     sys.path.insert(0, str(tree))
     engine = Engine()
@@ -403,17 +406,18 @@ def worker(tree: Path, cases: int, retrieved: Path | None) -> None:
         action()
     names = list(actions) + ([RETRIEVED] if calls else [])
     print(json.dumps(names), flush=True)
+    clock = time.thread_time if cpu else time.perf_counter
     for line in sys.stdin:
         name, count = line.rsplit(" ", 1)
         samples = []
         if name == RETRIEVED:  # one pass over the calls is one batch; a sample per call
-            samples = replay(engine, calls)
+            samples = replay(engine, calls, clock)
         else:
             action = actions[name]
             for _ in range(int(count)):
-                start = time.perf_counter()
+                start = clock()
                 action()
-                samples.append(time.perf_counter() - start)
+                samples.append(clock() - start)
         print(json.dumps(samples), flush=True)
 
 
@@ -436,13 +440,17 @@ def main() -> None:
     parser.add_argument(
         "--retrieved", type=int, default=0, metavar="N", help="also replay N served requests"
     )
+    parser.add_argument(
+        "--cpu", action="store_true", help="time the workers' CPU, not the wall (a busy machine)"
+    )
+    parser.add_argument("--only", default="", help="time only the measures whose name has this")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--calls", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.batch, args.cases = 2, 3, 6
     if args.worker:
-        worker(args.worker, args.cases, args.calls)
+        worker(args.worker, args.cases, args.calls, args.cpu)
         return
     env = {**os.environ, "PYTHONHASHSEED": HASH_SEED}
     trees = {"baseline": args.baseline_tree.resolve(), "this": ROOT}
@@ -456,6 +464,7 @@ def main() -> None:
         argv = [sys.executable, __file__, "--baseline-tree", str(tree), "--worker", str(tree)]
         argv += ["--cases", str(args.cases)]
         argv += ["--calls", str(calls_file)] if calls_file is not None else []
+        argv += ["--cpu"] if args.cpu else []
         workers[label] = subprocess.Popen(
             argv, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
@@ -465,6 +474,7 @@ def main() -> None:
     for key in differ:
         print(f"  differs: {key}")
     names = [json.loads(w.stdout.readline()) for w in workers.values()][1]  # type: ignore[union-attr]
+    names = [name for name in names if args.only in name]
     samples: dict[str, dict[str, list[float]]] = {n: {"baseline": [], "this": []} for n in names}
     for round_ in range(args.rounds):
         order = list(workers.items()) if round_ % 2 == 0 else list(reversed(workers.items()))
@@ -473,7 +483,8 @@ def main() -> None:
                 w.stdin.write(f"{name} {args.batch}\n")  # type: ignore[union-attr]
                 w.stdin.flush()  # type: ignore[union-attr]
                 samples[name][label] += json.loads(w.stdout.readline())  # type: ignore[union-attr]
-    print(f"\n## time (ms), {args.rounds} alternating batches of {args.batch} per tree")
+    clock = "thread CPU" if args.cpu else "wall"
+    print(f"\n## {clock} time (ms), {args.rounds} alternating batches of {args.batch} per tree")
     print(
         f"{'measure':<36} {'base p50':>9} {'this p50':>9} {'ratio':>6} {'base p10':>9} "
         f"{'this p10':>9} {'ratio':>6}"
