@@ -14,7 +14,9 @@ Integration contract (stable):
   and each line's ``[source] `` label and newline, then the block is counted and trimmed if over.
 - ``Assembly`` keeps every intermediate figure for explain mode: each candidate's score
   components, keyword overlap, final score and fate (``packed``, ``bundle``, ``duplicate``,
-  ``floor``, ``packer``, ``trimmed``).
+  ``floor``, ``packer``, ``trimmed``). The per-candidate objects (``candidates``, ``packed``,
+  ``dropped``) are built when first read (adr/0117); the request path reads ``block``,
+  ``rendered_tokens`` and ``packed_ids``.
 
 Adaptive budget (ADR-0110): with ``token_price`` p > 0 the packer maximises what the question
 adds, net of its tokens: ``sum(value - prior_value - p / 100 * line_tokens)``, where
@@ -378,7 +380,8 @@ def assemble(
         priors.append(max(0.0, final - query_part))
         overlaps.append(overlap)
         synths.append(synth)
-        content_tokens.append(record.token_count(encoding, count))
+        stored = record.tokens.get(encoding)  # ``token_count``, without the call
+        content_tokens.append(stored if stored is not None else count(record.content))
     # Highest final score first; ties keep the store's order (the sort is stable, also reversed).
     # Every list below is in this order: a row is a position in it.
     order = sorted(range(len(finals)), key=finals.__getitem__, reverse=True)
@@ -390,8 +393,8 @@ def assemble(
     exponent = cfg.value_exponent
     values_all = [final**exponent for final in saliences]
     prior_values = [priors[p] ** exponent for p in order]
-    stored = [content_tokens[p] for p in order]
-    costs = [n + label(record.source) for n, record in zip(stored, records, strict=True)]
+    tokens_of = [content_tokens[p] for p in order]
+    costs = [n + label(record.source) for n, record in zip(tokens_of, records, strict=True)]
 
     created = [record.created_at for record in records]
     picked = shortlist(saliences, priorities_of(saliences, created, cfg.bundle, now), cfg.bundle)
@@ -454,7 +457,7 @@ def assemble(
             [synths[p] for p in order],
             saliences,
             values_all,
-            stored,
+            tokens_of,
             costs,
             status,
             now,
