@@ -10,8 +10,18 @@ Two worker processes, one per tree, each importing its own tree's engine:
    100-message conversation, the optimal packer, dedup) runs in batches alternating between the
    trees, so drift on a shared machine hits both alike; p50 and p10 per tree and their ratio.
 
+3. ``--retrieved N`` (real text, as served): ``bench/pipeline.py``'s stage setup (10k
+   real-text memories in the embedded store, a new LoCoMo question a request, top-k 50) runs
+   N requests through this tree's ``Pipeline`` and keeps every ``assemble`` call it makes
+   (candidates, query, budget, time, config). Both workers replay them in request order, the
+   engine's memos emptied first, so memory texts are met for the first time where the server
+   met them; every call is one sample. Outputs compared per call: block, injected ids and the
+   explain figures. ``--cpu`` times each worker's thread CPU instead of the wall clock (on a
+   shared machine, what others' load does not stretch); ``--only retrieved`` times that alone.
+
     git archive <commit> | tar -x -C /tmp/engine-before
     .venv/bin/python bench/context_pair.py --baseline-tree /tmp/engine-before
+    .venv/bin/python bench/context_pair.py --baseline-tree /tmp/engine-before --retrieved 300
     .venv/bin/python bench/context_pair.py --smoke    # this tree against itself, for CI
 
 A tree from before ADR 0093 has no ``BlockTokens``: the worker calls its ``assemble`` with
@@ -28,6 +38,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -240,23 +251,173 @@ def timed_actions(engine: Engine) -> dict[str, Callable[[], object]]:
     return actions
 
 
-def worker(tree: Path, cases: int) -> None:
+RETRIEVED = "assemble, retrieved real text, in request order"
+
+
+def capture_retrieved(requests: int, path: Path) -> int:
+    """Run ``requests`` new real-text questions through this tree's pipeline (10k real-text
+    memories, top-k 50, as ``bench/pipeline.py``'s stage part) and write every ``assemble``
+    call it makes to ``path`` as JSON; returns the number of calls."""
+    import asyncio
+    import dataclasses
+
+    sys.path.insert(0, str(ROOT))
+    from bench import pipeline as bench_pipeline
+    from proxy.apis.openai_chat import OPENAI_CHAT
+    from proxy.memory.edge import EdgeStore
+    from proxy.memory.embedders import StaticEmbedder
+    from proxy.pipeline import pipeline as pipeline_module
+    from proxy.settings import load_settings
+    from proxy.tenancy import TenantResolver
+
+    calls: list[dict[str, Any]] = []
+    assemble = pipeline_module.assemble
+
+    def recording(candidates: Any, query: str, budget: int, **kwargs: Any) -> Any:
+        config = kwargs["config"]
+        calls.append(
+            {
+                "query": query,
+                "budget": budget,
+                "now": kwargs["now"].isoformat(),
+                "encoding": kwargs["tokens"].encoding,
+                "config": dataclasses.asdict(config),
+                "candidates": [
+                    {
+                        **{f.name: getattr(c.record, f.name) for f in dataclasses.fields(c.record)},
+                        "similarity": c.similarity,
+                    }
+                    for c in candidates
+                ],
+            }
+        )
+        return assemble(candidates, query, budget, **kwargs)
+
+    async def run() -> None:
+        embedder = StaticEmbedder()
+        tenant = TenantResolver(load_settings(env={})).for_key(bench_pipeline.API_KEY)
+        with tempfile.TemporaryDirectory(prefix="context-pair-") as data_dir:
+            store = await EdgeStore.open(Path(data_dir), dimensions=embedder.dimensions)
+            try:
+                await bench_pipeline.seed_store(store, embedder, tenant.id, 10_000, "real")
+                pipeline = bench_pipeline.bench_pipeline(store, embedder, 50)
+                build = bench_pipeline.question_bodies("real")(False)
+                for n in range(requests):
+                    body = json.loads(build(n))
+                    await pipeline.prepare(tenant, {}, body, OPENAI_CHAT)
+            finally:
+                await store.close()
+
+    pipeline_module.assemble = recording  # type: ignore[assignment]
+    try:
+        asyncio.run(run())
+    finally:
+        pipeline_module.assemble = assemble
+    path.write_text(json.dumps(calls, default=str))
+    return len(calls)
+
+
+def retrieved_calls(path: Path) -> list[Callable[[Any], Any]]:
+    """The captured calls as this worker's engine takes them: each a function of the
+    ``BlockTokens`` (per encoding) that assembles one request."""
+    from datetime import datetime
+
+    from proxy.context.assembler import AssemblerConfig, assemble
+    from proxy.context.bundle import BundleConfig
+    from proxy.context.records import Candidate, MemoryRecord
+
+    calls = []
+    for call in json.loads(path.read_text()):
+        settings = dict(call["config"])
+        config = AssemblerConfig(**{**settings, "bundle": BundleConfig(**settings["bundle"])})
+        pool = []
+        for item in call["candidates"]:
+            fields = dict(item)
+            similarity = fields.pop("similarity")
+            for name in ("created_at", "expires_at"):
+                if fields.get(name) is not None:
+                    fields[name] = datetime.fromisoformat(fields[name])
+            pool.append(Candidate(MemoryRecord(**fields), similarity))
+        calls.append(
+            functools.partial(
+                lambda tokens, pool, call, config: assemble(
+                    pool,
+                    call["query"],
+                    call["budget"],
+                    now=datetime.fromisoformat(call["now"]),
+                    tokens=tokens,
+                    config=config,
+                ),
+                pool=pool,
+                call=call,
+                config=config,
+            )
+        )
+    return calls
+
+
+def forget_memos() -> None:
+    """Empty every memo of the engine's modules (word sets, signatures): texts are new again."""
+    from proxy import context
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith(context.__name__ + "."):
+            for value in list(vars(module).values()):
+                if callable(getattr(value, "cache_clear", None)):
+                    value.cache_clear()
+
+
+def retrieved_digests(engine: Engine, calls: list[Callable[[Any], Any]]) -> dict[str, str]:
+    """Per call: the block, the injected ids and the explain figures, digested."""
+    tokens = engine.assemble_kwargs("o200k_base", True)["tokens"]
+    out = {}
+    for n, call in enumerate(calls):
+        result = call(tokens)
+        out[f"retrieved {n} block"] = digest(result.block)
+        out[f"retrieved {n} ids"] = digest([m.id for m in result.packed])
+        out[f"retrieved {n} explain"] = digest(result.explain())
+    return out
+
+
+def replay(
+    engine: Engine, calls: list[Callable[[Any], Any]], clock: Callable[[], float]
+) -> list[float]:
+    """Every call in request order on emptied memos and a new line memo: seconds per call."""
+    forget_memos()
+    tokens = engine.assemble_kwargs("o200k_base", True)["tokens"]
+    samples = []
+    for call in calls:
+        start = clock()
+        call(tokens)
+        samples.append(clock() - start)
+    return samples
+
+
+def worker(tree: Path, cases: int, retrieved: Path | None, cpu: bool) -> None:
     """Serve one tree: print output digests, then time ``name count`` requests from stdin."""
     sys.path.insert(0, str(tree))
     engine = Engine()
-    print(json.dumps(output_cases(engine, cases)), flush=True)
+    calls = retrieved_calls(retrieved) if retrieved is not None else []
+    outputs = output_cases(engine, cases)
+    outputs.update(retrieved_digests(engine, calls))
+    print(json.dumps(outputs), flush=True)
     actions = timed_actions(engine)
     for action in actions.values():
         action()
-    print(json.dumps(list(actions)), flush=True)
+    names = list(actions) + ([RETRIEVED] if calls else [])
+    print(json.dumps(names), flush=True)
+    clock = time.thread_time if cpu else time.perf_counter
     for line in sys.stdin:
         name, count = line.rsplit(" ", 1)
-        action = actions[name]
         samples = []
-        for _ in range(int(count)):
-            start = time.perf_counter()
-            action()
-            samples.append(time.perf_counter() - start)
+        if name == RETRIEVED:  # one pass over the calls is one batch; a sample per call
+            samples = replay(engine, calls, clock)
+        else:
+            action = actions[name]
+            for _ in range(int(count)):
+                start = clock()
+                action()
+                samples.append(clock() - start)
         print(json.dumps(samples), flush=True)
 
 
@@ -276,19 +437,34 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=15)
     parser.add_argument("--cases", type=int, default=60)
     parser.add_argument("--smoke", action="store_true", help="few cases and rounds")
+    parser.add_argument(
+        "--retrieved", type=int, default=0, metavar="N", help="also replay N served requests"
+    )
+    parser.add_argument(
+        "--cpu", action="store_true", help="time the workers' CPU, not the wall (a busy machine)"
+    )
+    parser.add_argument("--only", default="", help="time only the measures whose name has this")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--calls", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.batch, args.cases = 2, 3, 6
     if args.worker:
-        worker(args.worker, args.cases)
+        worker(args.worker, args.cases, args.calls, args.cpu)
         return
     env = {**os.environ, "PYTHONHASHSEED": HASH_SEED}
     trees = {"baseline": args.baseline_tree.resolve(), "this": ROOT}
+    calls_file = None
+    if args.retrieved:
+        calls_file = Path(tempfile.mkdtemp(prefix="context-pair-")) / "calls.json"
+        made = capture_retrieved(args.retrieved, calls_file)
+        print(f"captured {made} assemble calls of {args.retrieved} requests", file=sys.stderr)
     workers = {}
     for label, tree in trees.items():
         argv = [sys.executable, __file__, "--baseline-tree", str(tree), "--worker", str(tree)]
         argv += ["--cases", str(args.cases)]
+        argv += ["--calls", str(calls_file)] if calls_file is not None else []
+        argv += ["--cpu"] if args.cpu else []
         workers[label] = subprocess.Popen(
             argv, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
@@ -298,6 +474,7 @@ def main() -> None:
     for key in differ:
         print(f"  differs: {key}")
     names = [json.loads(w.stdout.readline()) for w in workers.values()][1]  # type: ignore[union-attr]
+    names = [name for name in names if args.only in name]
     samples: dict[str, dict[str, list[float]]] = {n: {"baseline": [], "this": []} for n in names}
     for round_ in range(args.rounds):
         order = list(workers.items()) if round_ % 2 == 0 else list(reversed(workers.items()))
@@ -306,7 +483,8 @@ def main() -> None:
                 w.stdin.write(f"{name} {args.batch}\n")  # type: ignore[union-attr]
                 w.stdin.flush()  # type: ignore[union-attr]
                 samples[name][label] += json.loads(w.stdout.readline())  # type: ignore[union-attr]
-    print(f"\n## time (ms), {args.rounds} alternating batches of {args.batch} per tree")
+    clock = "thread CPU" if args.cpu else "wall"
+    print(f"\n## {clock} time (ms), {args.rounds} alternating batches of {args.batch} per tree")
     print(
         f"{'measure':<36} {'base p50':>9} {'this p50':>9} {'ratio':>6} {'base p10':>9} "
         f"{'this p10':>9} {'ratio':>6}"

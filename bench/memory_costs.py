@@ -16,8 +16,8 @@ lists hold in the scope, candidate length, lexical-only hits, duplicates dropped
 
 - ``prune``: the BM25 query keeps only terms held by at most ``--max-df`` of the scope's
   memories (a document-frequency table the store would keep at write time);
-- ``memo``: word sets and matchable words per memory computed once (as if stored at write
-  time) instead of per request;
+- ``memo``: matchable words per memory computed once (as if stored at write time) instead of
+  per request (the engine itself memoises dedup word sets and matchable words per text);
 - ``top30``: 30 candidates instead of 50;
 - ``dense``: no BM25 branch at all (the floor, for scale; costs recall).
 
@@ -57,7 +57,7 @@ from bench.lib import loadgen, realtext, stats
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.context import assembler as assembler_module
 from proxy.context.assembler import AssemblerConfig, assemble
-from proxy.context.dedup import dedup_order
+from proxy.context.dedup import dedup_walk, text_signature
 from proxy.context.knapsack import select_optimal
 from proxy.context.ranking import (
     BASE_RELEVANCE,
@@ -70,7 +70,6 @@ from proxy.context.render import BlockTokens, render_within
 from proxy.context.words import (
     ASCII_WORD_FOLD,
     STOPWORDS,
-    dedup_words,
     idf_weights,
     normalise_words,
 )
@@ -230,9 +229,9 @@ def assemble_parts(
         for c, s, found in zip(hits, scored, matches, strict=True)
     ]
     t = timed(parts, "score", t)
-    word_sets = [assembler_module.dedup_words(c.record.content) for c in hits]
+    signatures = [text_signature(c.record.content) for c in hits]  # word sets, memoised
     t = timed(parts, "dedup_words", t)
-    kept, dropped = dedup_order(word_sets, range(len(hits)))
+    kept, dropped = dedup_walk(signatures, range(len(hits)))
     t = timed(parts, "dedup_walk", t)
     solution = select_optimal([values[i] for i in kept], [costs[i] for i in kept], BUDGET)
     chosen = [kept[j] for j in solution.indices]
@@ -251,12 +250,6 @@ def assemble_parts(
 
 
 # -- the ``memo`` prototype: per-memory word data computed once ---------------------------------
-
-
-@functools.lru_cache(maxsize=200_000)
-def stored_dedup_words(text: str) -> frozenset[str]:
-    """``dedup_words`` once per memory text (as a write-time field would be)."""
-    return dedup_words(text)
 
 
 @functools.lru_cache(maxsize=200_000)
@@ -283,8 +276,8 @@ def memo_query_matcher(query_words: frozenset[str], *, stemmed: bool) -> Callabl
 
 
 def use_memo(enabled: bool) -> None:
-    """Point the assembler at the memoised word helpers (or back at the plain ones)."""
-    assembler_module.dedup_words = stored_dedup_words if enabled else dedup_words  # type: ignore[attr-defined]
+    """Point the assembler at the memoised matcher (or back at the plain one); dedup word sets
+    and their signatures are memoised in the engine itself."""
     assembler_module.query_matcher = memo_query_matcher if enabled else plain_query_matcher  # type: ignore[attr-defined]
 
 

@@ -14,7 +14,9 @@ Integration contract (stable):
   and each line's ``[source] `` label and newline, then the block is counted and trimmed if over.
 - ``Assembly`` keeps every intermediate figure for explain mode: each candidate's score
   components, keyword overlap, final score and fate (``packed``, ``bundle``, ``duplicate``,
-  ``floor``, ``packer``, ``trimmed``).
+  ``floor``, ``packer``, ``trimmed``). The per-candidate objects (``candidates``, ``packed``,
+  ``dropped``) are built when first read (adr/0117); the request path reads ``block``,
+  ``rendered_tokens`` and ``packed_ids``.
 
 Adaptive budget (ADR-0110): with ``token_price`` p > 0 the packer maximises what the question
 adds, net of its tokens: ``sum(value - prior_value - p / 100 * line_tokens)``, where
@@ -48,7 +50,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from proxy.context.dedup import DUPLICATE_JACCARD, dedup_order
+from proxy.context.dedup import DUPLICATE_JACCARD, NO_SIGNATURE, dedup_walk, text_signature
 from proxy.context.knapsack import PACKER_KINDS, PackerKind, select_greedy, select_optimal
 from proxy.context.neighbours import neighbour_gains
 from proxy.context.ranking import (
@@ -57,6 +59,8 @@ from proxy.context.ranking import (
     OVERLAP_WEIGHT,
     WEIGHT_RELEVANCE,
     ScoredMemory,
+    components,
+    composite,
     fragment_score,
     score_candidate,
 )
@@ -73,7 +77,6 @@ from proxy.context.render import (
 from proxy.context.shortlist import BundleConfig, BundleStats, priorities_of, shortlist
 from proxy.context.words import (
     STOPWORDS,
-    dedup_words,
     idf_weights,
     normalise_words,
     query_matcher,
@@ -97,6 +100,7 @@ __all__ = [
     "AssemblerConfig",
     "Assembly",
     "MemoryExplanation",
+    "Ranked",
     "assemble",
     "priced_values",
     "render_block",
@@ -195,6 +199,51 @@ class MemoryExplanation:
 
 
 @dataclass(frozen=True, slots=True)
+class Ranked:
+    """Every candidate's figures in final-score order, as ``assemble`` left them.
+
+    Explain mode reads them as ``MemoryExplanation``s, built on the first read and then kept
+    (``built``): a request that only injects the block never builds 50 of them (adr/0117).
+    ``now`` is the assembly's, so each ``scored`` is what the ranking computed.
+    """
+
+    candidates: Sequence[Candidate]
+    overlaps: Sequence[float]
+    synth_scores: Sequence[float]
+    final_scores: Sequence[float]
+    values: Sequence[float]
+    tokens: Sequence[int]
+    line_tokens: Sequence[int]
+    status: Sequence[str]
+    now: datetime
+    built: list[tuple[MemoryExplanation, ...]] = field(
+        default_factory=list, compare=False, repr=False
+    )
+
+    def explained(self) -> tuple[MemoryExplanation, ...]:
+        """One ``MemoryExplanation`` per candidate, final score highest first."""
+        if not self.built:
+            now = self.now
+            self.built.append(
+                tuple(
+                    MemoryExplanation(candidate, score_candidate(candidate, now), *figures)
+                    for candidate, *figures in zip(
+                        self.candidates,
+                        self.overlaps,
+                        self.synth_scores,
+                        self.final_scores,
+                        self.values,
+                        self.tokens,
+                        self.line_tokens,
+                        self.status,
+                        strict=True,
+                    )
+                )
+            )
+        return self.built[0]
+
+
+@dataclass(frozen=True, slots=True)
 class Assembly:
     """The result of ``assemble``: the block and everything that led to it."""
 
@@ -210,10 +259,31 @@ class Assembly:
     total_value: float
     upper_bound: float
     proven_optimal: bool
-    packed: tuple[MemoryExplanation, ...]  # in block order (final score, highest first)
-    candidates: tuple[MemoryExplanation, ...]  # all, final score highest first
+    packed_ids: tuple[str, ...]  # the injected memories' ids, in block order
+    ranked: Ranked  # every candidate's figures, final score highest first
+    packed_rows: tuple[int, ...]  # the injected memories' rows of ``ranked``, in block order
     bundle_stats: BundleStats | None = None
-    dropped: dict[str, tuple[str, ...]] = field(default_factory=dict)  # status -> ids
+
+    @property
+    def candidates(self) -> tuple[MemoryExplanation, ...]:
+        """Every candidate's figures and fate, final score highest first."""
+        return self.ranked.explained()
+
+    @property
+    def packed(self) -> tuple[MemoryExplanation, ...]:
+        """The injected candidates' figures, in block order (final score, highest first)."""
+        explained = self.candidates
+        return tuple(explained[i] for i in self.packed_rows)
+
+    @property
+    def dropped(self) -> dict[str, tuple[str, ...]]:
+        """The ids of the candidates each fate other than ``packed`` took, by fate."""
+        ids = [candidate.record.id for candidate in self.ranked.candidates]
+        status = self.ranked.status
+        return {
+            name: tuple([ids[i] for i, fate in enumerate(status) if fate == name])
+            for name in DROPPED
+        }
 
     @property
     def memories(self) -> list[Candidate]:
@@ -270,7 +340,7 @@ def assemble(
 ) -> Assembly:
     """Score, bundle, dedup, pack and render ``candidates`` within ``budget`` tokens."""
     cfg = config if config is not None else AssemblerConfig()
-    encoding, count, label = tokens.encoding, tokens.count, tokens.label
+    encoding, count, label = tokens.encoding, tokens.content, tokens.label
     limit = max(0, budget if cfg.max_tokens is None else min(budget, cfg.max_tokens))
     stopwords = STOPWORDS if cfg.drop_stopwords else frozenset()
     query_words = normalise_words(query, stopwords=stopwords, stemmed=cfg.stemmed)
@@ -288,13 +358,15 @@ def assemble(
     similarity_share = composite_weight * WEIGHT_RELEVANCE
     overlap_share = keyword_weight * OVERLAP_WEIGHT
     base_of = BASE_RELEVANCE.get
+    # Per candidate, in the store's order: plain figures only (explanations are built on read).
     finals: list[float] = []
     priors: list[float] = []
-    unsorted: list[tuple[float, int, ScoredMemory[Candidate], float, float, int, int]] = []
-    for position, candidate in enumerate(candidates):
+    overlaps: list[float] = []
+    synths: list[float] = []
+    content_tokens: list[int] = []
+    for candidate, found in zip(candidates, matches, strict=True):
         record = candidate.record
-        scored = score_candidate(candidate, now)
-        found = matches[position]
+        parts = components(candidate, now)
         if not idf:
             overlap = len(found) / size
         elif mass > 0:
@@ -302,49 +374,44 @@ def assemble(
         else:
             overlap = 0.0
         synth = fragment_score(base_of(record.source, DEFAULT_BASE_RELEVANCE), overlap)
-        final = composite_weight * scored.composite_score + keyword_weight * synth
-        content_tokens = record.token_count(encoding, count)
+        final = composite_weight * composite(*parts) + keyword_weight * synth
         finals.append(final)
-        query_part = similarity_share * scored.relevance_score + overlap_share * overlap
+        query_part = similarity_share * parts[0] + overlap_share * overlap
         priors.append(max(0.0, final - query_part))
-        unsorted.append(
-            (
-                final,
-                position,
-                scored,
-                overlap,
-                synth,
-                content_tokens,
-                content_tokens + label(record.source),
-            )
-        )
+        overlaps.append(overlap)
+        synths.append(synth)
+        stored = record.tokens.get(encoding)  # ``token_count``, without the call
+        content_tokens.append(stored if stored is not None else count(record.content))
     # Highest final score first; ties keep the store's order (the sort is stable, also reversed).
-    rows = [unsorted[i] for i in sorted(range(len(finals)), key=finals.__getitem__, reverse=True)]
-    status = [PACKER] * len(rows)
+    # Every list below is in this order: a row is a position in it.
+    order = sorted(range(len(finals)), key=finals.__getitem__, reverse=True)
+    ranked = [candidates[p] for p in order]
+    records = [candidate.record for candidate in ranked]
+    saliences = [finals[p] for p in order]
+    status = [PACKER] * len(order)
 
     exponent = cfg.value_exponent
-    values_all = [row[0] ** exponent for row in rows]
-    prior_values = [priors[row[1]] ** exponent for row in rows]
-    records = [row[2].memory.record for row in rows]
+    values_all = [final**exponent for final in saliences]
+    prior_values = [priors[p] ** exponent for p in order]
+    tokens_of = [content_tokens[p] for p in order]
+    costs = [n + label(record.source) for n, record in zip(tokens_of, records, strict=True)]
 
-    saliences = [row[0] for row in rows]
     created = [record.created_at for record in records]
     picked = shortlist(saliences, priorities_of(saliences, created, cfg.bundle, now), cfg.bundle)
     survivors = picked.kept  # in final score order
-    if len(survivors) < len(rows):
+    if len(survivors) < len(order):
         kept_rows = set(survivors)
-        for i in range(len(rows)):
+        for i in range(len(order)):
             if i not in kept_rows:
                 status[i] = BUNDLE
 
-    word_sets = [frozenset[str]()] * len(rows)
+    signatures = [NO_SIGNATURE] * len(order)
     for i in survivors:
-        word_sets[i] = dedup_words(records[i].content)
-    kept, duplicates = dedup_order(word_sets, survivors, cfg.dedup_threshold)
+        signatures[i] = text_signature(records[i].content)
+    kept, duplicates = dedup_walk(signatures, survivors, cfg.dedup_threshold)
     for i in duplicates:
         status[i] = DUPLICATE
 
-    costs = [row[6] for row in rows]
     if cfg.token_price > 0 and cfg.neighbour_window >= 0:
         # What the question adds to a dialog turn counts for the turns beside it (adr/0114).
         # Only turns: other memories written in one batch share a time without being a dialog.
@@ -363,25 +430,13 @@ def assemble(
     fence_tokens = tokens.fence if priced else 0
     room = max(0, limit - fence_tokens)
     solve = select_optimal if cfg.packer == "optimal" else select_greedy
-    solution = solve([net[i] for i in priced], [rows[i][6] for i in priced], room)
+    solution = solve([net[i] for i in priced], [costs[i] for i in priced], room)
     chosen = [priced[j] for j in solution.indices]
 
-    block, rendered, trimmed = render_within(
-        records, values_all, [r[6] for r in rows], chosen, limit, tokens
-    )
+    block, rendered, trimmed = render_within(records, values_all, costs, chosen, limit, tokens)
     for i in chosen:
         status[i] = TRIMMED if i in trimmed else PACKED
-    explained = tuple(
-        MemoryExplanation(
-            row[2].memory, row[2], row[3], row[4], row[0], values_all[i], row[5], row[6], status[i]
-        )
-        for i, row in enumerate(rows)
-    )
-    packed = tuple(explained[i] for i in chosen if i not in trimmed)
-    ids = [record.id for record in records]
-    dropped = {
-        name: tuple([ids[i] for i, fate in enumerate(status) if fate == name]) for name in DROPPED
-    }
+    rows = tuple(i for i in chosen if i not in trimmed)
     return Assembly(
         query=query,
         budget=budget,
@@ -390,13 +445,23 @@ def assemble(
         packer=cfg.packer,
         block=block,
         rendered_tokens=rendered,
-        packed_tokens=sum(r.line_tokens for r in packed),
+        packed_tokens=sum(costs[i] for i in rows),
         fence_tokens=fence_tokens,
-        total_value=sum(r.value for r in packed),
+        total_value=sum(values_all[i] for i in rows),
         upper_bound=solution.upper_bound,
         proven_optimal=solution.proven_optimal and not trimmed,
-        packed=packed,
-        candidates=explained,
+        packed_ids=tuple(records[i].id for i in rows),
+        ranked=Ranked(
+            ranked,
+            [overlaps[p] for p in order],
+            [synths[p] for p in order],
+            saliences,
+            values_all,
+            tokens_of,
+            costs,
+            status,
+            now,
+        ),
+        packed_rows=rows,
         bundle_stats=picked.stats,
-        dropped=dropped,
     )

@@ -1,22 +1,47 @@
-"""Near-duplicate removal by word Jaccard similarity, exact and fast (prefix filtering).
+"""Near-duplicate removal by word Jaccard similarity, exact and fast (size bands, word bits).
 
 ``dedup_order`` walks items best first and keeps each unless its word set is more than
 ``threshold`` (0.8) similar to a kept one, so the higher-scored of two duplicates survives.
-Instead of comparing all pairs it indexes a short prefix of each kept set (rarest words first);
-a pair above the threshold must share a prefix word, so only those pairs are compared. The result
-equals the all-pairs walk (tested) and is idempotent.
+The result equals the all-pairs walk (tested) and is idempotent.
+
+Two sets can only be more than t similar when their sizes are within a factor t (Jaccard is at
+most the smaller size over the larger), so an item is compared only with the kept sets in its
+size band: the kept sizes are held sorted and two bisections find the band. Within the band a
+``Signature`` bounds the shared words without touching them: one of ``BITS`` bits per word (by
+its hash) and ``lost``, how many of the set's words share a bit with another of its words. The
+shared words of A and B set shared bits, and at most ``min(lost)`` of them collide, so
+``shared <= popcount(bits_A & bits_B) + min(lost_A, lost_B)``; and Jaccard
+``shared / (|A| + |B| - shared)`` grows with ``shared``. One bound for the whole band (the
+largest popcount, the item's own ``lost``, the band's smallest size) rules out every kept set
+in it at once, as it does for all but one or two items of a request; only then are the band's
+sets checked one by one, bound first and the true Jaccard last. Float divisions round
+monotonically, so a bound at or under the threshold never hides a duplicate the exact test
+would find.
+
+On 50 real-text candidates (LoCoMo turns, observations, summaries) the band holds ~6 kept sets
+per item and the bound lets ~1 pair a request through to the exact test; the prefix-filter walk
+this replaces sorted every set by the request's word rarity (0.45 ms a request,
+docs/benchmarks.md). A signature costs one pass over a set's words; ``text_signature`` keeps
+it per memory text, as ``dedup_words`` keeps the set. With hundreds of items of like sizes the
+bands grow with the items (500 sets: ~1.2x the prefix filter's time, once signatures are kept);
+the request path assembles 50 to 100.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-from collections import Counter
+import functools
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
+from proxy.context.words import TEXTS_MEMOISED, dedup_words
 from proxy.errors import ConfigError
 
 DUPLICATE_JACCARD = 0.8
+BITS = 256  # a few bits per word of a long summary: collisions stay rare, an AND stays cheap
+MASK = BITS - 1
+
+Signature = tuple[frozenset[str], int, int, int]  # (words, size, word bits, lost)
+NO_SIGNATURE: Signature = (frozenset(), 0, 0, 0)
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -27,71 +52,93 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     return shared / (len(a) + len(b) - shared)
 
 
+@functools.lru_cache(maxsize=TEXTS_MEMOISED)
+def signature(words: frozenset[str]) -> Signature:
+    """``words``, their count, their bits (one per word, by hash) and the words whose bit
+    another of them set first (``lost``); memoised (``dedup_words`` hands out one set per
+    text, and a set keeps its hash)."""
+    bits = 0
+    for word in words:
+        bits |= 1 << (hash(word) & MASK)
+    return words, len(words), bits, len(words) - bits.bit_count()
+
+
+@functools.lru_cache(maxsize=TEXTS_MEMOISED)
+def text_signature(text: str) -> Signature:
+    """The ``signature`` of ``dedup_words(text)``, memoised: a memory is a candidate of many
+    requests."""
+    return signature(dedup_words(text))
+
+
 def dedup_order(
     word_sets: Sequence[frozenset[str]], order: Iterable[int], threshold: float = DUPLICATE_JACCARD
 ) -> tuple[list[int], list[int]]:
     """Walk ``order`` (best first) and keep each set unless Jaccard > ``threshold`` with a kept one.
 
-    Returns (kept, dropped) indices. Exact: prefix filtering. Each set is ordered by one global
-    order (rarest word first, then alphabetical, so prefixes are selective); a pair with
-    Jaccard >= t must share a word within both prefixes of length ``n - ceil(t * n) + 1``, so
-    only those pairs are compared, and the true Jaccard decides.
+    Returns (kept, dropped) indices: ``dedup_walk`` on the sets' signatures.
+    """
+    order = list(order)
+    signatures = [NO_SIGNATURE] * len(word_sets)
+    for i in order:
+        signatures[i] = signature(word_sets[i])
+    return dedup_walk(signatures, order, threshold)
+
+
+def dedup_walk(
+    signatures: Sequence[Signature], order: Iterable[int], threshold: float = DUPLICATE_JACCARD
+) -> tuple[list[int], list[int]]:
+    """``dedup_order`` on signatures (``signatures[i]`` for each ``i`` in ``order``).
+
+    Invariants: an item is dropped exactly when a kept item before it in ``order`` is more than
+    ``threshold`` similar (two empty sets are identical: only the first empty one is kept);
+    kept and dropped partition ``order``, each in walk order.
     """
     if not 0.0 <= threshold < 1.0:
         raise ConfigError("dedup threshold must be in [0, 1)", param="dedup_threshold")
-    order = list(order)
-    frequency = Counter(itertools.chain.from_iterable(word_sets[i] for i in order))
-    rarity = frequency.__getitem__
-    index: dict[str, list[int]] = {}
+    # The kept non-empty sets in size order, and their sizes and bits side by side.
+    band_sets: list[Signature] = []
+    sizes: list[int] = []
+    bits_of: list[int] = []
     kept: list[int] = []
     dropped: list[int] = []
     empty_kept = False
+    bit_count = int.bit_count
     for i in order:
-        words = word_sets[i]
-        if not words:
+        item = signatures[i]
+        _, size, bits, lost = item
+        if not size:
             (dropped if empty_kept else kept).append(i)
             empty_kept = True
             continue
-        size = len(words)
-        # Two C-level sorts give the total order (rarest first, then alphabetical).
-        ranked = sorted(sorted(words), key=rarity)
-        # The small epsilon only lengthens the prefix, which can never lose a pair.
-        prefix = ranked[: size - math.ceil(threshold * size - 1e-9) + 1]
-        if is_duplicate(words, prefix, index, word_sets, threshold):
-            dropped.append(i)
-            continue
+        # Kept sizes n with n > t * size, and n <= size / t (a superset of size > t * n).
+        low = bisect_right(sizes, threshold * size)
+        high = bisect_right(sizes, size / threshold, low) if threshold > 0 else len(sizes)
+        if low < high:
+            most = max(map(bit_count, map(bits.__and__, bits_of[low:high]))) + lost
+            if most / (size + sizes[low] - most) > threshold and duplicate_in(
+                item, band_sets[low:high], threshold
+            ):
+                dropped.append(i)
+                continue
         kept.append(i)
-        for word in prefix:
-            index.setdefault(word, []).append(i)
+        at = bisect_right(sizes, size)
+        band_sets.insert(at, item)
+        sizes.insert(at, size)
+        bits_of.insert(at, bits)
     return kept, dropped
 
 
-def is_duplicate(
-    words: frozenset[str],
-    prefix: Sequence[str],
-    index: dict[str, list[int]],
-    word_sets: Sequence[frozenset[str]],
-    threshold: float,
-) -> bool:
-    """True when a kept set sharing a prefix word is more than ``threshold`` similar.
-
-    ``jaccard`` and the size bound are inlined: this loop runs ~180 times a request, and the
-    calls were half its cost.
-    """
-    size = len(words)
-    low = threshold * size
-    seen: set[int] = set()
-    for word in prefix:
-        for j in index.get(word, ()):
-            if j in seen:
-                continue
-            seen.add(j)
-            other = word_sets[j]
-            n = len(other)
-            # Jaccard <= min/max size: skip pairs whose sizes alone rule a duplicate out.
-            if n <= low or size <= threshold * n:
-                continue
-            shared = len(words & other)  # both non-empty: the union is never 0
-            if shared / (size + n - shared) > threshold:
-                return True
+def duplicate_in(item: Signature, band: Sequence[Signature], threshold: float) -> bool:
+    """True when a set of ``band`` (non-empty) is more than ``threshold`` similar to ``item``'s:
+    each pair's size and bit bounds first, then the true Jaccard."""
+    words, size, bits, lost = item
+    for other, n, other_bits, other_lost in band:
+        if n <= threshold * size or size <= threshold * n:
+            continue
+        most = (bits & other_bits).bit_count() + min(lost, other_lost)
+        if most / (size + n - most) <= threshold:
+            continue
+        shared = len(words & other)  # both non-empty: the union is never 0
+        if shared / (size + n - shared) > threshold:
+            return True
     return False

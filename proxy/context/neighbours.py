@@ -31,7 +31,7 @@ def neighbour_gains(
     if window < 0 or len(gains) < 2:
         return out
     last: dict[Hashable, int] = {}
-    for i in sorted(range(len(gains)), key=lambda i: (times[i], i)):
+    for i in sorted(range(len(gains)), key=times.__getitem__):  # stable: ties by index
         group = groups[i]
         if group is None:
             continue

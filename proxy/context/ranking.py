@@ -34,6 +34,11 @@ SECONDS_PER_DAY = 86_400.0
 UNKNOWN_AGE_RECENCY = 0.5
 DEFAULT_RELEVANCE = 0.0
 SCORE_DECIMALS = 6
+SCORE_SCALE = 10.0**SCORE_DECIMALS  # exact: 1e6
+# ``rounded``'s fast path: below this magnitude the scaled score is off by under 1e-7, so a
+# fraction this far from one half rounds as the exact value does.
+FAST_ROUND_LIMIT = 1e3
+FAST_ROUND_MARGIN = 1e-6
 
 # A plain `assert` disappears under `python -O`; this check must fail the import every time.
 if (
@@ -117,14 +122,30 @@ def composite(
     frequency_score: float,
 ) -> float:
     """The seed's weighted sum, rounded to 6 decimals like the seed."""
-    return round(
+    return rounded(
         WEIGHT_RELEVANCE * relevance_score
         + WEIGHT_RECENCY * recency_score
         + WEIGHT_USEFULNESS * usefulness_score
         + WEIGHT_CONFIDENCE * confidence_score
-        + WEIGHT_FREQUENCY * frequency_score,
-        SCORE_DECIMALS,
+        + WEIGHT_FREQUENCY * frequency_score
     )
+
+
+def rounded(value: float) -> float:
+    """``round(value, SCORE_DECIMALS)``, the same float, about three times faster.
+
+    ``round`` with digits goes through a decimal conversion. Scaled by 10**6, a value under
+    ``FAST_ROUND_LIMIT`` is within 1e-7 of its exact product, so unless that product is near a
+    half its nearest integer is the exact value's, and dividing it by 10**6 gives the double
+    nearest the decimal, which is what ``round`` returns. Near halves, zero (its sign) and
+    large, NaN or infinite values take ``round`` itself.
+    """
+    if -FAST_ROUND_LIMIT < value < FAST_ROUND_LIMIT:
+        scaled = value * SCORE_SCALE
+        whole = round(scaled)
+        if whole and abs(scaled - whole) < 0.5 - FAST_ROUND_MARGIN:
+            return whole / SCORE_SCALE
+    return round(value, SCORE_DECIMALS)
 
 
 def scored(
@@ -147,19 +168,24 @@ def scored(
     )
 
 
-def score_candidate(
-    candidate: Candidate, now: datetime, tokens: int | None = None
-) -> ScoredMemory[Candidate]:
-    """The composite score of one search hit at ``now`` (aware)."""
+def components(candidate: Candidate, now: datetime) -> tuple[float, float, float, float, float]:
+    """One search hit's (relevance, recency, usefulness, confidence, frequency) at ``now``
+    (aware): ``composite(*components(...))`` is its composite score."""
     record = candidate.record
-    parts = (
+    return (
         unit(candidate.similarity, DEFAULT_RELEVANCE),
         recency(record.created_at, now),
         unit(record.usefulness, DEFAULT_USEFULNESS),
         unit(record.confidence, DEFAULT_CONFIDENCE),
         frequency(record.retrieval_count),
     )
-    return scored(candidate, parts, tokens)
+
+
+def score_candidate(
+    candidate: Candidate, now: datetime, tokens: int | None = None
+) -> ScoredMemory[Candidate]:
+    """The composite score of one search hit at ``now`` (aware)."""
+    return scored(candidate, components(candidate, now), tokens)
 
 
 def sort_scored(items: Iterable[ScoredMemory[M]]) -> list[ScoredMemory[M]]:

@@ -6,7 +6,8 @@ the memory sources, ``score = base_relevance * 0.5 + keyword_overlap * 0.5`` whe
 (word Jaccard > 0.8) removed keeping the higher score, then ``[source] content`` lines in score
 order while they fit ``max_tokens`` (skip and continue). Fixes over the seed: words are
 normalised (case-folded, punctuation stripped, so "networking?" matches "networking"), tokens
-are counted with the real tokenizer, and dedup is exact prefix filtering instead of all pairs.
+are counted with the real tokenizer, and dedup is exact (size bands and word bits, ``dedup.py``)
+instead of all pairs.
 
 Every step is the engine's: ``ranking.fragment_score``, ``words.overlap_matcher`` (the
 assembler's matcher), ``dedup.dedup_order`` on ``words.dedup_words`` and
@@ -21,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from proxy.context.dedup import DUPLICATE_JACCARD, dedup_order, is_duplicate, jaccard
+from proxy.context.dedup import DUPLICATE_JACCARD, dedup_order, jaccard
 from proxy.context.knapsack import select_greedy
 from proxy.context.ranking import (
     BASE_RELEVANCE,
@@ -63,7 +64,6 @@ __all__ = [
     "flatten",
     "fragment_score",
     "idf_weights",
-    "is_duplicate",
     "jaccard",
     "keyword_overlap",
     "normalise_words",

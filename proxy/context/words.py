@@ -133,6 +133,14 @@ def ascii_table(rule: Callable[[str], str]) -> bytes:
 ASCII_WORD_FOLD = ascii_table(lambda c: c.casefold() if WORD.fullmatch(c) else " ")
 # ``dedup_words`` for ASCII: case-folded, punctuation a space.
 ASCII_FOLD = ascii_table(lambda c: c.casefold().translate(PUNCTUATION_TO_SPACE))
+# ASCII characters ``dedup_words`` keeps inside a word but ``word_runs`` splits at (control
+# characters other than whitespace): in an ASCII text without any, the two give the same set.
+ASCII_DEDUP_ONLY_CHARS = "".join(
+    c
+    for c in map(chr, range(128))
+    if not (c.isspace() or c in string.punctuation or WORD.fullmatch(c))
+)
+ASCII_DEDUP_ONLY = re.compile(f"[{re.escape(ASCII_DEDUP_ONLY_CHARS)}]")
 MATCH_SUFFIXES = ("", "ing", "ed", "es", "s")
 
 
@@ -176,10 +184,13 @@ def dedup_words(text: str) -> frozenset[str]:
 
     ``str.translate`` plus ``split`` run in C, several times faster than the word regex; they
     split at ASCII and common typographic punctuation only. ASCII text takes a byte table that
-    folds case in the same pass, about twice as fast. Memoised: a memory is a candidate of many
-    requests.
+    folds case in the same pass, about twice as fast; most ASCII texts split the same way for
+    matching, and take that memoised set (``text_words``). Memoised: a memory is a candidate of
+    many requests.
     """
     if text.isascii():
+        if ASCII_DEDUP_ONLY.search(text) is None:
+            return text_words(text)
         return frozenset(text.encode().translate(ASCII_FOLD).decode().split())
     return frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
 
@@ -206,7 +217,9 @@ def query_matcher(query_words: frozenset[str], *, stemmed: bool) -> Callable[[st
         for ending in MATCH_SUFFIXES if stemmed else ("",):
             forms[word + ending] = word
     lookup = forms.__getitem__
-    keys = forms.keys()
+    # A frozenset, not the dict's keys: ``keys & words`` walks every word of the text, two
+    # sets' ``&`` walks the smaller (0.16 -> 0.08 ms over 50 real-text candidates).
+    keys = frozenset(forms)
 
     def found(text: str) -> set[str]:
         return set(map(lookup, keys & text_words(text)))

@@ -614,7 +614,7 @@ class Pipeline:
         """The after-response work: retrieval counts and capture; ``None`` when there is none."""
         assembly = run.assembly
         ids = (
-            [m.id for m in assembly.packed]
+            list(assembly.packed_ids)
             if assembly is not None and assembly.block and status in (INJECTED, DEGRADED)
             else []
         )

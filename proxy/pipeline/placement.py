@@ -122,7 +122,7 @@ def unseen(
 ) -> tuple[list[Candidate], tuple[str, ...]] | None:
     """The chosen candidates an earlier block does not show yet, and the ids of those it does;
     ``None`` when it shows none of them (the assembly stands as it is)."""
-    chosen = {memory.id for memory in assembly.packed}
+    chosen = set(assembly.packed_ids)
     already = tuple(sorted(chosen & visible))
     if not already:
         return None
@@ -132,7 +132,7 @@ def unseen(
 def remembered(placement: Placement, assembly: Assembly) -> Remembered:
     """This turn's block as it is kept for the turns after it."""
     after = placement.slot.after if placement.slot is not None else 0
-    ids = tuple(memory.id for memory in assembly.packed)
+    ids = assembly.packed_ids
     return Remembered(assembly.block, after, assembly.rendered_tokens, ids, placement.stamp)
 
 
@@ -141,7 +141,7 @@ def shown(placement: Placement | None, assembly: Assembly | None) -> tuple[int, 
     if placement is not None and placement.reused is not None:
         return len(placement.reused.ids), placement.reused.tokens
     if assembly is not None and assembly.block:
-        return len(assembly.packed), assembly.rendered_tokens
+        return len(assembly.packed_ids), assembly.rendered_tokens
     return 0, 0
 
 

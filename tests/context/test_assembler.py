@@ -17,6 +17,7 @@ from proxy.context.assembler import (
     assemble,
 )
 from proxy.context.bundle import BundleConfig
+from proxy.context.ranking import score_candidate
 from proxy.context.records import Candidate
 from proxy.errors import ConfigError
 from proxy.tokenizer import count_tokens
@@ -234,3 +235,16 @@ def test_ranking_matches_the_reference_formulas(
     expected.sort()
     got = [(-m.final_score, m.id, m.overlap, m.synth_score) for m in result.candidates]
     assert got == [(f, name, o, s) for f, _, name, o, s in expected]
+
+
+def test_explanations_are_built_on_the_first_read_only() -> None:
+    result = assemble(CANDIDATES, "How do I fix Docker networking?", 500, now=NOW, tokens=TOKENS)
+    assert result.ranked.built == []  # injecting the block needs none of them
+    assert result.packed_ids == tuple(m.id for m in result.packed)
+    first = result.candidates
+    assert result.candidates is first
+    assert [m.id for m in first] == [c.record.id for c in result.ranked.candidates]
+    assert all(m is first[row] for m, row in zip(result.packed, result.packed_rows, strict=True))
+    # Each explanation's score is the ranking's, at the assembly's time.
+    for m in first:
+        assert m.scored == score_candidate(m.candidate, NOW)

@@ -1,4 +1,4 @@
-"""Table and property tests for prefix-filter dedup."""
+"""Table and property tests for exact dedup (size bands and word bits)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.context.dedup import dedup_order, jaccard
-from proxy.context.words import normalise_words
+from proxy.context.dedup import dedup_order, jaccard, signature, text_signature
+from proxy.context.words import dedup_words, normalise_words
 from proxy.errors import ConfigError
 
 
@@ -46,7 +46,7 @@ def brute_force(sets: list[frozenset[str]], threshold: float) -> list[int]:
 
 @settings(max_examples=300)
 @given(word_sets, st.sampled_from([0.0, 0.3, 0.5, 0.8, 0.9]))
-def test_prefix_filter_dedup_equals_all_pairs(sets: list[frozenset[str]], threshold: float) -> None:
+def test_dedup_equals_all_pairs(sets: list[frozenset[str]], threshold: float) -> None:
     kept, dropped = dedup_order(sets, range(len(sets)), threshold)
     assert kept == brute_force(sets, threshold)
     assert sorted(kept + dropped) == list(range(len(sets)))
@@ -59,3 +59,54 @@ def test_dedup_is_idempotent(sets: list[frozenset[str]]) -> None:
     again, dropped = dedup_order(survivors, range(len(survivors)))
     assert again == list(range(len(survivors)))
     assert dropped == []
+
+
+# Long sets over a wide vocabulary: 256 bits hold them with many collisions (``lost`` > 0), and
+# near-duplicates (one set edited by a few words) sit next to unrelated sets of every size.
+wide = st.sampled_from([f"word{n}" for n in range(600)])
+
+
+@st.composite
+def long_sets(draw: st.DrawFn) -> list[frozenset[str]]:
+    sets: list[frozenset[str]] = []
+    for _ in range(draw(st.integers(1, 12))):
+        if any(sets) and draw(st.booleans()):
+            base = set(draw(st.sampled_from([s for s in sets if s])))
+            drop = draw(st.lists(st.sampled_from(sorted(base)), max_size=max(1, len(base) // 8)))
+            sets.append(frozenset((base - set(drop)) | set(draw(st.lists(wide, max_size=10)))))
+        else:
+            sets.append(frozenset(draw(st.lists(wide, min_size=0, max_size=260))))
+    return draw(st.permutations(sets))
+
+
+@settings(max_examples=200)
+@given(long_sets(), st.sampled_from([0.0, 0.5, 0.8, 0.9]))
+def test_dedup_equals_all_pairs_on_long_sets_whose_bits_collide(
+    sets: list[frozenset[str]], threshold: float
+) -> None:
+    kept, dropped = dedup_order(sets, range(len(sets)), threshold)
+    assert kept == brute_force(sets, threshold)
+    assert sorted(kept + dropped) == list(range(len(sets)))
+
+
+@given(st.frozensets(wide, max_size=300), st.frozensets(wide, max_size=300))
+def test_signature_bounds_the_shared_words(a: frozenset[str], b: frozenset[str]) -> None:
+    words_a, size_a, bits_a, lost_a = signature(a)
+    words_b, size_b, bits_b, lost_b = signature(b)
+    assert (words_a, size_a, words_b, size_b) == (a, len(a), b, len(b))
+    assert bits_a.bit_count() + lost_a == len(a)
+    assert len(a & b) <= (bits_a & bits_b).bit_count() + min(lost_a, lost_b)
+
+
+def test_dedup_walk_follows_the_order_given() -> None:
+    sets = [normalise_words(t) for t in ("a b c d e", "x y", "a b c d e f", "x y")]
+    # Best first: the later of two duplicates (5/6 and 2/2 alike) goes, whatever its index.
+    assert dedup_order(sets, [2, 0, 1, 3]) == ([2, 1], [0, 3])
+    assert dedup_order(sets, [3, 1, 0, 2]) == ([3, 0], [1, 2])
+    assert dedup_order([frozenset(), frozenset(), sets[1]], [1, 0, 2]) == ([1, 2], [0])
+
+
+def test_text_signatures_are_memoised() -> None:
+    text = "Melanie: I ran a charity race for mental health last Saturday."
+    assert text_signature(text) is text_signature(text)
+    assert text_signature(text) == signature(dedup_words(text))

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.context import ranking, scorer
+from proxy.context.records import Candidate, MemoryRecord
 
 NOW = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
 
@@ -36,3 +37,51 @@ def test_recency_decays_from_any_offset(days: float, hours: int) -> None:
     expected = math.exp(-0.05 * max(0.0, age))
     assert ranking.recency(created, NOW) == expected
     assert scorer.recency(created.isoformat(), NOW) == expected
+
+
+TIES = [k / 2_000_000 for k in (15_625, 46_875, 78_125, 1_984_375)]  # exact halves at 6 digits
+
+
+@given(
+    st.floats(allow_nan=True, allow_infinity=True)
+    | st.floats(min_value=-2.0, max_value=2.0)
+    | st.sampled_from([*TIES, *(-t for t in TIES), 0.0, -0.0, 1e-7, 5e-7, 999.9999995])
+)
+def test_rounded_is_round_to_six_digits(value: float) -> None:
+    expected = round(value, 6)
+    got = ranking.rounded(value)
+    assert repr(got) == repr(expected)  # the same float, sign of zero and NaN included
+
+
+@given(
+    st.floats(min_value=-0.5, max_value=1.5) | st.just(math.nan),
+    st.floats(min_value=-400, max_value=5_000, allow_nan=False),
+    st.floats(allow_nan=True, allow_infinity=False),
+    st.floats(allow_nan=True, allow_infinity=False),
+    st.integers(min_value=-5, max_value=200),
+)
+def test_components_are_the_scored_figures(
+    similarity: float, days: float, usefulness: float, confidence: float, count: int
+) -> None:
+    record = MemoryRecord(
+        "m",
+        "t",
+        "u",
+        "learnings",
+        "text",
+        NOW - timedelta(days=days),
+        confidence=confidence,
+        usefulness=usefulness,
+        retrieval_count=count,
+    )
+    candidate = Candidate(record, similarity)
+    parts = ranking.components(candidate, NOW)
+    scored = ranking.score_candidate(candidate, NOW)
+    assert ranking.composite(*parts) == scored.composite_score
+    assert parts == (
+        scored.relevance_score,
+        scored.recency_score,
+        scored.usefulness_score,
+        scored.confidence_score,
+        scored.frequency_score,
+    )

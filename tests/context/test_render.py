@@ -93,3 +93,21 @@ def test_render_within_trims_the_lowest_values_until_it_fits(
     assert trimmed == {1}  # the lowest value goes first
     assert rendered == count_tokens(block, encoding) <= limit
     assert render_within(records, values, costs, [0], 1, tokens) == ("", 0, {0})
+
+
+def test_content_counts_of_an_encoding_memories_lack_are_memoised() -> None:
+    # Memories store o200k and cl100k counts; for another encoding (a Claude model's) each
+    # candidate's content is counted, once per text while the memo holds it.
+    plain = tiktoken_tokenizer().counter("cl100k_base")
+    calls: list[str] = []
+
+    def spy(text: str) -> int:
+        calls.append(text)
+        return plain(text)
+
+    tokens = BlockTokens("p50k_base", spy, lines_kept=16)
+    pool = [cand(f"m{i}", f"memory number {i} about painting", 0.9) for i in range(3)]
+    for _ in range(2):
+        assemble(pool, "painting", 500, now=NOW, tokens=tokens)
+    contents = [c.record.content for c in pool]
+    assert sorted(text for text in calls if text in contents) == sorted(contents)

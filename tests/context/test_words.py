@@ -116,3 +116,19 @@ def test_word_sets_of_a_memory_are_computed_once() -> None:
     after = (words.text_words.cache_info().hits, words.dedup_words.cache_info().hits)
     assert after[0] > hits[0]
     assert after[1] > hits[1]
+
+
+@pytest.mark.parametrize(
+    ("text", "shared"),
+    [
+        ("Caroline: I went to the LGBTQ support group, it was so powerful!", True),
+        ("tabs\tand\nnew lines", True),
+        ("a bell\x07inside a word", False),  # dedup keeps the control character in the word
+        ("café", False),  # not ASCII
+    ],
+)
+def test_dedup_words_takes_the_match_set_of_ascii_text_without_control_characters(
+    text: str, shared: bool
+) -> None:
+    assert (dedup_words(text) is words.text_words(text)) is shared
+    assert dedup_words(text) == frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
