@@ -175,7 +175,8 @@ async def ingest_real(store: EdgeStore, size: int, tenants: int) -> dict[str, fl
         cpu += time.process_time() - cpu0
         done += len(inputs)
         if done // PROGRESS_EVERY != (done - len(inputs)) // PROGRESS_EVERY:
-            print(f"  imported {done:,} ({done / imported:,.0f}/s, {rss_mb():,.0f} MB)", flush=True)
+            rate = f"{done:,} ({done / imported:,.0f}/s, {rss_mb():,.0f} MB)"
+            print(f"  imported {rate}", file=sys.stderr, flush=True)  # stdout: the figures
     return {
         "memories": float(size),
         "stored": float(stored),
@@ -287,9 +288,7 @@ def import_in_child(size: int, tenants: int, where: Path, optimize: bool, text: 
     argv += ["--tenants", str(tenants), "--keep", str(where), "--text", text]
     argv += [] if optimize else ["--no-optimize"]
     done = subprocess.run(argv, check=True, stdout=subprocess.PIPE, text=True)
-    lines = done.stdout.strip().splitlines()
-    print("\n".join(lines[:-1]), flush=True)
-    return json.loads(lines[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 async def run_search(
