@@ -222,9 +222,9 @@ async def import_memories(args: argparse.Namespace, settings: Settings) -> int:
     async with open_service(settings) as service:
         # Timed from the first write: loading the model and opening the store are not import.
         progress = Progress(len(good), sys.stderr, enabled=not args.quiet)
-        for batch in batches(good, args.batch_size):
-            await service.write(tenant, batch)
-            progress.advance(len(batch))
+        # The next batch is counted and embedded while this one is stored (same results).
+        async for written in service.import_batches(tenant, batches(good, args.batch_size)):
+            progress.advance(len(written))
     progress.finish()
     summary = {"imported": len(good), "skipped": len(bad), "tenant": tenant}
     summary["memories_per_s"] = round(progress.rate, 1)

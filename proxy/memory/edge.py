@@ -19,7 +19,7 @@ import builtins
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
@@ -58,11 +58,13 @@ from proxy.memory.points import (
     owned_or_fail,
     point_id,
     point_uuid,
+    repeats_among,
     to_payload,
 )
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
 from proxy.memory.store import (
     Page,
+    RepeatKey,
     SearchQuery,
     check_query,
     check_vectors,
@@ -72,7 +74,7 @@ from proxy.memory.store import (
 from proxy.memory.vectors import clip_similarity
 
 SHARD_DIR = "memories"
-REPEATS = 8  # memories a repeat lookup returns at most
+REPEATS_PAGE = 1_024  # memories a repeat lookup reads a page at a time
 DEFAULT_WORKERS = 2
 T = TypeVar("T")
 LOGGER = logging.getLogger("memproxy.store")
@@ -408,16 +410,33 @@ class EdgeStore:
         )
 
     async def repeats(
-        self, tenant: str, user: str, words: str, live_at: datetime
+        self, tenant: str, keys: Collection[RepeatKey], live_at: datetime
     ) -> builtins.list[MemoryRecord]:
-        """The user's live memories with the words key ``words``."""
+        """The live memories whose (user, words key) is one of ``keys``: one filtered scroll
+        (a page at a time) for a whole batch."""
         require_tenant(tenant)
-        scope = repeat_filter(tenant, user, words, live_at.timestamp())
-        request = qe.ScrollRequest(
-            limit=REPEATS, filter=scope, with_payload=True, with_vector=False
-        )
-        found, _ = await self._run(self._shard.scroll, request)
-        return [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
+        if not keys:
+            return []
+        return await self._run(self._repeats_sync, tenant, keys, live_at.timestamp())
+
+    def _repeats_sync(
+        self, tenant: str, keys: Collection[RepeatKey], live_at: float
+    ) -> builtins.list[MemoryRecord]:
+        scope = repeat_filter(tenant, keys, live_at)
+        payloads: builtins.list[Any] = []
+        offset: Any = None
+        while True:
+            request = qe.ScrollRequest(
+                offset=offset,
+                limit=REPEATS_PAGE,
+                filter=scope,
+                with_payload=True,
+                with_vector=False,
+            )
+            found, offset = self._shard.scroll(request)
+            payloads += [p.payload for p in found]
+            if offset is None:
+                return repeats_among(payloads, tenant, keys)
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory expired at or before ``before``; return how many."""

@@ -11,6 +11,7 @@ rescoring query (adr/0082).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 from uuid import UUID
 
@@ -34,7 +35,7 @@ from proxy.memory.points import (
     SUPERSEDED_KEY,
     TENANT_KEY,
 )
-from proxy.memory.store import SearchQuery
+from proxy.memory.store import RepeatKey, SearchQuery
 
 Hit = tuple[UUID, float]  # (point id, dense cosine); UUIDs as the shard returns them
 # The shard keeps int8 copies of the dense vectors (edge_shard.shard_config). Rescoring 3x top_k of
@@ -95,9 +96,9 @@ def scope_filter(tenant: str, query: SearchQuery) -> qe.Filter:
     return to_filter(scope_conditions(tenant, query), liveness(query))
 
 
-def repeat_filter(tenant: str, user: str, words: str, live_at: float) -> qe.Filter:
+def repeat_filter(tenant: str, keys: Collection[RepeatKey], live_at: float) -> qe.Filter:
     """Return the filter of a repeat lookup (``filters.repeat_conditions``), live only."""
-    return to_filter(repeat_conditions(tenant, user, words), Liveness(live_at))
+    return to_filter(repeat_conditions(tenant, keys), Liveness(live_at))
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> qe.Filter:

@@ -7,6 +7,7 @@ tenant's shared ones) exist once.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from proxy.memory.points import (
@@ -17,7 +18,7 @@ from proxy.memory.points import (
     USER_KEY,
     WORDS_KEY,
 )
-from proxy.memory.store import SHARED_USER, SearchQuery
+from proxy.memory.store import SHARED_USER, RepeatKey, SearchQuery
 
 Condition = tuple[str, tuple[str, ...]]
 
@@ -46,9 +47,14 @@ def scope_conditions(tenant: str, query: SearchQuery) -> list[Condition]:
     return conditions
 
 
-def repeat_conditions(tenant: str, user: str, words: str) -> list[Condition]:
-    """What a repeat lookup may see: the user's memories with that words key."""
-    return [(TENANT_KEY, (tenant,)), (USER_KEY, (user,)), (WORDS_KEY, (words,))]
+def repeat_conditions(tenant: str, keys: Collection[RepeatKey]) -> list[Condition]:
+    """What a repeat lookup may see: memories of the keys' users with one of their words keys.
+
+    A superset when ``keys`` pair several users with several words keys (any user with any key
+    matches); the caller keeps the exact pairs (``points.repeats_among``)."""
+    users = tuple(sorted({user for user, _ in keys}))
+    words = tuple(sorted({key for _, key in keys}))
+    return [(TENANT_KEY, (tenant,)), (USER_KEY, users), (WORDS_KEY, words)]
 
 
 def list_conditions(tenant: str, user: str | None, source: str | None) -> list[Condition]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import functools
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -124,6 +124,21 @@ def owned(payload: Mapping[str, Any] | None, tenant: str) -> MemoryRecord | None
     if not payload or payload.get(TENANT_KEY) != tenant:
         return None
     return from_payload(payload)
+
+
+def repeats_among(
+    payloads: Iterable[Mapping[str, Any] | None], tenant: str, keys: Collection[tuple[str, str]]
+) -> builtins.list[MemoryRecord]:
+    """The tenant's records among ``payloads`` whose (user, words key) is one of ``keys``: a
+    batched repeat lookup filters on any user and any key, this keeps the exact pairs."""
+    wanted = set(keys)
+    return [
+        record
+        for payload in payloads
+        if payload is not None
+        and (payload.get(USER_KEY), payload.get(WORDS_KEY)) in wanted
+        and (record := owned(payload, tenant)) is not None
+    ]
 
 
 def owned_or_fail(payload: Mapping[str, Any] | None, tenant: str) -> MemoryRecord:

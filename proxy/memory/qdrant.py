@@ -13,7 +13,7 @@ import asyncio
 import builtins
 import functools
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
@@ -51,10 +51,12 @@ from proxy.memory.points import (
     owned,
     owned_or_fail,
     point_id,
+    repeats_among,
     to_payload,
 )
 from proxy.memory.store import (
     Page,
+    RepeatKey,
     SearchQuery,
     check_query,
     check_vectors,
@@ -68,7 +70,7 @@ from proxy.memory.vectors import clip_similarity, similarities
 CLIENT_ERRORS = (ApiException, QdrantException, httpx.HTTPError, OSError)
 P = ParamSpec("P")
 R = TypeVar("R")
-REPEATS = 8  # memories a repeat lookup returns at most
+REPEATS_PAGE = 1_024  # memories a repeat lookup reads a page at a time
 
 
 def store_errors(method: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
@@ -118,9 +120,9 @@ def scope_filter(tenant: str, query: SearchQuery) -> models.Filter:
     return to_filter(scope_conditions(tenant, query), liveness(query))
 
 
-def repeat_filter(tenant: str, user: str, words: str, live_at: float) -> models.Filter:
+def repeat_filter(tenant: str, keys: Collection[RepeatKey], live_at: float) -> models.Filter:
     """Return the filter of a repeat lookup (``filters.repeat_conditions``), live only."""
-    return to_filter(repeat_conditions(tenant, user, words), Liveness(live_at))
+    return to_filter(repeat_conditions(tenant, keys), Liveness(live_at))
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> models.Filter:
@@ -432,18 +434,27 @@ class QdrantStore:
 
     @store_errors
     async def repeats(
-        self, tenant: str, user: str, words: str, live_at: datetime
+        self, tenant: str, keys: Collection[RepeatKey], live_at: datetime
     ) -> builtins.list[MemoryRecord]:
-        """The user's live memories with the words key ``words``."""
+        """The live memories whose (user, words key) is one of ``keys``, a page at a time."""
         require_tenant(tenant)
-        found, _ = await self._client.scroll(
-            self._collection,
-            scroll_filter=repeat_filter(tenant, user, words, live_at.timestamp()),
-            limit=REPEATS,
-            with_payload=True,
-            with_vectors=False,
-        )
-        return [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
+        if not keys:
+            return []
+        scope = repeat_filter(tenant, keys, live_at.timestamp())
+        payloads: builtins.list[dict[str, Any] | None] = []
+        offset: Any = None
+        while True:
+            found, offset = await self._client.scroll(
+                self._collection,
+                scroll_filter=scope,
+                limit=REPEATS_PAGE,
+                offset=offset,
+                with_payload=True,
+                with_vectors=False,
+            )
+            payloads += [p.payload for p in found]
+            if offset is None:
+                return repeats_among(payloads, tenant, keys)
 
     @store_errors
     async def purge_expired(self, before: datetime) -> int:

@@ -19,7 +19,7 @@ import asyncio
 import builtins
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -28,7 +28,7 @@ import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import ConfigError, StoreError
-from proxy.memory.store import MemoryStore, Page, SearchQuery
+from proxy.memory.store import MemoryStore, Page, RepeatKey, SearchQuery
 
 LOGGER = logging.getLogger("memproxy.store")
 BACKEND = "store"
@@ -200,10 +200,10 @@ class ReopeningStore:
         return await self._live().count(tenant)
 
     async def repeats(
-        self, tenant: str, user: str, words: str, live_at: datetime
+        self, tenant: str, keys: Collection[RepeatKey], live_at: datetime
     ) -> builtins.list[MemoryRecord]:
         """See ``MemoryStore``."""
-        return await self._live().repeats(tenant, user, words, live_at)
+        return await self._live().repeats(tenant, keys, live_at)
 
     async def purge_expired(self, before: datetime) -> int:
         """See ``MemoryStore``."""

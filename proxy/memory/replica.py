@@ -26,7 +26,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -40,7 +40,14 @@ from proxy.errors import ConfigError, StoreError
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.edge_counts import COUNTS_FILE
 from proxy.memory.edge_shard import CONFIG_FILE
-from proxy.memory.store import Page, SearchQuery, check_vectors, require_tenant, with_tokens
+from proxy.memory.store import (
+    Page,
+    RepeatKey,
+    SearchQuery,
+    check_vectors,
+    require_tenant,
+    with_tokens,
+)
 from proxy.memory.write_log import Entry, WriteLog
 
 LOG_FILE = "memories.log"
@@ -420,12 +427,12 @@ class ReplicaStore:
         return await self._replica.count(tenant)
 
     async def repeats(
-        self, tenant: str, user: str, words: str, live_at: datetime
+        self, tenant: str, keys: Collection[RepeatKey], live_at: datetime
     ) -> builtins.list[MemoryRecord]:
-        """The user's live memories with the words key ``words``, every worker's writes seen."""
+        """The live memories with one of ``keys``, every worker's writes seen."""
         require_tenant(tenant)
         await self.sync()
-        return await self._replica.repeats(tenant, user, words, live_at)
+        return await self._replica.repeats(tenant, keys, live_at)
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete expired memories in every replica: the purge is a logged write (each worker's

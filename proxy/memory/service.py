@@ -32,7 +32,8 @@ import asyncio
 import builtins
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -163,6 +164,16 @@ def feedback_usefulness(current: float, feedback: Vote | SetUsefulness) -> float
     return feedback_update(feedback)(current)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A batch ready to store: its inputs, their records and embeddings, and the write time."""
+
+    inputs: Sequence[MemoryInput]
+    records: builtins.list[MemoryRecord]
+    vectors: np.ndarray
+    now: datetime
+
+
 class MemoryWriter(Protocol):
     """The write path as its writers see it (capture, import, the API)."""
 
@@ -228,65 +239,104 @@ class MemoryService:
             raise RequestError("a tenant is required to write memories", param="tenant")
         if not inputs:
             return []
+        return await self._store(tenant, await self._prepare(tenant, inputs))
+
+    async def import_batches(
+        self, tenant: str, batches: Iterable[Sequence[MemoryInput]]
+    ) -> AsyncIterator[builtins.list[MemoryRecord]]:
+        """``write`` each batch in turn, yielding its records: the same stored points, ids
+        aside, as one ``write`` per batch. The next batch's token counts and embedding are
+        made (on worker threads) while the current one is stored, so a bulk import keeps both
+        cores busy; the stores themselves still happen one batch after another, in order."""
+        if not tenant:
+            raise RequestError("a tenant is required to write memories", param="tenant")
+        preparing: builtins.list[asyncio.Future[Prepared]] = []  # in order, two at most
+        try:
+            for batch in batches:
+                if batch:
+                    preparing.append(asyncio.ensure_future(self._prepare(tenant, batch)))
+                if len(preparing) == 2:
+                    yield await self._stored(tenant, await preparing.pop(0))
+            while preparing:
+                yield await self._stored(tenant, await preparing.pop(0))
+        finally:
+            for task in preparing:  # the caller stopped early, or a batch failed
+                task.cancel()
+            await asyncio.gather(*preparing, return_exceptions=True)
+
+    async def _stored(self, tenant: str, prepared: Prepared) -> builtins.list[MemoryRecord]:
+        return [record for record, _ in await self._store(tenant, prepared)]
+
+    async def _prepare(self, tenant: str, inputs: Sequence[MemoryInput]) -> Prepared:
+        """Records (ids, times, token counts) and their embeddings: nothing stored yet."""
         now = self._clock()
         if sum(len(item.content) for item in inputs) > INLINE_COUNT_MAX_CHARS:
             records = await asyncio.to_thread(build_records, tenant, inputs, now)
         else:
             records = build_records(tenant, inputs, now)
         vectors = await self._embed([r.content for r in records])
-        if all(item.id is not None for item in inputs):
-            await self.store.add(records, vectors)
+        return Prepared(inputs, records, vectors, now)
+
+    async def _store(
+        self, tenant: str, prepared: Prepared
+    ) -> builtins.list[tuple[MemoryRecord, bool]]:
+        """Store a prepared batch: an upsert when every input has an id, else with hygiene."""
+        records = prepared.records
+        if all(item.id is not None for item in prepared.inputs):
+            await self.store.add(records, prepared.vectors)
             await self._invalidate(tenant)
             return [(record, True) for record in records]
         async with self._locks(tenant, {r.user for r in records}):
-            return await self._write_new(tenant, inputs, records, vectors, now)
+            return await self._write_new(tenant, prepared)
 
     async def _write_new(
-        self,
-        tenant: str,
-        inputs: Sequence[MemoryInput],
-        records: builtins.list[MemoryRecord],
-        vectors: np.ndarray,
-        now: datetime,
+        self, tenant: str, prepared: Prepared
     ) -> builtins.list[tuple[MemoryRecord, bool]]:
-        """Store ``records`` but those without a client id that repeat a live memory of their
-        user or an earlier record of the batch; each of those is answered by what it repeats."""
+        """Store the batch's records but those without a client id that repeat a live memory
+        of their user or an earlier record of the batch; each of those is answered by what it
+        repeats."""
+        inputs, records = prepared.inputs, prepared.records
         answer: builtins.list[tuple[MemoryRecord, bool]] = []
         keep: builtins.list[int] = []
         seen: dict[tuple[str, str], MemoryRecord] = {}
-        # The lookups run together (the store serves them on its threads);
-        # only the first of a batch's repeats needs one, the rest match it in ``seen``.
-        first: dict[tuple[str, str], int] = {}
         keys = [(r.user, normal_form(r.content)) for r in records]
-        for index, (item, key) in enumerate(zip(inputs, keys, strict=True)):
+        # Only the first of a batch's repeats needs looking up, the rest match it in ``seen``.
+        first: dict[tuple[str, str], MemoryRecord] = {}
+        for item, key, record in zip(inputs, keys, records, strict=True):
             if item.id is None:
-                first.setdefault(key, index)
-        found = await asyncio.gather(
-            *(self.duplicate_of(tenant, records[i], now) for i in first.values())
-        )
-        stored = {key: hit for key, hit in zip(first, found, strict=True) if hit is not None}
+                first.setdefault(key, record)
+        stored = await self.duplicates_of(tenant, builtins.list(first.values()), prepared.now)
         for index, (item, record, key) in enumerate(zip(inputs, records, keys, strict=True)):
             if item.id is None:
                 known = stored.get(key) or seen.get(key)
                 if known is not None:
                     answer.append((known, False))
                     continue
-            seen.setdefault(key, record)
+            if key[1]:  # a memory without words repeats nothing (``same_memory``)
+                seen.setdefault(key, record)
             keep.append(index)
             answer.append((record, True))
         if keep:
-            await self.store.add([records[i] for i in keep], vectors[keep])
+            await self.store.add([records[i] for i in keep], prepared.vectors[keep])
             await self._invalidate(tenant)
         return answer
 
-    async def duplicate_of(
-        self, tenant: str, record: MemoryRecord, now: datetime
-    ) -> MemoryRecord | None:
-        """A live memory of ``record``'s user that says the same (``duplicates.same_memory``)."""
-        for found in await self.store.repeats(tenant, record.user, words_key(record.content), now):
-            if same_memory(found.content, record.content):  # the key's words, not a collision
-                return found
-        return None
+    async def duplicates_of(
+        self, tenant: str, records: Sequence[MemoryRecord], now: datetime
+    ) -> dict[tuple[str, str], MemoryRecord]:
+        """For each of ``records`` that repeats a live memory of its user
+        (``duplicates.same_memory``), that memory, keyed by (user, ``normal_form``): one store
+        lookup for them all."""
+        by_key = {(r.user, words_key(r.content)): r for r in records}
+        if not by_key:
+            return {}
+        found: dict[tuple[str, str], MemoryRecord] = {}
+        for hit in await self.store.repeats(tenant, builtins.list(by_key), now):
+            record = by_key.get((hit.user, words_key(hit.content)))
+            # The key's words, not a hash collision; the first match stands.
+            if record is not None and same_memory(hit.content, record.content):
+                found.setdefault((record.user, normal_form(record.content)), hit)
+        return found
 
     @contextlib.asynccontextmanager
     async def _locks(self, tenant: str, users: set[str]) -> AsyncIterator[None]:

@@ -12,7 +12,7 @@ composition root's choice (``proxy/composition.py``). One contract suite runs th
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
@@ -25,6 +25,8 @@ from proxy.tokenizer import count_all, kept_encodings
 
 # The user of tenant-shared memories: every user's search sees them.
 SHARED_USER = ""
+# (user, words key): what write hygiene looks a repeat up by (``duplicates.words_key``).
+RepeatKey = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -111,10 +113,11 @@ class MemoryStore(Protocol):
         ...
 
     async def repeats(
-        self, tenant: str, user: str, words: str, live_at: datetime
+        self, tenant: str, keys: Collection[RepeatKey], live_at: datetime
     ) -> builtins.list[MemoryRecord]:
-        """The user's memories live at ``live_at`` whose words key (``duplicates.words_key``) is
-        ``words`` (a few at most: write hygiene keeps them unique)."""
+        """The memories live at ``live_at`` whose (user, words key) is one of ``keys``, in a
+        stable order (about one per key at most: write hygiene keeps them unique). One call
+        serves a whole write batch: one lookup per memory cost more than storing it."""
         ...
 
     async def purge_expired(self, before: datetime) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ from proxy.memory.points import (
 from proxy.memory.store import (
     SHARED_USER,
     Page,
+    RepeatKey,
     SearchQuery,
     check_query,
     check_vectors,
@@ -63,6 +64,7 @@ class FakeStore:
         self.closed = False
         self.adds: list[tuple[list[MemoryRecord], np.ndarray]] = []
         self.queries: list[SearchQuery] = []
+        self.repeat_lookups = 0  # write hygiene's lookups (one per batch)
         self._points: dict[tuple[str, str], tuple[dict[str, Any], np.ndarray]] = {}
         for record in memories:
             self._put(record, unit_vector(dimensions))
@@ -171,15 +173,16 @@ class FakeStore:
         return len(self._records(tenant))
 
     async def repeats(
-        self, tenant: str, user: str, words: str, live_at: datetime
+        self, tenant: str, keys: Collection[RepeatKey], live_at: datetime
     ) -> builtins.list[MemoryRecord]:
         require_tenant(tenant)
+        self.repeat_lookups += 1
+        wanted = set(keys)
         return [
             record
             for (t, _), (payload, _) in self._points.items()
             if t == tenant
-            and payload[USER_KEY] == user
-            and payload[WORDS_KEY] == words
+            and (payload[USER_KEY], payload[WORDS_KEY]) in wanted
             and (record := from_payload(payload)).live(live_at)
         ]
 

@@ -13,6 +13,7 @@ from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
 from proxy.context.records import MemoryRecord
 from proxy.errors import ConfigError, RequestError, StoreError
+from proxy.memory import edge, qdrant
 from proxy.memory.duplicates import words_key
 from proxy.memory.retriever import Retrieval, Retriever
 from proxy.memory.store import MemoryStore, SearchQuery
@@ -644,9 +645,10 @@ async def test_repeats_finds_the_users_live_memories_with_the_same_words(
         record("old", content=text, superseded_by="same"),
         record("expired", content=text, expires_at=LIVE_AT),
     )
-    found = await store.repeats("t1", "u1", words_key(text), LIVE_AT)
+    found = await store.repeats("t1", [("u1", words_key(text))], LIVE_AT)
     assert {r.id for r in found} == {"same", "cased"}
-    assert await store.repeats("t1", "u3", words_key(text), LIVE_AT) == []
+    assert await store.repeats("t1", [("u3", words_key(text))], LIVE_AT) == []
+    assert await store.repeats("t1", [], LIVE_AT) == []
 
 
 async def test_supersede_marks_a_live_memory_once_and_keeps_its_vector(
@@ -682,3 +684,29 @@ async def test_concurrent_supersedes_have_one_winner(store: MemoryStore) -> None
     got = await store.get("t1", "old")
     assert got is not None
     assert got.superseded_by == winners[0].superseded_by
+
+
+async def test_repeats_of_a_batch_keep_only_the_asked_user_and_words_pairs(
+    store: MemoryStore,
+) -> None:
+    porto, lisbon = "I live in Porto.", "I live in Lisbon."
+    await put(
+        store,
+        record("u1-porto", content=porto),
+        record("u1-lisbon", content=lisbon),
+        record("u2-porto", user="u2", content=porto),
+        record("u2-lisbon", user="u2", content=lisbon),
+    )
+    # One lookup for a batch asking two pairs: the crossed pairs match its filter, not its keys.
+    keys = [("u1", words_key(porto)), ("u2", words_key(lisbon))]
+    found = await store.repeats("t1", keys, LIVE_AT)
+    assert sorted(r.id for r in found) == ["u1-porto", "u2-lisbon"]
+
+
+async def test_repeats_read_every_page(store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in (edge, qdrant):
+        monkeypatch.setattr(module, "REPEATS_PAGE", 2)
+    texts = [f"memory number {i}" for i in range(5)]
+    await put(store, *(record(f"m{i}", content=text) for i, text in enumerate(texts)))
+    found = await store.repeats("t1", [("u1", words_key(t)) for t in texts], LIVE_AT)
+    assert sorted(r.id for r in found) == [f"m{i}" for i in range(5)]

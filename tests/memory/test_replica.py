@@ -222,7 +222,7 @@ async def test_repeats_see_the_other_replicas_writes(
     memory = record("m1", content="I live in Porto.")
     await a.add([memory], vectors_for([memory]))
     key = words_key(memory.content)
-    found = await b.repeats("t1", "u1", key, datetime(2026, 1, 1, tzinfo=UTC))
+    found = await b.repeats("t1", [("u1", key)], datetime(2026, 1, 1, tzinfo=UTC))
     assert [r.id for r in found] == ["m1"]
 
 

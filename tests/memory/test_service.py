@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from proxy.context.records import MemoryRecord
 from proxy.errors import EmbedderError, NotFound, RequestError
 from proxy.memory.edge import EdgeStore
 from proxy.memory.inputs import MemoryInput, SetUsefulness, Vote
+from proxy.memory.parsing import parse_memories
 from proxy.memory.service import (
     FEEDBACK_STEP,
     INLINE_COUNT_MAX_CHARS,
@@ -271,3 +273,130 @@ async def test_supersede_is_one_conditional_write_without_embedding() -> None:
     assert await service.supersede("t1", "old", "newer") is None
     assert await service.supersede("t1", "old", "old") is None
     assert cache.bumps == ["t1"]  # nothing changed, nothing invalidated
+
+
+async def test_a_batch_looks_its_repeats_up_once() -> None:
+    service, store, _, _ = make()
+    await service.add("t1", [{"content": "I live in Porto.", "user": "u"}])
+    items = [
+        {"content": "i live in porto", "user": "u"},
+        {"content": "I live in Porto.", "user": "v"},
+        {"content": "Likes tea", "user": "u"},
+        {"content": "likes tea", "user": "u"},
+        {"content": "Likes coffee", "user": "v", "id": "c"},
+    ]
+    store.repeat_lookups = 0
+    records = await service.add("t1", items)
+    assert store.repeat_lookups == 1
+    assert records[0].id != records[1].id
+    assert records[3] == records[2]
+    assert await store.count("t1") == 4
+
+
+# -- bulk import ---------------------------------------------------------------------------------
+
+# A history with every kind of repeat: of a stored memory, inside a batch, across batches, of
+# another user's memory, of an expired memory, written with an id, and a blank-worded one.
+HISTORY = [
+    {"content": "I live in Porto.", "user": "u"},
+    {"content": "Likes tea", "user": "u"},
+    {"content": "likes TEA!", "user": "u"},
+    {"content": "i live in porto", "user": "u"},
+    {"content": "I live in Porto.", "user": "v"},
+    {"content": "In Lisbon", "user": "u"},
+    {"content": "Likes tea", "user": "u", "id": "explicit"},
+    {"content": "Likes coffee", "user": "v"},
+    {"content": "...", "user": "u"},
+    {"content": "!!!", "user": "u"},
+    {"content": "likes coffee", "user": "v"},
+    {"content": "Was in Paris", "user": "u"},
+    {"content": "LIKES TEA", "user": "u"},
+]
+EARLIER = [
+    {"id": "stored", "content": "Was in Paris", "user": "u"},
+    {"id": "gone", "content": "in lisbon", "user": "u", "expires_at": "2025-01-01T00:00:00Z"},
+]
+
+
+async def written_one_by_one_and_imported(
+    batch: int,
+) -> tuple[tuple[list[str], list[tuple[str, str]]], tuple[list[str], list[tuple[str, str]]]]:
+    """(which input answers each input, what is stored) both ways, into two fresh stores."""
+    outcomes = []
+    for bulk in (False, True):
+        service, store, _, _ = make()
+        await service.add("t1", EARLIER)
+        inputs = parse_memories(HISTORY, max_content_chars=50)
+        if bulk:
+            chunks = [inputs[i : i + batch] for i in range(0, len(inputs), batch)]
+            records = [r async for done in service.import_batches("t1", chunks) for r in done]
+        else:
+            records = [r for item in inputs for r in await service.write("t1", [item])]
+        # Generated ids differ between runs: name each answer by the input that first got it.
+        first = {}
+        for index, record in enumerate(records):
+            first.setdefault(record.id, str(index))
+        answers = [first[r.id] if r.id not in {"stored", "gone"} else r.id for r in records]
+        page = await store.list("t1", user=None, source=None, limit=100, after=None)
+        outcomes.append((answers, sorted((r.user, r.content) for r in page.records)))
+    return outcomes[0], outcomes[1]
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 5, 13])
+async def test_import_batches_store_what_one_write_per_memory_stores(batch: int) -> None:
+    one_by_one, imported = await written_one_by_one_and_imported(batch)
+    assert imported == one_by_one
+    answers, stored = imported
+    assert [answers[2], answers[3], answers[11]] == ["1", "0", "stored"]  # repeats
+    assert answers[5:7] == ["5", "6"]  # of an expired memory; with an id
+    assert answers[8:10] == ["8", "9"]  # no words: never a repeat
+    assert len(stored) == len(EARLIER) + len(set(answers) - {"stored"})
+
+
+async def test_import_prepares_the_next_batch_while_storing_the_current() -> None:
+    second_embedded = asyncio.Event()
+
+    class Embedder(FakeEmbedder):
+        async def embed(self, texts: Sequence[str]) -> np.ndarray:
+            if self.calls:
+                second_embedded.set()
+            return await super().embed(texts)
+
+    class Store(FakeStore):
+        async def add(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
+            if not self.adds:  # the first batch's write waits until the second is embedded
+                await asyncio.wait_for(second_embedded.wait(), 5)
+            await super().add(records, vectors)
+
+    store = Store(dimensions=DIM)
+    service = MemoryService(store, Embedder(DIM), None, clock=lambda: NOW)
+    chunks = [parse_memories([{"content": f"note {i}"}], max_content_chars=50) for i in range(3)]
+    done = [r async for written in service.import_batches("t1", chunks) for r in written]
+    assert [r.content for r in done] == ["note 0", "note 1", "note 2"]
+    assert [[r.content for r in added] for added, _ in store.adds] == [
+        ["note 0"],
+        ["note 1"],
+        ["note 2"],
+    ]
+
+
+async def test_an_import_that_fails_keeps_the_batches_before_it() -> None:
+    class Embedder(FakeEmbedder):
+        async def embed(self, texts: Sequence[str]) -> np.ndarray:
+            if texts == ["bad"]:
+                raise RuntimeError("model crashed")
+            return await super().embed(texts)
+
+    store = FakeStore(dimensions=DIM)
+    service = MemoryService(store, Embedder(DIM), None, clock=lambda: NOW)
+    chunks = [parse_memories([{"content": c}], max_content_chars=50) for c in ("ok", "bad", "x")]
+    written: list[MemoryRecord] = []
+
+    async def run() -> None:
+        async for records in service.import_batches("t1", chunks):
+            written.extend(records)
+
+    with pytest.raises(EmbedderError):
+        await run()
+    assert [r.content for r in written] == ["ok"]
+    assert await store.count("t1") == 1
