@@ -137,8 +137,9 @@ class Run:
     placement: Placement | None = None  # where the blocks go (set once the budget is known)
     reasons: list[str] = field(default_factory=list)
     cache: CacheOutcome = field(default_factory=CacheOutcome)  # this request's cache calls
-    # Cache writes wait until the request is on its way upstream (``Pipeline._finish``): they
-    # cost CPU (encoding) and run while the loop would wait for the upstream's answer anyway.
+    # Cache writes wait until the response is out: they cost CPU (encoding) the client would
+    # otherwise wait for when the upstream answers fast.
+    # Thunks, not coroutines: a hook that never runs (upstream refused) leaves nothing unawaited.
     deferred: list[Write] = field(default_factory=list)
     facts: FactRequest | None = None  # X-Memory-Capture: facts
 
@@ -182,7 +183,7 @@ class Run:
         self.clock.mark(stage)
 
     async def keep(self, write: Write) -> None:
-        """Write to the cache once the request has gone upstream."""
+        """Write to the cache after the response."""
         self.deferred.append(write)
 
 
@@ -542,7 +543,8 @@ class Pipeline:
         status = DEGRADED if run.reasons else (INJECTED if injected.held else EMPTY)
         headers = self._headers(run, status)
         self._record(run, EXPLAIN)
-        self._write_behind(run)
+        for write in run.deferred:
+            self.spawn(write())
         reply = explain_response(document, notes, hidden=tuple(shown))
         return Prepared(body=dict(body), response_headers=headers, reply=reply)
 
@@ -551,9 +553,6 @@ class Pipeline:
     ) -> Prepared:
         headers = self._headers(run, status)
         self._record(run, status)
-        # Started now, run from the route's next wait: the upstream's answer (adr/0118). After
-        # the response they ran on the loop just as the client's next request arrived.
-        self._write_behind(run)
         return Prepared(
             body=body,
             response_headers=headers,
@@ -582,18 +581,11 @@ class Pipeline:
         run.clock.observe(self.metrics, total_ms)
         return headers
 
-    def _write_behind(self, run: Run) -> None:
-        """Start the request's cache writes as one background job."""
-        if run.deferred:
-            self.spawn(write_all(run.deferred))
-            run.deferred = []
-
     def _record(self, run: Run, status: str) -> None:
         self.metrics.count_memory_request(status, run.reasons)
 
     def _hook(self, run: Run, status: str) -> Callable[[Completion], Job] | None:
-        """The after-response work, which needs the answer's status or text: retrieval counts
-        and capture; ``None`` when there is none."""
+        """The after-response work: retrieval counts and capture; ``None`` when there is none."""
         assembly = run.assembly
         ids = (
             [m.id for m in assembly.packed]
@@ -601,11 +593,13 @@ class Pipeline:
             else []
         )
         writer = self._capturing(run)
-        facts = run.facts
-        if not ids and writer is None and facts is None:
+        deferred, facts = run.deferred, run.facts
+        if not ids and writer is None and not deferred and facts is None:
             return None
 
         async def on_complete(completion: Completion) -> None:
+            for write in deferred:
+                await write()
             if ids and self.counter is not None and completion.status < 400:
                 self.counter.add(run.tenant.id, ids)
             if writer is not None:
@@ -617,16 +611,6 @@ class Pipeline:
                 self.facts.submit(run.tenant.id, run.options, run.messages, completion, facts)
 
         return on_complete
-
-
-async def write_all(writes: Sequence[Write]) -> None:
-    """Run cache writes one after the other; a failing one (a bug: the cache fails open) is
-    logged and the others still run."""
-    for write in writes:
-        try:
-            await write()
-        except Exception:
-            LOGGER.exception("a cache write after the request failed")
 
 
 def message_keys(messages: Sequence[object], encoding: str) -> list[str | None]:

@@ -35,7 +35,7 @@ from proxy.metrics import Metrics
 from proxy.pipeline.capture import FactRequest
 from proxy.pipeline.contract import Completion
 from proxy.pipeline.explain import NOTE_BOUNDS
-from proxy.pipeline.pipeline import Pipeline, write_all
+from proxy.pipeline.pipeline import Pipeline
 from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
 from proxy.tokenizer import count_tokens, tiktoken_tokenizer
@@ -175,17 +175,13 @@ def long_body(*contents: str) -> dict[str, Any]:
 async def test_a_conversation_counts_only_its_new_messages() -> None:
     lookups: list[tuple[str, int, int]] = []
     pipeline = build(biscuit_store(), FakeEmbedder(DIMS), lookups)
-    spawned: list[Coroutine[Any, Any, None]] = []
-    pipeline.spawn = spawned.append
-    await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?"), OPENAI_CHAT)
-    for job in spawned:  # the cache writes, started with the request
-        await job
+    first = await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?"), OPENAI_CHAT)
+    assert first.on_complete is not None
+    await first.on_complete(Completion(200, False, True, "ok"))  # deferred cache writes
     lookups.clear()
     await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?", "and the cat?"), OPENAI_CHAT)
     tokens = [(hits, misses) for kind, hits, misses in lookups if kind == "tokens"]
     assert tokens == [(3, 1)]
-    for job in spawned[1:]:  # the second request's writes: not needed here
-        job.close()
 
 
 async def test_a_budget_the_byte_bound_settles_counts_nothing() -> None:
@@ -727,39 +723,3 @@ async def test_the_answer_is_read_only_for_a_request_that_captures(
     assert prepared.response_headers["X-Memory-Status"] == "injected"
     assert prepared.on_complete is not None  # the injected memory's retrieval is still counted
     assert prepared.reads_answer is reads
-
-
-async def test_cache_writes_start_with_the_request_not_after_its_answer() -> None:
-    """They run while the upstream answers (adr/0118): after the response they landed on the
-    loop just as a client's next request arrived."""
-    lookups: list[tuple[str, int, int]] = []
-    pipeline = build(biscuit_store(), FakeEmbedder(DIMS), lookups)
-    spawned: list[Coroutine[Any, Any, None]] = []
-    pipeline.spawn = spawned.append
-    ask = body("what is my dog called?")
-    first = await pipeline.prepare(TENANT, {}, ask, OPENAI_CHAT)
-    assert first.response_headers["X-Memory-Status"] == "injected"
-    (writes,) = spawned  # one job for all of the request's cache writes
-    await writes  # no answer yet: ``on_complete`` is never called in this test
-    lookups.clear()
-    again = await pipeline.prepare(TENANT, {}, ask, OPENAI_CHAT)
-    assert again.response_headers["X-Memory-Status"] == "injected"
-    assert ("retrieval", 1, 0) in lookups  # served from the result the first request wrote
-    for job in spawned[1:]:
-        job.close()
-
-
-async def test_a_failing_cache_write_does_not_stop_the_others(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    done: list[str] = []
-
-    async def broken() -> None:
-        raise RuntimeError("a bug")
-
-    async def fine() -> None:
-        done.append("written")
-
-    await write_all([broken, fine])
-    assert done == ["written"]
-    assert "cache write" in caplog.text
