@@ -11,8 +11,8 @@ settings, the app) out of the collector's sight, so older generations stay cheap
 What the lifespan opens (the embedded store's index and records, the embedding model, the
 tokenizers, caches) is far more than what the imports load, and it used to stay in sight: the
 first gen-1 collection under load walked it all and held the loop for ~200 ms, every gen-2 one
-~150 ms (10k real-text memories; adr/0118). So a serving process freezes again once the lifespan
-has opened its services (``freeze_started``).
+~150 ms (10k real-text memories; docs/benchmarks.md). So a serving process freezes again once
+the lifespan has opened its services (``freeze_started``).
 """
 
 from __future__ import annotations
