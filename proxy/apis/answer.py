@@ -89,11 +89,6 @@ def parsed_body(raw: bytes) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) else None
 
 
-def status_only(answer: Answer) -> Completion:
-    """The ``Completion`` of an answer whose text no one reads: its status, nothing parsed."""
-    return Completion(answer.status, answer.streamed, answer.ok, "")
-
-
 def completion_hook(
     read: CompletionReader, on_complete: Callable[[Completion], Awaitable[None]]
 ) -> AnswerHook:

@@ -5,9 +5,7 @@ once per request, before forwarding, with the ``ApiAdapter`` of its API (``proxy
 one pipeline reads any API's body through it. If the returned ``Prepared`` has an
 ``on_complete`` hook, the route calls it once after the response has gone to the client (for a
 stream: after the last event, with the assembled answer text, read by the same adapter). The
-hook runs after the client has its answer, so it never adds latency; it must not raise. A hook
-that needs only the status (``reads_answer`` false: retrieval counts, cache writes) gets a
-``Completion`` without text or body, and the answer is never joined, decoded or parsed.
+hook runs after the client has its answer, so it never adds latency; it must not raise.
 
 ``prepare`` must never fail the chat request for a backend problem: it degrades instead
 (``X-Memory-Status: degraded``). It may raise a ``proxy.errors.RequestError`` for a bad
@@ -53,10 +51,6 @@ class Prepared:
     on_complete: Callable[[Completion], Awaitable[None]] | None = None
     reply: Response | None = None  # answer without calling the upstream (explain mode)
     encoded: bytes | None = None  # ``body`` already encoded, when the pipeline had to check it
-    # Whether ``on_complete`` reads the answer's text or body. Reading costs CPU on the loop that
-    # grows with the answer (a gzip body inflated, a stream's events parsed): capture needs it,
-    # the retrieval counts and cache writes of every memory-on request do not.
-    reads_answer: bool = True
 
 
 class MemoryPipeline(Protocol):

@@ -558,12 +558,7 @@ class Pipeline:
             response_headers=headers,
             on_complete=self._hook(run, status),
             encoded=encoded,
-            reads_answer=self._capturing(run) is not None or run.facts is not None,
         )
-
-    def _capturing(self, run: Run) -> MemoryWriter | None:
-        """The writer of this request's captured turn (``None``: it captures no turn)."""
-        return self.writer if run.options.capture not in ("off", "facts") else None
 
     def _headers(self, run: Run, status: str) -> dict[str, str]:
         total_ms = run.clock.total_ms()
@@ -592,7 +587,7 @@ class Pipeline:
             if assembly is not None and assembly.block and status in (INJECTED, DEGRADED)
             else []
         )
-        writer = self._capturing(run)
+        writer = self.writer if run.options.capture not in ("off", "facts") else None
         deferred, facts = run.deferred, run.facts
         if not ids and writer is None and not deferred and facts is None:
             return None

@@ -18,7 +18,7 @@ from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
 from proxy.apis.adapter import ApiAdapter
-from proxy.apis.answer import completion_hook, status_only
+from proxy.apis.answer import completion_hook
 from proxy.error_responses import send_error
 from proxy.errors import MemproxyError
 from proxy.pipeline.contract import Prepared
@@ -81,8 +81,7 @@ async def forward_with_memory(
         return
     forwarded = forwarded_bytes(raw, body, prepared)
     on_complete = prepared.on_complete
-    read = api.read_completion if prepared.reads_answer else status_only
-    on_answer = completion_hook(read, on_complete) if on_complete else None
+    on_answer = completion_hook(api.read_completion, on_complete) if on_complete else None
     relay = Relay(
         services,
         client=provider.client(services),

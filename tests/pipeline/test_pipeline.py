@@ -694,32 +694,3 @@ async def test_facts_use_only_openai_credentials(
         "memproxy_extraction_failures_total", {"reason": "unsupported_api"}
     )
     assert (unsupported or 0) == (0 if queued else 1)
-
-
-class RecordingWriter:
-    """Stands in for the write path: records the captured turns."""
-
-    def __init__(self) -> None:
-        self.written: list[list[Any]] = []
-
-    async def write(self, tenant: str, inputs: Any) -> list[MemoryRecord]:
-        self.written.append(list(inputs))
-        return []
-
-
-@pytest.mark.parametrize(
-    ("capture", "reads"), [("off", False), ("user", True), ("turn", True), ("facts", True)]
-)
-async def test_the_answer_is_read_only_for_a_request_that_captures(
-    capture: str, reads: bool
-) -> None:
-    """Reading an answer (inflating, parsing a stream's events) costs the loop CPU that grows
-    with the answer: the retrieval counts and cache writes of every request need its status."""
-    pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
-    pipeline.writer = RecordingWriter()
-    pipeline.facts = RecordingFacts()  # type: ignore[assignment]
-    headers = {"x-memory-capture": capture}
-    prepared = await pipeline.prepare(TENANT, headers, body("what is my dog called?"), OPENAI_CHAT)
-    assert prepared.response_headers["X-Memory-Status"] == "injected"
-    assert prepared.on_complete is not None  # the injected memory's retrieval is still counted
-    assert prepared.reads_answer is reads
