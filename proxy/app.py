@@ -26,7 +26,7 @@ from proxy.composition import Provided, open_services
 from proxy.error_responses import error_response
 from proxy.errors import ConfigError, InternalError, MemproxyError, NotFound, RequestError
 from proxy.fastpath import MemproxyApp
-from proxy.gc_tuning import tune_gc_for_serving
+from proxy.gc_tuning import freeze_started, tune_gc_for_serving
 from proxy.logs import configure_logging
 from proxy.memory.embedders import Embedder
 from proxy.memory.store import MemoryStore
@@ -75,8 +75,10 @@ def create_app(
     embedder: Embedder | None = None,
     cache: MemoryCache | None = None,
     metrics: Metrics | None = None,
+    serving: bool = False,
 ) -> Starlette:
-    """Build the app; clients are opened by its lifespan, not here."""
+    """Build the app; clients are opened by its lifespan, not here. ``serving``: a server
+    process's app, whose lifespan freezes what it opened for the collector (``gc_tuning``)."""
     use_bundled_data(os.environ)  # process start: tiktoken and litellm read local files
     settings = settings or load_settings()
     metrics = metrics or Metrics(settings.server.metrics_dir)
@@ -99,6 +101,8 @@ def create_app(
                     app.start_refused = exc.message
                 raise
             app.state.services = services
+            if serving:
+                freeze_started()
             client = services.upstream
             LOGGER.info(
                 "memproxy ready: upstream %s%s, anthropic %s, auth %s, config %s",
@@ -133,6 +137,6 @@ def create_app_from_env() -> Starlette:
     """Factory for uvicorn workers: settings from ``MEMPROXY_*`` / the config file."""
     settings = load_settings()
     configure_logging(settings.server)
-    app = create_app(settings)
+    app = create_app(settings, serving=True)
     tune_gc_for_serving()
     return app
