@@ -12,8 +12,8 @@ up to ~1 point (its store is another import).
 Two candidate-generation experiments (issue 16, item 3), off unless asked:
 
 - ``--seeds N[,M]``: each pool plus the dialog turns beside (same user, at most
-  ``NEIGHBOUR_WINDOW_S`` apart, ADR 0114) its first N dialog turns in similarity order, scored
-  with their own cosine: what a second, time-based store query would add (``neighbour_turns``).
+  ``NEIGHBOUR_WINDOW_S`` apart) its first N dialog turns in similarity order, scored with their
+  own cosine, as ``memory.neighbour_candidates: N`` gets them (ADR 0122); 0: none.
 - ``--table TOKENIZER.json:WEIGHTS.safetensors``: embed with another static model, a token
   table averaged and normalised (e.g. the wheel of ``wordllama``: ``pip download wordllama
   --no-deps``, unzip, ``wordllama/tokenizers/l2_supercat_tokenizer_config.json`` and
@@ -48,7 +48,8 @@ from bench.lib.locomo_data import CATEGORIES, evidence_recall, mean_by_category,
 from bench.locomo import DEFAULT_DATA
 from bench.store import NOW, locomo_records
 from proxy.context.assembler import AssemblerConfig, assemble
-from proxy.context.records import Candidate, MemoryRecord
+from proxy.context.neighbours import adjacent_turns
+from proxy.context.records import Candidate
 from proxy.context.render import BlockTokens
 from proxy.defaults import MEMORY_MAX_TOKENS, NEIGHBOUR_WINDOW_S
 from proxy.memory.edge import EdgeStore
@@ -100,61 +101,17 @@ class TableEmbedder:
         return normalise_rows(out)
 
 
-@dataclass(frozen=True)
-class Turns:
-    """Every user's dialog turns in time order, and where each turn is in its user's list."""
-
-    by_user: dict[str, list[MemoryRecord]]
-    where: dict[str, tuple[str, int]]
-
-    @classmethod
-    def of(cls, records: Sequence[MemoryRecord]) -> Turns:
-        """Index the dialog turns among ``records``."""
-        by_user: dict[str, list[MemoryRecord]] = {}
-        for record in records:
-            if record.source == DIALOG:
-                by_user.setdefault(record.user, []).append(record)
-        where: dict[str, tuple[str, int]] = {}
-        for user, turns in by_user.items():
-            turns.sort(key=lambda r: (r.created_at, r.id))
-            where.update((turn.id, (user, i)) for i, turn in enumerate(turns))
-        return cls(by_user, where)
-
-
-def with_neighbours(
-    hits: Sequence[Candidate],
-    turns: Turns,
-    similarity: Callable[[MemoryRecord], float],
-    *,
-    seeds: int,
-    window: float = NEIGHBOUR_WINDOW_S,
-) -> list[Candidate]:
-    """``hits`` plus the turns beside its first ``seeds`` dialog turns (hits' order).
-
-    A neighbour is the turn just before or after a seed in its user's time order, at most
-    ``window`` seconds from it, not already a hit; it is scored ``similarity(record)``.
-    """
+async def with_neighbours(store: EdgeStore, query: SearchQuery, seeds: int) -> list[Candidate]:
+    """The ranked hits of ``query`` and the turns beside its first ``seeds`` dialog hits, as the
+    chat pipeline's retriever gets them (``store.turns_near``, ``adjacent_turns``)."""
+    hits = ranked(await store.search(TENANT, query))
+    first = [hit for hit in hits if hit.record.source == DIALOG][:seeds]
+    if not first:
+        return hits
+    times = [hit.record.created_at for hit in first]
+    near = await store.turns_near(TENANT, query.user, query.vector, times, NEIGHBOUR_WINDOW_S, NOW)
     have = {hit.record.id for hit in hits}
-    added: list[Candidate] = []
-    seeded = [hit.record for hit in hits if hit.record.source == DIALOG][: max(0, seeds)]
-    for seed in seeded:
-        if seed.id not in turns.where:
-            continue
-        user, index = turns.where[seed.id]
-        line = turns.by_user[user]
-        for other in (index - 1, index + 1):
-            if not 0 <= other < len(line) or line[other].id in have:
-                continue
-            turn = line[other]
-            if abs((turn.created_at - seed.created_at).total_seconds()) <= window:
-                have.add(turn.id)
-                added.append(Candidate(turn, similarity(turn)))
-    return [*hits, *added]
-
-
-def cosine(stored: dict[str, np.ndarray], query: np.ndarray) -> Callable[[MemoryRecord], float]:
-    """A record's cosine with ``query`` (rows and query normalised)."""
-    return lambda record: float(stored[record.id] @ query)
+    return [*hits, *adjacent_turns(first, near, have, window=NEIGHBOUR_WINDOW_S)]
 
 
 @dataclass
@@ -177,27 +134,19 @@ async def candidates(
     asked = [q for sample in samples for q in questions(sample, CATEGORIES)]
     vectors = model.embed_sync([q.text for q in asked])
     found: dict[tuple[int, int], list[list[Candidate]]] = {}
-    records = [r for sample in samples for r in locomo_records(sample)]
-    stored = {
-        r.id: row
-        for r, row in zip(records, model.embed_sync([r.content for r in records]), strict=True)
-    }
-    turns = Turns.of(records)
     with tempfile.TemporaryDirectory(prefix="memproxy-replay-") as tmp:
         store = await EdgeStore.open(tmp, dimensions=model.dimensions, optimize_after=None)
         try:
-            await store.add(records, np.stack([stored[r.id] for r in records]))
+            for sample in samples:
+                records = locomo_records(sample)
+                await store.add(records, model.embed_sync([r.content for r in records]))
             for pool in pools:
-                hits = [
-                    ranked(
-                        await store.search(TENANT, SearchQuery(v, q.text, q.sample_id, None, pool))
-                    )
-                    for q, v in zip(asked, vectors, strict=True)
-                ]
                 for count in seeds:
                     found[pool, count] = [
-                        with_neighbours(h, turns, cosine(stored, v), seeds=count)
-                        for h, v in zip(hits, vectors, strict=True)
+                        await with_neighbours(
+                            store, SearchQuery(v, q.text, q.sample_id, None, pool), count
+                        )
+                        for q, v in zip(asked, vectors, strict=True)
                     ]
         finally:
             await store.close()

@@ -41,6 +41,7 @@ from proxy.memory.edge_query import (
     repeat_filter,
     search_hits,
     tenant_filter,
+    turns_filter,
     uuid_of,
 )
 from proxy.memory.edge_shard import open_shard
@@ -50,6 +51,7 @@ from proxy.memory.points import (
     RETRIEVAL_COUNT_KEY,
     SPARSE_VECTOR,
     TENANT_KEY,
+    dense_of,
     owned,
     owned_or_fail,
     point_id,
@@ -58,9 +60,11 @@ from proxy.memory.points import (
 )
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
 from proxy.memory.store import (
+    NEAR_TURNS,
     Page,
     SearchQuery,
     check_query,
+    check_vector,
     check_vectors,
     require_tenant,
     with_tokens,
@@ -370,6 +374,33 @@ class EdgeStore:
         )
         found, _ = await self._run(self._shard.scroll, request)
         return [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
+
+    async def turns_near(
+        self,
+        tenant: str,
+        user: str,
+        vector: np.ndarray,
+        times: Sequence[datetime],
+        window_s: float,
+        live_at: datetime,
+    ) -> builtins.list[Candidate]:
+        """The user's live dialog turns within ``window_s`` of ``times``, with their cosines."""
+        require_tenant(tenant)
+        if not times:
+            return []
+        query = check_vector(vector, self.dimensions)
+        scope = turns_filter(tenant, user, times, window_s, live_at.timestamp())
+        request = qe.ScrollRequest(
+            limit=NEAR_TURNS * len(times), filter=scope, with_payload=True, with_vector=True
+        )
+        found, _ = await self._run(self._shard.scroll, request)
+        near = []
+        for point in found:
+            record = owned(point.payload, tenant)
+            if record is not None:
+                cosine = float(np.dot(np.asarray(dense_of(point.vector), np.float32), query))
+                near.append(Candidate(record, clip_similarity(cosine)))
+        return near
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory expired at or before ``before``; return how many."""

@@ -11,6 +11,8 @@ rescoring query (adr/0082).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -25,9 +27,17 @@ from proxy.memory.filters import (
     liveness,
     repeat_conditions,
     scope_conditions,
+    turn_conditions,
+    windows,
 )
 from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K, fuse_ranks
-from proxy.memory.points import DENSE_VECTOR, EXPIRES_TS_KEY, SPARSE_VECTOR, TENANT_KEY
+from proxy.memory.points import (
+    CREATED_TS_KEY,
+    DENSE_VECTOR,
+    EXPIRES_TS_KEY,
+    SPARSE_VECTOR,
+    TENANT_KEY,
+)
 from proxy.memory.store import SearchQuery
 
 Hit = tuple[UUID, float]  # (point id, dense cosine); UUIDs as the shard returns them
@@ -82,6 +92,19 @@ def scope_filter(tenant: str, query: SearchQuery) -> qe.Filter:
 def repeat_filter(tenant: str, user: str, words: str, live_at: float) -> qe.Filter:
     """Return the filter of a repeat lookup (``filters.repeat_conditions``), live only."""
     return to_filter(repeat_conditions(tenant, user, words), Liveness(live_at))
+
+
+def turns_filter(
+    tenant: str, user: str, times: Sequence[datetime], window_s: float, live_at: float
+) -> qe.Filter:
+    """Return the filter of a neighbour lookup: the user's live dialog turns created within
+    ``window_s`` of any of ``times`` (``filters.turn_conditions``)."""
+    scope = to_filter(turn_conditions(tenant, user), Liveness(live_at))
+    near: list[Any] = [
+        qe.FieldCondition(CREATED_TS_KEY, range=qe.RangeFloat(gte=low, lte=high))
+        for low, high in windows(times, window_s)
+    ]
+    return qe.Filter(must=[scope, qe.Filter(should=near)])
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> qe.Filter:

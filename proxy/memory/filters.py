@@ -7,7 +7,9 @@ tenant's shared ones) exist once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from proxy.memory.points import (
     EXPIRES_TS_KEY,
@@ -20,6 +22,7 @@ from proxy.memory.points import (
 from proxy.memory.store import SHARED_USER, SearchQuery
 
 Condition = tuple[str, tuple[str, ...]]
+DIALOG_SOURCE = "conversation"  # the source of dialog turns
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,16 @@ def scope_conditions(tenant: str, query: SearchQuery) -> list[Condition]:
 def repeat_conditions(tenant: str, user: str, words: str) -> list[Condition]:
     """What a repeat lookup may see: the user's memories with that words key."""
     return [(TENANT_KEY, (tenant,)), (USER_KEY, (user,)), (WORDS_KEY, (words,))]
+
+
+def turn_conditions(tenant: str, user: str) -> list[Condition]:
+    """What a neighbour lookup (``turns_near``) may see: the user's own dialog turns."""
+    return [(TENANT_KEY, (tenant,)), (USER_KEY, (user,)), (SOURCE_KEY, (DIALOG_SOURCE,))]
+
+
+def windows(times: Sequence[datetime], window_s: float) -> list[tuple[float, float]]:
+    """The epoch-second ranges ``[t - window_s, t + window_s]`` around ``times``."""
+    return [(t.timestamp() - window_s, t.timestamp() + window_s) for t in times]
 
 
 def list_conditions(tenant: str, user: str | None, source: str | None) -> list[Condition]:

@@ -35,10 +35,13 @@ from proxy.memory.filters import (
     liveness,
     repeat_conditions,
     scope_conditions,
+    turn_conditions,
+    windows,
 )
 from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K
 from proxy.memory.points import (
     COUNT_FIELDS,
+    CREATED_TS_KEY,
     DENSE_VECTOR,
     EXPIRES_TS_KEY,
     INDEXED_KEYS,
@@ -54,9 +57,11 @@ from proxy.memory.points import (
     to_payload,
 )
 from proxy.memory.store import (
+    NEAR_TURNS,
     Page,
     SearchQuery,
     check_query,
+    check_vector,
     check_vectors,
     require_tenant,
     with_tokens,
@@ -121,6 +126,19 @@ def scope_filter(tenant: str, query: SearchQuery) -> models.Filter:
 def repeat_filter(tenant: str, user: str, words: str, live_at: float) -> models.Filter:
     """Return the filter of a repeat lookup (``filters.repeat_conditions``), live only."""
     return to_filter(repeat_conditions(tenant, user, words), Liveness(live_at))
+
+
+def turns_filter(
+    tenant: str, user: str, times: Sequence[datetime], window_s: float, live_at: float
+) -> models.Filter:
+    """Return the filter of a neighbour lookup: the user's live dialog turns created within
+    ``window_s`` of any of ``times`` (``filters.turn_conditions``)."""
+    scope = to_filter(turn_conditions(tenant, user), Liveness(live_at))
+    near: list[Any] = [
+        models.FieldCondition(key=CREATED_TS_KEY, range=models.Range(gte=low, lte=high))
+        for low, high in windows(times, window_s)
+    ]
+    return models.Filter(must=[scope, models.Filter(should=near)])
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> models.Filter:
@@ -219,6 +237,10 @@ class QdrantStore:
         )
         await self._client.create_payload_index(
             self._collection, EXPIRES_TS_KEY, field_schema=models.PayloadSchemaType.FLOAT
+        )
+        # The neighbour lookup's range filter (``turns_near``, adr/0122).
+        await self._client.create_payload_index(
+            self._collection, CREATED_TS_KEY, field_schema=models.PayloadSchemaType.FLOAT
         )
 
     @store_errors
@@ -424,6 +446,36 @@ class QdrantStore:
             with_vectors=False,
         )
         return [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
+
+    @store_errors
+    async def turns_near(
+        self,
+        tenant: str,
+        user: str,
+        vector: np.ndarray,
+        times: Sequence[datetime],
+        window_s: float,
+        live_at: datetime,
+    ) -> builtins.list[Candidate]:
+        """The user's live dialog turns within ``window_s`` of ``times``, with their cosines."""
+        require_tenant(tenant)
+        if not times:
+            return []
+        query = check_vector(vector, self.dimensions)
+        found, _ = await self._client.scroll(
+            self._collection,
+            scroll_filter=turns_filter(tenant, user, times, window_s, live_at.timestamp()),
+            limit=NEAR_TURNS * len(times),
+            with_payload=True,
+            with_vectors=[DENSE_VECTOR],
+        )
+        near = []
+        for point in found:
+            record = owned(point.payload, tenant)
+            if record is not None:
+                cosine = float(np.dot(np.asarray(dense_of(point.vector), np.float32), query))
+                near.append(Candidate(record, clip_similarity(cosine)))
+        return near
 
     @store_errors
     async def purge_expired(self, before: datetime) -> int:

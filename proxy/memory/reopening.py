@@ -201,6 +201,18 @@ class ReopeningStore:
         """See ``MemoryStore``."""
         return await self._live().repeats(tenant, user, words, live_at)
 
+    async def turns_near(
+        self,
+        tenant: str,
+        user: str,
+        vector: np.ndarray,
+        times: Sequence[datetime],
+        window_s: float,
+        live_at: datetime,
+    ) -> builtins.list[Candidate]:
+        """See ``MemoryStore``."""
+        return await self._live().turns_near(tenant, user, vector, times, window_s, live_at)
+
     async def purge_expired(self, before: datetime) -> int:
         """See ``MemoryStore``."""
         return await self._live().purge_expired(before)

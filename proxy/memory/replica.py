@@ -278,6 +278,20 @@ class ReplicaStore:
         await self.sync()
         return await self._replica.repeats(tenant, user, words, live_at)
 
+    async def turns_near(
+        self,
+        tenant: str,
+        user: str,
+        vector: np.ndarray,
+        times: Sequence[datetime],
+        window_s: float,
+        live_at: datetime,
+    ) -> builtins.list[Candidate]:
+        """The user's live dialog turns near ``times``, every worker's writes seen."""
+        require_tenant(tenant)
+        await self.sync()
+        return await self._replica.turns_near(tenant, user, vector, times, window_s, live_at)
+
     async def purge_expired(self, before: datetime) -> int:
         """Delete expired memories in every replica: the purge is a logged write (each worker's
         purger may log one; a second finds nothing)."""

@@ -26,6 +26,10 @@ from proxy.tokenizer import count_all
 
 # The user of tenant-shared memories: every user's search sees them.
 SHARED_USER = ""
+# Dialog turns a neighbour lookup returns at most per time asked about: the turns of a 2-minute
+# window on either side of a turn (LoCoMo's are a minute apart: 5). In a denser dialog some
+# turns of the window are left out, and the retriever keeps the nearest of those it got.
+NEAR_TURNS = 8
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,20 @@ class MemoryStore(Protocol):
         ``words`` (a few at most: write hygiene keeps them unique)."""
         ...
 
+    async def turns_near(
+        self,
+        tenant: str,
+        user: str,
+        vector: np.ndarray,
+        times: Sequence[datetime],
+        window_s: float,
+        live_at: datetime,
+    ) -> builtins.list[Candidate]:
+        """The user's dialog turns (source ``conversation``) live at ``live_at`` and created
+        within ``window_s`` seconds of any of ``times``, each with its cosine to ``vector``, in
+        no particular order (at most ``NEAR_TURNS`` per time; adr/0122)."""
+        ...
+
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory, of any tenant, that expired at or before ``before``; return how
         many. Maintenance (``proxy.memory.expiry``): it reads nothing back, so it needs no
@@ -146,7 +164,12 @@ def check_vectors(records: Sequence[MemoryRecord], vectors: np.ndarray, dimensio
 
 def check_query(query: SearchQuery, dimensions: int) -> np.ndarray:
     """Return the query vector as a flat float32 array of ``dimensions`` or raise."""
-    vector = np.asarray(query.vector, dtype=np.float32).reshape(-1)
+    return check_vector(query.vector, dimensions)
+
+
+def check_vector(given: np.ndarray, dimensions: int) -> np.ndarray:
+    """Return ``given`` as a flat float32 array of ``dimensions`` or raise."""
+    vector = np.asarray(given, dtype=np.float32).reshape(-1)
     if vector.shape[0] != dimensions:
         raise StoreError(f"query vector has {vector.shape[0]} dimensions, the store {dimensions}")
     return vector

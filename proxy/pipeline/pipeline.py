@@ -350,7 +350,8 @@ class Pipeline:
         if self.retriever is None:
             run.degrade("store_unavailable")
             return
-        want = Retrieval(query, options.user, options.top_k, options.sources)
+        neighbours = self.settings.neighbour_candidates
+        want = Retrieval(query, options.user, options.top_k, options.sources, neighbours=neighbours)
         hits = await self.retriever.retrieve(run.tenant.id, want, run)
         if not run.cache.served:
             run.degrade("cache")

@@ -18,12 +18,15 @@ import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import StoreError
+from proxy.memory.filters import DIALOG_SOURCE
 from proxy.memory.points import SOURCE_KEY, USER_KEY, WORDS_KEY, from_payload, to_payload
 from proxy.memory.store import (
+    NEAR_TURNS,
     SHARED_USER,
     Page,
     SearchQuery,
     check_query,
+    check_vector,
     check_vectors,
     require_tenant,
     with_tokens,
@@ -168,6 +171,28 @@ class FakeStore:
             and payload[WORDS_KEY] == words
             and (record := from_payload(payload)).live(live_at)
         ]
+
+    async def turns_near(
+        self,
+        tenant: str,
+        user: str,
+        vector: np.ndarray,
+        times: Sequence[datetime],
+        window_s: float,
+        live_at: datetime,
+    ) -> builtins.list[Candidate]:
+        require_tenant(tenant)
+        query = check_vector(vector, self.dimensions)
+        near = [
+            Candidate(record, similarity(query, stored))
+            for (t, _), (payload, stored) in self._points.items()
+            if t == tenant
+            and payload[USER_KEY] == user
+            and payload[SOURCE_KEY] == DIALOG_SOURCE
+            and (record := from_payload(payload)).live(live_at)
+            and any(abs((record.created_at - at).total_seconds()) <= window_s for at in times)
+        ]
+        return near[: NEAR_TURNS * len(times)]
 
     async def purge_expired(self, before: datetime) -> int:
         gone = [
