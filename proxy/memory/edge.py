@@ -36,6 +36,7 @@ from proxy.memory import lexical
 from proxy.memory.edge_counts import COUNTS_FILE, RetrievalCounts
 from proxy.memory.edge_maintenance import OPTIMIZE_AFTER_POINTS, ShardMaintenance
 from proxy.memory.edge_query import (
+    DENSE_PARAMS,
     expired_filter,
     list_filter,
     repeat_filter,
@@ -51,7 +52,6 @@ from proxy.memory.points import (
     RETRIEVAL_COUNT_KEY,
     SPARSE_VECTOR,
     TENANT_KEY,
-    dense_of,
     owned,
     owned_or_fail,
     point_id,
@@ -386,21 +386,39 @@ class EdgeStore:
     ) -> builtins.list[Candidate]:
         """The user's live dialog turns within ``window_s`` of ``times``, with their cosines."""
         require_tenant(tenant)
+        query = check_vector(vector, self.dimensions)
         if not times:
             return []
-        query = check_vector(vector, self.dimensions)
+        return await self._run(self._turns_near_sync, tenant, user, query, times, window_s, live_at)
+
+    def _turns_near_sync(
+        self,
+        tenant: str,
+        user: str,
+        vector: np.ndarray,
+        times: Sequence[datetime],
+        window_s: float,
+        live_at: datetime,
+    ) -> builtins.list[Candidate]:
+        # A dense query over the window's turns returns their cosines without payloads or
+        # vectors; records come from the record cache as a search's do. A scroll returning
+        # payloads and vectors cost 1.3 ms p50 on LoCoMo dev (search 1.2 ms), this 0.6 ms
+        # (search 1.4 ms).
         scope = turns_filter(tenant, user, times, window_s, live_at.timestamp())
-        request = qe.ScrollRequest(
-            limit=NEAR_TURNS * len(times), filter=scope, with_payload=True, with_vector=True
+        found = self._shard.query(
+            qe.QueryRequest(
+                limit=NEAR_TURNS * len(times),
+                query=qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR),
+                filter=scope,
+                with_payload=False,
+                params=DENSE_PARAMS,
+            )
         )
-        found, _ = await self._run(self._shard.scroll, request)
-        near = []
-        for point in found:
-            record = owned(point.payload, tenant)
-            if record is not None:
-                cosine = float(np.dot(np.asarray(dense_of(point.vector), np.float32), query))
-                near.append(Candidate(record, clip_similarity(cosine)))
-        return near
+        hits = [(uuid_of(point.id), point.score) for point in found]
+        records = self._records_of(tenant, [pid for pid, _ in hits])
+        return [
+            Candidate(records[pid], clip_similarity(score)) for pid, score in hits if pid in records
+        ]
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory expired at or before ``before``; return how many."""

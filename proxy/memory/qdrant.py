@@ -462,19 +462,21 @@ class QdrantStore:
         if not times:
             return []
         query = check_vector(vector, self.dimensions)
-        found, _ = await self._client.scroll(
+        # One dense query over the window's turns: its scores are the cosines (as the edge store).
+        found = await self._client.query_points(
             self._collection,
-            scroll_filter=turns_filter(tenant, user, times, window_s, live_at.timestamp()),
+            query=query.tolist(),
+            using=DENSE_VECTOR,
+            query_filter=turns_filter(tenant, user, times, window_s, live_at.timestamp()),
             limit=NEAR_TURNS * len(times),
             with_payload=True,
-            with_vectors=[DENSE_VECTOR],
+            with_vectors=False,
         )
         near = []
-        for point in found:
+        for point in found.points:
             record = owned(point.payload, tenant)
             if record is not None:
-                cosine = float(np.dot(np.asarray(dense_of(point.vector), np.float32), query))
-                near.append(Candidate(record, clip_similarity(cosine)))
+                near.append(Candidate(record, clip_similarity(point.score)))
         return near
 
     @store_errors

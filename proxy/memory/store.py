@@ -27,8 +27,8 @@ from proxy.tokenizer import count_all
 # The user of tenant-shared memories: every user's search sees them.
 SHARED_USER = ""
 # Dialog turns a neighbour lookup returns at most per time asked about: the turns of a 2-minute
-# window on either side of a turn (LoCoMo's are a minute apart: 5). In a denser dialog some
-# turns of the window are left out, and the retriever keeps the nearest of those it got.
+# window on either side of a turn (LoCoMo's are a minute apart: 5). In a denser dialog the most
+# similar are returned, and the retriever takes the nearest in time of those.
 NEAR_TURNS = 8
 
 
@@ -127,7 +127,7 @@ class MemoryStore(Protocol):
     ) -> builtins.list[Candidate]:
         """The user's dialog turns (source ``conversation``) live at ``live_at`` and created
         within ``window_s`` seconds of any of ``times``, each with its cosine to ``vector``, in
-        no particular order (at most ``NEAR_TURNS`` per time; adr/0122)."""
+        no particular order (the most similar ``NEAR_TURNS`` per time at most; adr/0122)."""
         ...
 
     async def purge_expired(self, before: datetime) -> int:
