@@ -55,7 +55,7 @@ from proxy.defaults import MEMORY_MAX_TOKENS, NEIGHBOUR_WINDOW_S
 from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder, normalise_rows
 from proxy.memory.retriever import ranked
-from proxy.memory.store import SearchQuery
+from proxy.memory.store import SearchQuery, TurnsQuery
 from proxy.tokenizer import tiktoken_tokenizer
 
 ENCODING = "o200k_base"  # gpt-4o's, as bench/locomo.py asks
@@ -108,8 +108,9 @@ async def with_neighbours(store: EdgeStore, query: SearchQuery, seeds: int) -> l
     first = [hit for hit in hits if hit.record.source == DIALOG][:seeds]
     if not first:
         return hits
-    times = [hit.record.created_at for hit in first]
-    near = await store.turns_near(TENANT, query.user, query.vector, times, NEIGHBOUR_WINDOW_S, NOW)
+    times = tuple(hit.record.created_at for hit in first)
+    turns = TurnsQuery(query.user, query.vector, times, NEIGHBOUR_WINDOW_S, NOW)
+    near = await store.turns_near(TENANT, turns)
     have = {hit.record.id for hit in hits}
     return [*hits, *adjacent_turns(first, near, have, window=NEIGHBOUR_WINDOW_S)]
 

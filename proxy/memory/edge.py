@@ -63,6 +63,7 @@ from proxy.memory.store import (
     NEAR_TURNS,
     Page,
     SearchQuery,
+    TurnsQuery,
     check_query,
     check_vector,
     check_vectors,
@@ -275,7 +276,14 @@ class EdgeStore:
         self, tenant: str, query: SearchQuery, vector: np.ndarray
     ) -> builtins.list[Candidate]:
         """Blocking ``search`` (the benchmark uses it to measure the cost of offloading)."""
-        hits = search_hits(self._shard, tenant, query, vector, hybrid=self.hybrid)
+        return self._candidates(
+            tenant, search_hits(self._shard, tenant, query, vector, hybrid=self.hybrid)
+        )
+
+    def _candidates(
+        self, tenant: str, hits: builtins.list[tuple[UUID, float]]
+    ) -> builtins.list[Candidate]:
+        """(point id, cosine) pairs as candidates with their records."""
         records = self._records_of(tenant, [pid for pid, _ in hits])
         # A hit deleted between the search and the payload read is simply gone.
         return [
@@ -375,50 +383,31 @@ class EdgeStore:
         found, _ = await self._run(self._shard.scroll, request)
         return [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
 
-    async def turns_near(
-        self,
-        tenant: str,
-        user: str,
-        vector: np.ndarray,
-        times: Sequence[datetime],
-        window_s: float,
-        live_at: datetime,
-    ) -> builtins.list[Candidate]:
-        """The user's live dialog turns within ``window_s`` of ``times``, with their cosines."""
+    async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
+        """The dialog turns ``query`` asks for, with their cosines."""
         require_tenant(tenant)
-        query = check_vector(vector, self.dimensions)
-        if not times:
+        vector = check_vector(query.vector, self.dimensions)
+        if not query.times:
             return []
-        return await self._run(self._turns_near_sync, tenant, user, query, times, window_s, live_at)
+        return await self._run(self._turns_near_sync, tenant, query, vector)
 
     def _turns_near_sync(
-        self,
-        tenant: str,
-        user: str,
-        vector: np.ndarray,
-        times: Sequence[datetime],
-        window_s: float,
-        live_at: datetime,
+        self, tenant: str, query: TurnsQuery, vector: np.ndarray
     ) -> builtins.list[Candidate]:
         # A dense query over the window's turns returns their cosines without payloads or
         # vectors; records come from the record cache as a search's do. A scroll returning
         # payloads and vectors cost 1.3 ms p50 on LoCoMo dev (search 1.2 ms), this 0.6 ms
         # (search 1.4 ms).
-        scope = turns_filter(tenant, user, times, window_s, live_at.timestamp())
         found = self._shard.query(
             qe.QueryRequest(
-                limit=NEAR_TURNS * len(times),
+                limit=NEAR_TURNS * len(query.times),
                 query=qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR),
-                filter=scope,
+                filter=turns_filter(tenant, query),
                 with_payload=False,
                 params=DENSE_PARAMS,
             )
         )
-        hits = [(uuid_of(point.id), point.score) for point in found]
-        records = self._records_of(tenant, [pid for pid, _ in hits])
-        return [
-            Candidate(records[pid], clip_similarity(score)) for pid, score in hits if pid in records
-        ]
+        return self._candidates(tenant, [(uuid_of(point.id), point.score) for point in found])
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory expired at or before ``before``; return how many."""

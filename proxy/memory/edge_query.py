@@ -11,8 +11,6 @@ rescoring query (adr/0082).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -38,7 +36,7 @@ from proxy.memory.points import (
     SPARSE_VECTOR,
     TENANT_KEY,
 )
-from proxy.memory.store import SearchQuery
+from proxy.memory.store import SearchQuery, TurnsQuery
 
 Hit = tuple[UUID, float]  # (point id, dense cosine); UUIDs as the shard returns them
 # The shard keeps int8 copies of the dense vectors (edge_shard.shard_config). Rescoring 3x top_k of
@@ -94,15 +92,12 @@ def repeat_filter(tenant: str, user: str, words: str, live_at: float) -> qe.Filt
     return to_filter(repeat_conditions(tenant, user, words), Liveness(live_at))
 
 
-def turns_filter(
-    tenant: str, user: str, times: Sequence[datetime], window_s: float, live_at: float
-) -> qe.Filter:
-    """Return the filter of a neighbour lookup: the user's live dialog turns created within
-    ``window_s`` of any of ``times`` (``filters.turn_conditions``)."""
-    scope = to_filter(turn_conditions(tenant, user), Liveness(live_at))
+def turns_filter(tenant: str, query: TurnsQuery) -> qe.Filter:
+    """Return the filter of a neighbour lookup (``filters.turn_conditions``, live only)."""
+    scope = to_filter(turn_conditions(tenant, query.user), Liveness(query.live_at.timestamp()))
     near: list[Any] = [
         qe.FieldCondition(CREATED_TS_KEY, range=qe.RangeFloat(gte=low, lte=high))
-        for low, high in windows(times, window_s)
+        for low, high in windows(query)
     ]
     return qe.Filter(must=[scope, qe.Filter(should=near)])
 

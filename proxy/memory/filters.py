@@ -7,9 +7,7 @@ tenant's shared ones) exist once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from proxy.memory.points import (
     EXPIRES_TS_KEY,
@@ -19,7 +17,7 @@ from proxy.memory.points import (
     USER_KEY,
     WORDS_KEY,
 )
-from proxy.memory.store import SHARED_USER, SearchQuery
+from proxy.memory.store import SHARED_USER, SearchQuery, TurnsQuery
 
 Condition = tuple[str, tuple[str, ...]]
 DIALOG_SOURCE = "conversation"  # the source of dialog turns
@@ -59,9 +57,10 @@ def turn_conditions(tenant: str, user: str) -> list[Condition]:
     return [(TENANT_KEY, (tenant,)), (USER_KEY, (user,)), (SOURCE_KEY, (DIALOG_SOURCE,))]
 
 
-def windows(times: Sequence[datetime], window_s: float) -> list[tuple[float, float]]:
-    """The epoch-second ranges ``[t - window_s, t + window_s]`` around ``times``."""
-    return [(t.timestamp() - window_s, t.timestamp() + window_s) for t in times]
+def windows(query: TurnsQuery) -> list[tuple[float, float]]:
+    """The epoch-second ranges ``[t - window_s, t + window_s]`` around the query's times."""
+    span = query.window_s
+    return [(t.timestamp() - span, t.timestamp() + span) for t in query.times]
 
 
 def list_conditions(tenant: str, user: str | None, source: str | None) -> list[Condition]:

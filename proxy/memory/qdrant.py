@@ -60,6 +60,7 @@ from proxy.memory.store import (
     NEAR_TURNS,
     Page,
     SearchQuery,
+    TurnsQuery,
     check_query,
     check_vector,
     check_vectors,
@@ -128,15 +129,12 @@ def repeat_filter(tenant: str, user: str, words: str, live_at: float) -> models.
     return to_filter(repeat_conditions(tenant, user, words), Liveness(live_at))
 
 
-def turns_filter(
-    tenant: str, user: str, times: Sequence[datetime], window_s: float, live_at: float
-) -> models.Filter:
-    """Return the filter of a neighbour lookup: the user's live dialog turns created within
-    ``window_s`` of any of ``times`` (``filters.turn_conditions``)."""
-    scope = to_filter(turn_conditions(tenant, user), Liveness(live_at))
+def turns_filter(tenant: str, query: TurnsQuery) -> models.Filter:
+    """Return the filter of a neighbour lookup (``filters.turn_conditions``, live only)."""
+    scope = to_filter(turn_conditions(tenant, query.user), Liveness(query.live_at.timestamp()))
     near: list[Any] = [
         models.FieldCondition(key=CREATED_TS_KEY, range=models.Range(gte=low, lte=high))
-        for low, high in windows(times, window_s)
+        for low, high in windows(query)
     ]
     return models.Filter(must=[scope, models.Filter(should=near)])
 
@@ -448,27 +446,19 @@ class QdrantStore:
         return [r for r in (owned(p.payload, tenant) for p in found) if r is not None]
 
     @store_errors
-    async def turns_near(
-        self,
-        tenant: str,
-        user: str,
-        vector: np.ndarray,
-        times: Sequence[datetime],
-        window_s: float,
-        live_at: datetime,
-    ) -> builtins.list[Candidate]:
-        """The user's live dialog turns within ``window_s`` of ``times``, with their cosines."""
+    async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
+        """The dialog turns ``query`` asks for, with their cosines."""
         require_tenant(tenant)
-        if not times:
+        vector = check_vector(query.vector, self.dimensions)
+        if not query.times:
             return []
-        query = check_vector(vector, self.dimensions)
         # One dense query over the window's turns: its scores are the cosines (as the edge store).
         found = await self._client.query_points(
             self._collection,
-            query=query.tolist(),
+            query=vector.tolist(),
             using=DENSE_VECTOR,
-            query_filter=turns_filter(tenant, user, times, window_s, live_at.timestamp()),
-            limit=NEAR_TURNS * len(times),
+            query_filter=turns_filter(tenant, query),
+            limit=NEAR_TURNS * len(query.times),
             with_payload=True,
             with_vectors=False,
         )

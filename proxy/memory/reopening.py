@@ -28,7 +28,7 @@ import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import ConfigError, StoreError
-from proxy.memory.store import MemoryStore, Page, SearchQuery
+from proxy.memory.store import MemoryStore, Page, SearchQuery, TurnsQuery
 
 LOGGER = logging.getLogger("memproxy.store")
 BACKEND = "store"
@@ -201,17 +201,9 @@ class ReopeningStore:
         """See ``MemoryStore``."""
         return await self._live().repeats(tenant, user, words, live_at)
 
-    async def turns_near(
-        self,
-        tenant: str,
-        user: str,
-        vector: np.ndarray,
-        times: Sequence[datetime],
-        window_s: float,
-        live_at: datetime,
-    ) -> builtins.list[Candidate]:
+    async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
         """See ``MemoryStore``."""
-        return await self._live().turns_near(tenant, user, vector, times, window_s, live_at)
+        return await self._live().turns_near(tenant, query)
 
     async def purge_expired(self, before: datetime) -> int:
         """See ``MemoryStore``."""

@@ -33,7 +33,14 @@ from proxy.errors import ConfigError, StoreError
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.edge_counts import COUNTS_FILE
 from proxy.memory.edge_shard import CONFIG_FILE
-from proxy.memory.store import Page, SearchQuery, check_vectors, require_tenant, with_tokens
+from proxy.memory.store import (
+    Page,
+    SearchQuery,
+    TurnsQuery,
+    check_vectors,
+    require_tenant,
+    with_tokens,
+)
 from proxy.memory.write_log import Entry, WriteLog
 
 LOG_FILE = "memories.log"
@@ -278,19 +285,11 @@ class ReplicaStore:
         await self.sync()
         return await self._replica.repeats(tenant, user, words, live_at)
 
-    async def turns_near(
-        self,
-        tenant: str,
-        user: str,
-        vector: np.ndarray,
-        times: Sequence[datetime],
-        window_s: float,
-        live_at: datetime,
-    ) -> builtins.list[Candidate]:
-        """The user's live dialog turns near ``times``, every worker's writes seen."""
+    async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
+        """The dialog turns ``query`` asks for, every worker's writes seen."""
         require_tenant(tenant)
         await self.sync()
-        return await self._replica.turns_near(tenant, user, vector, times, window_s, live_at)
+        return await self._replica.turns_near(tenant, query)
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete expired memories in every replica: the purge is a logged write (each worker's

@@ -39,7 +39,7 @@ from proxy.context.records import SOURCES, Candidate
 from proxy.defaults import NEIGHBOUR_WINDOW_S
 from proxy.memory.embedders import Embedder
 from proxy.memory.filters import DIALOG_SOURCE
-from proxy.memory.store import MemoryStore, SearchQuery
+from proxy.memory.store import MemoryStore, SearchQuery, TurnsQuery
 
 T = TypeVar("T")
 Write = Callable[[], Job]  # a cache write, started when its time comes
@@ -172,10 +172,9 @@ class Retriever:
         ][:neighbours]
         if not seeds or search.live_at is None:
             return hits
-        times = [seed.record.created_at for seed in seeds]
-        near = await self.store.turns_near(
-            tenant, search.user, search.vector, times, NEIGHBOUR_WINDOW_S, search.live_at
-        )
+        times = tuple(seed.record.created_at for seed in seeds)
+        turns = TurnsQuery(search.user, search.vector, times, NEIGHBOUR_WINDOW_S, search.live_at)
+        near = await self.store.turns_near(tenant, turns)
         have = {hit.record.id for hit in hits}
         return [*hits, *adjacent_turns(seeds, near, have, window=NEIGHBOUR_WINDOW_S)]
 

@@ -50,6 +50,19 @@ class SearchQuery:
 
 
 @dataclass(frozen=True)
+class TurnsQuery:
+    """A neighbour lookup (adr/0122): ``user``'s dialog turns (source ``conversation``) live at
+    ``live_at`` and created within ``window_s`` seconds of any of ``times``, scored by their
+    cosine to ``vector``."""
+
+    user: str
+    vector: np.ndarray
+    times: tuple[datetime, ...]
+    window_s: float
+    live_at: datetime
+
+
+@dataclass(frozen=True)
 class Page:
     """One page of ``list``: pass ``last_id`` as ``after`` to get the next page."""
 
@@ -116,18 +129,9 @@ class MemoryStore(Protocol):
         ``words`` (a few at most: write hygiene keeps them unique)."""
         ...
 
-    async def turns_near(
-        self,
-        tenant: str,
-        user: str,
-        vector: np.ndarray,
-        times: Sequence[datetime],
-        window_s: float,
-        live_at: datetime,
-    ) -> builtins.list[Candidate]:
-        """The user's dialog turns (source ``conversation``) live at ``live_at`` and created
-        within ``window_s`` seconds of any of ``times``, each with its cosine to ``vector``, in
-        no particular order (the most similar ``NEAR_TURNS`` per time at most; adr/0122)."""
+    async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
+        """The dialog turns ``query`` asks for, each with its cosine to ``query.vector``, in no
+        particular order (the most similar ``NEAR_TURNS`` per time at most; adr/0122)."""
         ...
 
     async def purge_expired(self, before: datetime) -> int:

@@ -25,6 +25,7 @@ from proxy.memory.store import (
     SHARED_USER,
     Page,
     SearchQuery,
+    TurnsQuery,
     check_query,
     check_vector,
     check_vectors,
@@ -172,27 +173,22 @@ class FakeStore:
             and (record := from_payload(payload)).live(live_at)
         ]
 
-    async def turns_near(
-        self,
-        tenant: str,
-        user: str,
-        vector: np.ndarray,
-        times: Sequence[datetime],
-        window_s: float,
-        live_at: datetime,
-    ) -> builtins.list[Candidate]:
+    async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
         require_tenant(tenant)
-        query = check_vector(vector, self.dimensions)
+        vector = check_vector(query.vector, self.dimensions)
         near = [
-            Candidate(record, similarity(query, stored))
+            Candidate(record, similarity(vector, stored))
             for (t, _), (payload, stored) in self._points.items()
             if t == tenant
-            and payload[USER_KEY] == user
+            and payload[USER_KEY] == query.user
             and payload[SOURCE_KEY] == DIALOG_SOURCE
-            and (record := from_payload(payload)).live(live_at)
-            and any(abs((record.created_at - at).total_seconds()) <= window_s for at in times)
+            and (record := from_payload(payload)).live(query.live_at)
+            and any(
+                abs((record.created_at - at).total_seconds()) <= query.window_s
+                for at in query.times
+            )
         ]
-        return near[: NEAR_TURNS * len(times)]
+        return near[: NEAR_TURNS * len(query.times)]
 
     async def purge_expired(self, before: datetime) -> int:
         gone = [

@@ -15,7 +15,7 @@ from proxy.context.records import MemoryRecord
 from proxy.errors import ConfigError, RequestError, StoreError
 from proxy.memory.duplicates import words_key
 from proxy.memory.retriever import Retrieval, Retriever
-from proxy.memory.store import MemoryStore, SearchQuery
+from proxy.memory.store import MemoryStore, SearchQuery, TurnsQuery
 from proxy.tokenizer import count_all
 from tests.memory.support import (
     DIM,
@@ -132,15 +132,19 @@ async def test_turns_near_finds_the_users_live_dialog_turns_within_the_window(
         turn("later", 3600),
     )
     vector = vector_for("a question")
-    near = await store.turns_near("t1", "u1", vector, [at], 120.0, LIVE_AT)
+
+    def ask(*times: datetime, user: str = "u1") -> TurnsQuery:
+        return TurnsQuery(user, vector, times, 120.0, LIVE_AT)
+
+    near = await store.turns_near("t1", ask(at))
     assert {c.record.id for c in near} == {"before", "edge"}
     for candidate in near:
         expected = float(np.dot(vector, vector_for(candidate.record.content)))
         assert candidate.similarity == pytest.approx(max(0.0, expected), abs=1e-5)
-    both = await store.turns_near("t1", "u1", vector, [at, at + timedelta(hours=1)], 120.0, LIVE_AT)
+    both = await store.turns_near("t1", ask(at, at + timedelta(hours=1)))
     assert {c.record.id for c in both} == {"before", "edge", "later"}
-    assert await store.turns_near("t1", "u1", vector, [], 120.0, LIVE_AT) == []
-    assert await store.turns_near("t1", "u3", vector, [at], 120.0, LIVE_AT) == []
+    assert await store.turns_near("t1", ask()) == []
+    assert await store.turns_near("t1", ask(at, user="u3")) == []
 
 
 @pytest.mark.parametrize(
@@ -154,7 +158,7 @@ async def test_turns_near_finds_the_users_live_dialog_turns_within_the_window(
         lambda s: s.increment_retrievals("", ["m1"]),
         lambda s: s.set_usefulness("", "m1", 0.5),
         lambda s: s.count(""),
-        lambda s: s.turns_near("", "u1", np.zeros(DIM, np.float32), [LIVE_AT], 1.0, LIVE_AT),
+        lambda s: s.turns_near("", TurnsQuery("u1", np.zeros(DIM), (LIVE_AT,), 1.0, LIVE_AT)),
         lambda s: s.add([record("m1", tenant="")], np.zeros((1, DIM), dtype=np.float32)),
     ],
 )
