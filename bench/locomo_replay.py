@@ -9,6 +9,17 @@ the pool holds, the recall of what is packed (per category) and the median block
 pass costs seconds, so rules can be compared on the same candidates; the served run differs by
 up to ~1 point (its store is another import).
 
+Two candidate-generation experiments (issue 16, item 3), off unless asked:
+
+- ``--seeds N[,M]``: each pool plus the dialog turns beside (same user, at most
+  ``NEIGHBOUR_WINDOW_S`` apart) its first N dialog turns in similarity order, scored with their
+  own cosine, as ``memory.neighbour_candidates: N`` gets them (ADR 0122); 0: none.
+- ``--table TOKENIZER.json:WEIGHTS.safetensors``: embed with another static model, a token
+  table averaged and normalised (e.g. the wheel of ``wordllama``: ``pip download wordllama
+  --no-deps``, unzip, ``wordllama/tokenizers/l2_supercat_tokenizer_config.json`` and
+  ``wordllama/weights/l2_supercat_256.safetensors``). Its rows sit beside the shipped model's,
+  with each model's single-query embed time (p50 over the questions, the two interleaved).
+
 Run: ``.venv/bin/python bench/locomo_replay.py --pools 50,100 --prices 0.02,0.022,0.033``;
 ``--smoke`` (one conversation, one pool and price) for CI.
 """
@@ -21,9 +32,13 @@ import json
 import statistics
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,43 +48,110 @@ from bench.lib.locomo_data import CATEGORIES, evidence_recall, mean_by_category,
 from bench.locomo import DEFAULT_DATA
 from bench.store import NOW, locomo_records
 from proxy.context.assembler import AssemblerConfig, assemble
+from proxy.context.neighbours import adjacent_turns
 from proxy.context.records import Candidate
 from proxy.context.render import BlockTokens
 from proxy.defaults import MEMORY_MAX_TOKENS, NEIGHBOUR_WINDOW_S
 from proxy.memory.edge import EdgeStore
-from proxy.memory.embedders import StaticEmbedder
+from proxy.memory.embedders import StaticEmbedder, normalise_rows
 from proxy.memory.retriever import ranked
-from proxy.memory.store import SearchQuery
+from proxy.memory.store import SearchQuery, TurnsQuery
 from proxy.tokenizer import tiktoken_tokenizer
 
 ENCODING = "o200k_base"  # gpt-4o's, as bench/locomo.py asks
 TENANT = "locomo"
+DIALOG = "conversation"  # the source of dialog turns
+SHIPPED = "shipped"  # the row label of the shipped static model
+
+
+class SyncEmbedder(Protocol):
+    """What the replay needs of an embedder: its width and a synchronous ``embed_sync``."""
+
+    dimensions: int
+
+    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalised float32 rows, one per text."""
+        ...
+
+
+class TableEmbedder:
+    """A static model given as one token table: a text is the normalised mean of its tokens'
+    rows (what model2vec and wordllama compute), no special tokens, no truncation."""
+
+    def __init__(self, tokenizer: Path, weights: Path) -> None:
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_file(str(tokenizer))
+        self._tokenizer.no_padding()
+        self._tokenizer.no_truncation()
+        tables = list(load_file(str(weights)).values())
+        if len(tables) != 1 or tables[0].ndim != 2:
+            raise SystemExit(f"{weights} must hold exactly one 2-D table")
+        self._table = np.asarray(tables[0], dtype=np.float32)
+        self.dimensions = int(self._table.shape[1])
+
+    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
+        """One row per text; a text without tokens is the zero row."""
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        encoded = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        for row, tokens in enumerate(encoded):
+            if tokens.ids:
+                out[row] = self._table[tokens.ids].mean(axis=0)
+        return normalise_rows(out)
+
+
+async def with_neighbours(store: EdgeStore, query: SearchQuery, seeds: int) -> list[Candidate]:
+    """The ranked hits of ``query`` and the turns beside its first ``seeds`` dialog hits, as the
+    chat pipeline's retriever gets them (``store.turns_near``, ``adjacent_turns``)."""
+    hits = ranked(await store.search(TENANT, query))
+    first = [hit for hit in hits if hit.record.source == DIALOG][:seeds]
+    if not first:
+        return hits
+    times = tuple(hit.record.created_at for hit in first)
+    turns = TurnsQuery(query.user, query.vector, times, NEIGHBOUR_WINDOW_S, NOW)
+    near = await store.turns_near(TENANT, turns)
+    have = {hit.record.id for hit in hits}
+    return [*hits, *adjacent_turns(first, near, have, window=NEIGHBOUR_WINDOW_S)]
+
+
+@dataclass
+class Pools:
+    """One embedder's questions and their candidates per (pool, seeds)."""
+
+    asked: list[Any]
+    found: dict[tuple[int, int], list[list[Candidate]]]
 
 
 async def candidates(
-    samples: Sequence[dict[str, Any]], pools: Sequence[int]
-) -> tuple[list[Any], dict[int, list[list[Candidate]]]]:
-    """Every question of categories 1-4 and its ranked hybrid candidates for each pool size."""
-    embedder = StaticEmbedder()
+    samples: Sequence[dict[str, Any]],
+    pools: Sequence[int],
+    embedder: SyncEmbedder | None = None,
+    seeds: Sequence[int] = (0,),
+) -> Pools:
+    """Every question of categories 1-4 and its ranked hybrid candidates for each pool size,
+    with the neighbours of its first ``s`` dialog turns for each ``s`` in ``seeds``."""
+    model = embedder if embedder is not None else StaticEmbedder()
     asked = [q for sample in samples for q in questions(sample, CATEGORIES)]
-    vectors = embedder.embed_sync([q.text for q in asked])
-    found: dict[int, list[list[Candidate]]] = {}
+    vectors = model.embed_sync([q.text for q in asked])
+    found: dict[tuple[int, int], list[list[Candidate]]] = {}
     with tempfile.TemporaryDirectory(prefix="memproxy-replay-") as tmp:
-        store = await EdgeStore.open(tmp, dimensions=embedder.dimensions, optimize_after=None)
+        store = await EdgeStore.open(tmp, dimensions=model.dimensions, optimize_after=None)
         try:
             for sample in samples:
                 records = locomo_records(sample)
-                await store.add(records, embedder.embed_sync([r.content for r in records]))
+                await store.add(records, model.embed_sync([r.content for r in records]))
             for pool in pools:
-                found[pool] = [
-                    ranked(
-                        await store.search(TENANT, SearchQuery(v, q.text, q.sample_id, None, pool))
-                    )
-                    for q, v in zip(asked, vectors, strict=True)
-                ]
+                for count in seeds:
+                    found[pool, count] = [
+                        await with_neighbours(
+                            store, SearchQuery(v, q.text, q.sample_id, None, pool), count
+                        )
+                        for q, v in zip(asked, vectors, strict=True)
+                    ]
         finally:
             await store.close()
-    return asked, found
+    return Pools(asked, found)
 
 
 def carried(question: Any, memories: Sequence[Candidate]) -> float:
@@ -93,12 +175,40 @@ def replay(
     return row
 
 
+def embed_times(embedders: dict[str, SyncEmbedder], texts: Sequence[str]) -> dict[str, list[float]]:
+    """Seconds per single-text ``embed_sync`` of each embedder, the embedders interleaved text
+    by text so that other work on the machine falls on all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in embedders}
+    for text in texts:
+        for name, embedder in embedders.items():
+            started = time.perf_counter()
+            embedder.embed_sync([text])
+            times[name].append(time.perf_counter() - started)
+    return times
+
+
+def table_embedder(spec: str) -> TableEmbedder:
+    """``TOKENIZER.json:WEIGHTS.safetensors`` as a ``TableEmbedder``."""
+    tokenizer, _, weights = spec.partition(":")
+    if not weights:
+        raise SystemExit("--table wants TOKENIZER.json:WEIGHTS.safetensors")
+    return TableEmbedder(Path(tokenizer), Path(weights))
+
+
+def numbers(text: str, kind: Callable[[str], Any]) -> list[Any]:
+    """A comma list of numbers."""
+    return [kind(item) for item in text.split(",") if item]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Collect candidates once, then print one row per (pool, price, neighbours)."""
+    """Collect candidates once per embedder, then print one row per (embedder, pool, seeds,
+    price, neighbour gains)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--pools", default="50,100", help="candidates per question (comma list)")
     parser.add_argument("--prices", default="0.02,0.022", help="token prices (comma list)")
+    parser.add_argument("--seeds", default="0", help="dialog turns whose neighbours are added")
+    parser.add_argument("--table", help="another static model: TOKENIZER.json:WEIGHTS.safetensors")
     parser.add_argument(
         "--smoke", action="store_true", help="one conversation, one pool, one price"
     )
@@ -109,28 +219,48 @@ def main(argv: Sequence[str] | None = None) -> None:
             return
         raise SystemExit(f"LoCoMo data not found at {args.data}")
     samples = json.loads(args.data.read_text())
-    pools = [int(p) for p in args.pools.split(",") if p]
-    prices = [float(p) for p in args.prices.split(",") if p]
+    pools, prices = numbers(args.pools, int), numbers(args.prices, float)
+    seeds = numbers(args.seeds, int) or [0]
     if args.smoke:
         samples, pools, prices = samples[:1], pools[:1], prices[:1]
-    asked, found = asyncio.run(candidates(samples, pools))
+    embedders: dict[str, SyncEmbedder] = {SHIPPED: StaticEmbedder()}
+    if args.table:
+        embedders[Path(args.table.partition(":")[2]).stem] = table_embedder(args.table)
     tokens = BlockTokens(ENCODING, tiktoken_tokenizer().counter(ENCODING), lines_kept=20_000)
     rows = []
-    for pool in pools:
+    for name, embedder in embedders.items():
+        found = asyncio.run(candidates(samples, pools, embedder, seeds))
+        rows.extend(replay_rows(name, found, prices, tokens))
+    names = ["overall", *CATEGORIES.values()]
+    print(f"{len(found.asked)} questions, {len(samples)} conversations; recall %, in process")
+    columns = ["embedder", "pool", "seeds", "candidates", "held", "price", "neighbours"]
+    print(stats.format_table(rows, [*columns, *names, "median_tokens"]))
+    if len(embedders) > 1:
+        times = embed_times(embedders, [q.text for q in found.asked])
+        for name, seconds in times.items():
+            print(
+                f"{name}: one question embedded in {stats.summarize_ms(seconds)['p50']:.3f} ms p50"
+            )
+
+
+def replay_rows(
+    name: str, found: Pools, prices: Sequence[float], tokens: BlockTokens
+) -> list[dict[str, Any]]:
+    """One row per (pool, seeds, price, neighbour gains off/on) of one embedder's candidates."""
+    asked, rows = found.asked, []
+    for (pool, count), lists in found.found.items():
         held = mean_by_category(
-            (q.category, carried(q, c)) for q, c in zip(asked, found[pool], strict=True)
+            (q.category, carried(q, c)) for q, c in zip(asked, lists, strict=True)
         )
+        size = statistics.mean(len(c) for c in lists)
         for price in prices:
             for window in (-1.0, NEIGHBOUR_WINDOW_S):
                 config = AssemblerConfig(token_price=price, neighbour_window=window)
-                row = {"pool": pool, "held": 100 * held["overall"], "price": price}
+                row = {"embedder": name, "pool": pool, "seeds": count, "candidates": size}
+                row.update(held=100 * held["overall"], price=price)
                 row["neighbours"] = "on" if window >= 0 else "off"
-                rows.append({**row, **replay(asked, found[pool], config, tokens)})
-    names = ["overall", *CATEGORIES.values()]
-    print(f"{len(asked)} questions, {len(samples)} conversations; recall %, in process")
-    print(
-        stats.format_table(rows, ["pool", "held", "price", "neighbours", *names, "median_tokens"])
-    )
+                rows.append({**row, **replay(asked, lists, config, tokens)})
+    return rows
 
 
 if __name__ == "__main__":

@@ -59,6 +59,7 @@ from proxy.defaults import (
     MEMORY_MAX_TOKENS,
     MEMORY_POSITION,
     MIB,
+    NEIGHBOUR_CANDIDATES,
     RECORD_CACHE_ENTRIES,
     RETRIEVAL_TTL_S,
     SOURCES,
@@ -438,6 +439,9 @@ class MemorySettings(_Section):
     token_price: Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)] = TOKEN_PRICE
     # adaptive: a dialog turn is worth what the question adds to the turn beside it (adr/0114).
     neighbour_turns: Bool = True
+    # The dialog turns beside the first N dialog hits join the candidates (one more store
+    # lookup, adr/0122); 0: none.
+    neighbour_candidates: NonNegative = NEIGHBOUR_CANDIDATES
     query_window: Int = 2  # last N user messages form the retrieval query
     deadline_ms: Float = 50.0  # whole pipeline; past it the request goes without memories
     stage_timeouts: StageTimeouts = Field(default_factory=StageTimeouts)

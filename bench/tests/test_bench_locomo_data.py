@@ -257,7 +257,7 @@ def test_locomo_before_server_keeps_the_rest_of_the_config() -> None:
     config = locomo.before_config(locomo.measured_config(locomo.RELAXED_TIMEOUTS, 100))
     assert config["memory"]["top_k"] == 100
     assert config["memory"]["token_price"] == locomo.BEFORE_CONFIG["memory"]["token_price"]
-    assert config["memory"]["neighbour_turns"] is False
+    assert config["memory"]["neighbour_candidates"] == 0
     assert "stage_timeouts" in config["memory"]
 
 

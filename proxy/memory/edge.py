@@ -38,12 +38,14 @@ from proxy.memory.edge_counts import COUNTS_FILE, RetrievalCounts
 from proxy.memory.edge_lifecycle import LifecycleTenants
 from proxy.memory.edge_maintenance import OPTIMIZE_AFTER_POINTS, ShardMaintenance
 from proxy.memory.edge_query import (
+    DENSE_PARAMS,
     expired_filter,
     lifecycle_filters,
     list_filter,
     repeat_filter,
     search_hits,
     tenant_filter,
+    turns_filter,
     uuid_of,
 )
 from proxy.memory.edge_shard import open_shard
@@ -63,10 +65,13 @@ from proxy.memory.points import (
 )
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
 from proxy.memory.store import (
+    NEAR_TURNS,
     Page,
     RepeatKey,
     SearchQuery,
+    TurnsQuery,
     check_query,
+    check_vector,
     check_vectors,
     require_tenant,
     with_tokens,
@@ -303,7 +308,14 @@ class EdgeStore:
     def _search_once(
         self, tenant: str, query: SearchQuery, vector: np.ndarray
     ) -> builtins.list[Candidate]:
-        hits = search_hits(self._shard, tenant, query, vector, hybrid=self.hybrid)
+        return self._candidates(
+            tenant, search_hits(self._shard, tenant, query, vector, hybrid=self.hybrid)
+        )
+
+    def _candidates(
+        self, tenant: str, hits: builtins.list[tuple[UUID, float]]
+    ) -> builtins.list[Candidate]:
+        """(point id, cosine) pairs as candidates with their records."""
         records = self._records_of(tenant, [pid for pid, _ in hits])
         # A hit deleted between the search and the payload read is simply gone.
         return [
@@ -437,6 +449,32 @@ class EdgeStore:
             payloads += [p.payload for p in found]
             if offset is None:
                 return repeats_among(payloads, tenant, keys)
+
+    async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
+        """The dialog turns ``query`` asks for, with their cosines."""
+        require_tenant(tenant)
+        vector = check_vector(query.vector, self.dimensions)
+        if not query.times:
+            return []
+        return await self._run(self._turns_near_sync, tenant, query, vector)
+
+    def _turns_near_sync(
+        self, tenant: str, query: TurnsQuery, vector: np.ndarray
+    ) -> builtins.list[Candidate]:
+        # A dense query over the window's turns returns their cosines without payloads or
+        # vectors; records come from the record cache as a search's do. A scroll returning
+        # payloads and vectors cost 1.3 ms p50 on LoCoMo dev (search 1.2 ms), this 0.6 ms
+        # (search 1.4 ms).
+        found = self._shard.query(
+            qe.QueryRequest(
+                limit=NEAR_TURNS * len(query.times),
+                query=qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR),
+                filter=turns_filter(tenant, query),
+                with_payload=False,
+                params=DENSE_PARAMS,
+            )
+        )
+        return self._candidates(tenant, [(uuid_of(point.id), point.score) for point in found])
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory expired at or before ``before``; return how many."""

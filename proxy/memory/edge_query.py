@@ -26,16 +26,19 @@ from proxy.memory.filters import (
     liveness,
     repeat_conditions,
     scope_conditions,
+    turn_conditions,
+    windows,
 )
 from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K, fuse_ranks
 from proxy.memory.points import (
+    CREATED_TS_KEY,
     DENSE_VECTOR,
     EXPIRES_TS_KEY,
     SPARSE_VECTOR,
     SUPERSEDED_KEY,
     TENANT_KEY,
 )
-from proxy.memory.store import RepeatKey, SearchQuery
+from proxy.memory.store import RepeatKey, SearchQuery, TurnsQuery
 
 Hit = tuple[UUID, float]  # (point id, dense cosine); UUIDs as the shard returns them
 # The shard keeps int8 copies of the dense vectors (edge_shard.shard_config). Rescoring 3x top_k of
@@ -99,6 +102,16 @@ def scope_filter(tenant: str, query: SearchQuery) -> qe.Filter:
 def repeat_filter(tenant: str, keys: Collection[RepeatKey], live_at: float) -> qe.Filter:
     """Return the filter of a repeat lookup (``filters.repeat_conditions``), live only."""
     return to_filter(repeat_conditions(tenant, keys), Liveness(live_at))
+
+
+def turns_filter(tenant: str, query: TurnsQuery) -> qe.Filter:
+    """Return the filter of a neighbour lookup (``filters.turn_conditions``, live only)."""
+    scope = to_filter(turn_conditions(tenant, query.user), Liveness(query.live_at.timestamp()))
+    near: list[Any] = [
+        qe.FieldCondition(CREATED_TS_KEY, range=qe.RangeFloat(gte=low, lte=high))
+        for low, high in windows(query)
+    ]
+    return qe.Filter(must=[scope, qe.Filter(should=near)])
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> qe.Filter:

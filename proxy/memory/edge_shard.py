@@ -12,6 +12,7 @@ import qdrant_edge as qe
 
 from proxy.errors import ConfigError, StoreError
 from proxy.memory.points import (
+    CREATED_TS_KEY,
     DENSE_VECTOR,
     EXPIRES_TS_KEY,
     INDEXED_KEYS,
@@ -67,6 +68,7 @@ def open_shard(path: Path, dimensions: int) -> qe.EdgeShard:
         for key in INDEXED_KEYS[1:]:
             shard.update(qe.UpdateOperation.create_field_index(key, qe.PayloadSchemaType.Keyword))
         index_liveness(shard)
+        index_times(shard)
         return shard
     try:
         shard = qe.EdgeShard.load(str(path), config)
@@ -80,6 +82,7 @@ def open_shard(path: Path, dimensions: int) -> qe.EdgeShard:
             ) from exc
         raise StoreError(f"cannot open the memory store at {path}: {exc}") from exc
     index_liveness(shard)  # shards created before the lifecycle keys existed get them too
+    index_times(shard)
     return shard
 
 
@@ -91,3 +94,9 @@ def index_liveness(shard: qe.EdgeShard) -> None:
         qe.UpdateOperation.create_field_index(SUPERSEDED_KEY, qe.PayloadSchemaType.Keyword)
     )
     shard.update(qe.UpdateOperation.create_field_index(EXPIRES_TS_KEY, qe.PayloadSchemaType.Float))
+
+
+def index_times(shard: qe.EdgeShard) -> None:
+    """Index creation times for the neighbour lookup's range filter (``turns_near``, adr/0122);
+    without it each of the user's turns' payloads is read. Creating it again is a no-op."""
+    shard.update(qe.UpdateOperation.create_field_index(CREATED_TS_KEY, qe.PayloadSchemaType.Float))

@@ -18,9 +18,10 @@ from proxy.memory.points import (
     USER_KEY,
     WORDS_KEY,
 )
-from proxy.memory.store import SHARED_USER, RepeatKey, SearchQuery
+from proxy.memory.store import SHARED_USER, RepeatKey, SearchQuery, TurnsQuery
 
 Condition = tuple[str, tuple[str, ...]]
+DIALOG_SOURCE = "conversation"  # the source of dialog turns
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,17 @@ def repeat_conditions(tenant: str, keys: Collection[RepeatKey]) -> list[Conditio
     users = tuple(sorted({user for user, _ in keys}))
     words = tuple(sorted({key for _, key in keys}))
     return [(TENANT_KEY, (tenant,)), (USER_KEY, users), (WORDS_KEY, words)]
+
+
+def turn_conditions(tenant: str, user: str) -> list[Condition]:
+    """What a neighbour lookup (``turns_near``) may see: the user's own dialog turns."""
+    return [(TENANT_KEY, (tenant,)), (USER_KEY, (user,)), (SOURCE_KEY, (DIALOG_SOURCE,))]
+
+
+def windows(query: TurnsQuery) -> list[tuple[float, float]]:
+    """The epoch-second ranges ``[t - window_s, t + window_s]`` around the query's times."""
+    span = query.window_s
+    return [(t.timestamp() - span, t.timestamp() + span) for t in query.times]
 
 
 def list_conditions(tenant: str, user: str | None, source: str | None) -> list[Condition]:

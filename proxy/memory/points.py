@@ -38,6 +38,9 @@ EXPIRES_KEY = "expires_at"
 EXPIRES_TS_KEY = "expires_ts"
 SUPERSEDED_KEY = "superseded_by"
 SUPERSEDES_KEY = "supersedes"
+# ``created_at`` as epoch seconds, for the range filter of ``turns_near`` (adr/0122); points
+# written before it existed lack it and are simply never found as neighbours.
+CREATED_TS_KEY = "created_ts"
 POINT_ID_CACHE_SIZE = 32_768  # ~200 B an entry
 # What an increment reads back of each point: just enough to check the owner and add.
 COUNT_FIELDS: tuple[str, ...] = (TENANT_KEY, RETRIEVAL_COUNT_KEY)
@@ -71,6 +74,7 @@ def to_payload(record: MemoryRecord) -> dict[str, Any]:
         SOURCE_KEY: record.source,
         "content": record.content,
         "created_at": created.astimezone(UTC).isoformat(),
+        CREATED_TS_KEY: created.timestamp(),
         "confidence": float(record.confidence),
         "usefulness": float(record.usefulness),
         RETRIEVAL_COUNT_KEY: int(record.retrieval_count),

@@ -35,10 +35,13 @@ from proxy.memory.filters import (
     liveness,
     repeat_conditions,
     scope_conditions,
+    turn_conditions,
+    windows,
 )
 from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K
 from proxy.memory.points import (
     COUNT_FIELDS,
+    CREATED_TS_KEY,
     DENSE_VECTOR,
     EXPIRES_TS_KEY,
     INDEXED_KEYS,
@@ -55,10 +58,13 @@ from proxy.memory.points import (
     to_payload,
 )
 from proxy.memory.store import (
+    NEAR_TURNS,
     Page,
     RepeatKey,
     SearchQuery,
+    TurnsQuery,
     check_query,
+    check_vector,
     check_vectors,
     require_tenant,
     with_tokens,
@@ -123,6 +129,16 @@ def scope_filter(tenant: str, query: SearchQuery) -> models.Filter:
 def repeat_filter(tenant: str, keys: Collection[RepeatKey], live_at: float) -> models.Filter:
     """Return the filter of a repeat lookup (``filters.repeat_conditions``), live only."""
     return to_filter(repeat_conditions(tenant, keys), Liveness(live_at))
+
+
+def turns_filter(tenant: str, query: TurnsQuery) -> models.Filter:
+    """Return the filter of a neighbour lookup (``filters.turn_conditions``, live only)."""
+    scope = to_filter(turn_conditions(tenant, query.user), Liveness(query.live_at.timestamp()))
+    near: list[Any] = [
+        models.FieldCondition(key=CREATED_TS_KEY, range=models.Range(gte=low, lte=high))
+        for low, high in windows(query)
+    ]
+    return models.Filter(must=[scope, models.Filter(should=near)])
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> models.Filter:
@@ -221,6 +237,10 @@ class QdrantStore:
         )
         await self._client.create_payload_index(
             self._collection, EXPIRES_TS_KEY, field_schema=models.PayloadSchemaType.FLOAT
+        )
+        # The neighbour lookup's range filter (``turns_near``, adr/0122).
+        await self._client.create_payload_index(
+            self._collection, CREATED_TS_KEY, field_schema=models.PayloadSchemaType.FLOAT
         )
 
     @store_errors
@@ -455,6 +475,30 @@ class QdrantStore:
             payloads += [p.payload for p in found]
             if offset is None:
                 return repeats_among(payloads, tenant, keys)
+
+    @store_errors
+    async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
+        """The dialog turns ``query`` asks for, with their cosines."""
+        require_tenant(tenant)
+        vector = check_vector(query.vector, self.dimensions)
+        if not query.times:
+            return []
+        # One dense query over the window's turns: its scores are the cosines (as the edge store).
+        found = await self._client.query_points(
+            self._collection,
+            query=vector.tolist(),
+            using=DENSE_VECTOR,
+            query_filter=turns_filter(tenant, query),
+            limit=NEAR_TURNS * len(query.times),
+            with_payload=True,
+            with_vectors=False,
+        )
+        near = []
+        for point in found.points:
+            record = owned(point.payload, tenant)
+            if record is not None:
+                near.append(Candidate(record, clip_similarity(point.score)))
+        return near
 
     @store_errors
     async def purge_expired(self, before: datetime) -> int:

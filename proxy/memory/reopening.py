@@ -28,7 +28,7 @@ import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import ConfigError, StoreError
-from proxy.memory.store import MemoryStore, Page, RepeatKey, SearchQuery
+from proxy.memory.store import MemoryStore, Page, RepeatKey, SearchQuery, TurnsQuery
 
 LOGGER = logging.getLogger("memproxy.store")
 BACKEND = "store"
@@ -204,6 +204,10 @@ class ReopeningStore:
     ) -> builtins.list[MemoryRecord]:
         """See ``MemoryStore``."""
         return await self._live().repeats(tenant, keys, live_at)
+
+    async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
+        """See ``MemoryStore``."""
+        return await self._live().turns_near(tenant, query)
 
     async def purge_expired(self, before: datetime) -> int:
         """See ``MemoryStore``."""

@@ -44,6 +44,7 @@ from proxy.memory.store import (
     Page,
     RepeatKey,
     SearchQuery,
+    TurnsQuery,
     check_vectors,
     require_tenant,
     with_tokens,
@@ -433,6 +434,12 @@ class ReplicaStore:
         require_tenant(tenant)
         await self.sync()
         return await self._replica.repeats(tenant, keys, live_at)
+
+    async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
+        """The dialog turns ``query`` asks for, every worker's writes seen."""
+        require_tenant(tenant)
+        await self.sync()
+        return await self._replica.turns_near(tenant, query)
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete expired memories in every replica: the purge is a logged write (each worker's

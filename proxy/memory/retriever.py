@@ -16,6 +16,10 @@ Order (README, "Search"): by similarity descending, ties by id ascending. The st
 many are asked for; asking for a fixed pool is what makes the prefix hold. The memories API asks
 with ``pool = MAX_TOP_K``; the chat pipeline with ``pool = 0`` (exactly ``top_k``: it ranks the
 candidates again itself, and a larger pool would cost every request search time).
+
+With ``neighbours`` (the chat pipeline's ``memory.neighbour_candidates``) the dialog turns just
+before and after the user's first ``neighbours`` dialog hits follow the ``top_k`` (adr/0122):
+one more store call (``turns_near``) inside the search stage, cached with the hits.
 """
 
 from __future__ import annotations
@@ -30,9 +34,12 @@ import numpy as np
 
 from proxy.background import Job
 from proxy.cache.protocol import MemoryCache
+from proxy.context.neighbours import adjacent_turns
 from proxy.context.records import SOURCES, Candidate
+from proxy.defaults import NEIGHBOUR_WINDOW_S
 from proxy.memory.embedders import Embedder
-from proxy.memory.store import MemoryStore, SearchQuery
+from proxy.memory.filters import DIALOG_SOURCE
+from proxy.memory.store import MemoryStore, SearchQuery, TurnsQuery
 
 T = TypeVar("T")
 Write = Callable[[], Job]  # a cache write, started when its time comes
@@ -45,13 +52,21 @@ CACHE, EMBED, SEARCH = "cache", "embed", "search"
 class Retrieval:
     """What to retrieve: the ``top_k`` memories of ``user`` and the shared ones closest to
     ``text``, from ``sources`` (``None``, or every source: no filter), out of a ranked pool of
-    at least ``pool`` hits."""
+    at least ``pool`` hits, and the dialog turns beside the best of them."""
 
     text: str
     user: str
     top_k: int
     sources: Collection[str] | None = None
     pool: int = 0
+    # The turns beside the first ``neighbours`` dialog hits of ``user`` join the ``top_k``
+    # (adr/0122); 0: none. Only for a pool of ``top_k`` (the chat pipeline's).
+    neighbours: int = 0
+
+    @property
+    def sources_turns(self) -> bool:
+        """Whether dialog turns are among the sources asked for."""
+        return self.sources is None or DIALOG_SOURCE in self.sources
 
 
 class Stages(Protocol):
@@ -119,29 +134,49 @@ class Retriever:
             if want.sources is None or ALL_SOURCES.issubset(want.sources)
             else tuple(want.sources)
         )
+        # Neighbours come after the cut: a result with them is already cut, and cached apart.
+        neighbours = want.neighbours if fetch == want.top_k and want.sources_turns else 0
         key = None
         now = self.clock()
         hits: list[Candidate] | None = None
         if cache is not None:
+            variant = self.embedder.name
             key = await cache.retrieval_key(
                 tenant,
                 want.user,
                 want.text,
                 top_k=fetch,
                 sources=sources,
-                variant=self.embedder.name,
+                variant=f"{variant}+turns{neighbours}" if neighbours else variant,
             )
             hits = await cache.get_retrieval(key)
             stages.mark(CACHE)
         if hits is None:
             vector = await stages.run(EMBED, self._embed(tenant, want.text))
             search = SearchQuery(vector, want.text, want.user, sources, fetch, live_at=now)
-            hits = ranked(await stages.run(SEARCH, self.store.search(tenant, search)))
+            hits = await stages.run(SEARCH, self._search(tenant, search, neighbours))
             if cache is not None and key is not None:
                 await stages.keep(functools.partial(cache.set_retrieval, key, hits))
         elif any(hit.record.expires_at is not None for hit in hits):
             hits = [hit for hit in hits if hit.record.live(now)]
-        return hits if len(hits) <= want.top_k else hits[: want.top_k]
+        return hits if neighbours or len(hits) <= want.top_k else hits[: want.top_k]
+
+    async def _search(self, tenant: str, search: SearchQuery, neighbours: int) -> list[Candidate]:
+        """The ranked hits, and with ``neighbours`` the turns beside the first that many dialog
+        turns of the user (one more store call; adr/0122)."""
+        hits = ranked(await self.store.search(tenant, search))
+        seeds = [
+            hit
+            for hit in hits
+            if hit.record.source == DIALOG_SOURCE and hit.record.user == search.user
+        ][:neighbours]
+        if not seeds or search.live_at is None:
+            return hits
+        times = tuple(seed.record.created_at for seed in seeds)
+        turns = TurnsQuery(search.user, search.vector, times, NEIGHBOUR_WINDOW_S, search.live_at)
+        near = await self.store.turns_near(tenant, turns)
+        have = {hit.record.id for hit in hits}
+        return [*hits, *adjacent_turns(seeds, near, have, window=NEIGHBOUR_WINDOW_S)]
 
     async def _embed(self, tenant: str, text: str) -> np.ndarray:
         if self.cache is not None:

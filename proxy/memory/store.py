@@ -28,6 +28,11 @@ SHARED_USER = ""
 # (user, words key): what write hygiene looks a repeat up by (``duplicates.words_key``).
 RepeatKey = tuple[str, str]
 
+# Dialog turns a neighbour lookup returns at most per time asked about: the turns of a 2-minute
+# window on either side of a turn (LoCoMo's are a minute apart: 5). In a denser dialog the most
+# similar are returned, and the retriever takes the nearest in time of those.
+NEAR_TURNS = 8
+
 
 @dataclass(frozen=True)
 class SearchQuery:
@@ -44,6 +49,19 @@ class SearchQuery:
     sources: tuple[str, ...] | None
     top_k: int
     live_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class TurnsQuery:
+    """A neighbour lookup (adr/0122): ``user``'s dialog turns (source ``conversation``) live at
+    ``live_at`` and created within ``window_s`` seconds of any of ``times``, scored by their
+    cosine to ``vector``."""
+
+    user: str
+    vector: np.ndarray
+    times: tuple[datetime, ...]
+    window_s: float
+    live_at: datetime
 
 
 @dataclass(frozen=True)
@@ -120,6 +138,11 @@ class MemoryStore(Protocol):
         serves a whole write batch: one lookup per memory cost more than storing it."""
         ...
 
+    async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
+        """The dialog turns ``query`` asks for, each with its cosine to ``query.vector``, in no
+        particular order (the most similar ``NEAR_TURNS`` per time at most; adr/0122)."""
+        ...
+
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory, of any tenant, that expired at or before ``before``; return how
         many. Maintenance (``proxy.memory.expiry``): it reads nothing back, so it needs no
@@ -154,7 +177,12 @@ def check_vectors(records: Sequence[MemoryRecord], vectors: np.ndarray, dimensio
 
 def check_query(query: SearchQuery, dimensions: int) -> np.ndarray:
     """Return the query vector as a flat float32 array of ``dimensions`` or raise."""
-    vector = np.asarray(query.vector, dtype=np.float32).reshape(-1)
+    return check_vector(query.vector, dimensions)
+
+
+def check_vector(given: np.ndarray, dimensions: int) -> np.ndarray:
+    """Return ``given`` as a flat float32 array of ``dimensions`` or raise."""
+    vector = np.asarray(given, dtype=np.float32).reshape(-1)
     if vector.shape[0] != dimensions:
         raise StoreError(f"query vector has {vector.shape[0]} dimensions, the store {dimensions}")
     return vector

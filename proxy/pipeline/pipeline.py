@@ -346,7 +346,8 @@ class Pipeline:
             return
         query = query_text(run.messages, self.settings.query_window)
         run.clock.mark("query")
-        want = Retrieval(query, options.user, options.top_k, options.sources)
+        neighbours = self.settings.neighbour_candidates
+        want = Retrieval(query, options.user, options.top_k, options.sources, neighbours=neighbours)
         searching = None
         if query and options.sources and self.retriever is not None and self._recalls(run):
             searching = asyncio.ensure_future(self.retriever.retrieve(run.tenant.id, want, run))

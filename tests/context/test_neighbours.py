@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.context.assembler import AssemblerConfig, assemble
-from proxy.context.neighbours import neighbour_gains
+from proxy.context.neighbours import adjacent_turns, neighbour_gains
 from proxy.context.records import Candidate, MemoryRecord
+from proxy.defaults import NEIGHBOUR_WINDOW_S
 from tests.context.support import block_tokens
 
 T0 = datetime(2026, 1, 15, 12, 0, tzinfo=UTC)
@@ -147,3 +148,53 @@ def test_the_fill_rule_is_unchanged() -> None:
         assemble(pool, QUESTION, 60, now=NOW, tokens=TOKENS, config=fill).block
         == assemble(pool, QUESTION, 60, now=NOW, tokens=TOKENS, config=off).block
     )
+
+
+def at_minute(rid: str, minute: float, similarity: float = 0.5) -> Candidate:
+    """A dialog turn ``minute`` minutes after ``T0``."""
+    record = MemoryRecord(
+        id=rid,
+        tenant="t",
+        user="u",
+        source="conversation",
+        content=rid,
+        created_at=T0 + timedelta(minutes=minute),
+    )
+    return Candidate(record, similarity)
+
+
+# A dialog a minute a turn (a..d), then e an hour later; b2 shares b's time (ties by id).
+LINE = {
+    c.record.id: c
+    for c in [at_minute("a", 0), at_minute("b", 1), at_minute("b2", 1), at_minute("c", 2)]
+}
+LINE.update(d=at_minute("d", 3), e=at_minute("e", 63))
+
+
+@pytest.mark.parametrize(
+    ("seeds", "have", "expected"),
+    [
+        (["c"], [], ["b2", "d"]),  # just before (the later of b, b2 by id) and just after
+        (["a"], [], ["b"]),  # nothing before the first turn
+        (["d"], [], ["c"]),  # e is an hour away: outside the window
+        (["c"], ["b2"], ["d"]),  # already a candidate: left out, not replaced by b
+        (["a", "c"], [], ["b", "b2", "d"]),  # each once, in seed order
+        (["b", "b2"], [], ["a", "c"]),  # each other's neighbours, both candidates already
+        ([], [], []),
+    ],
+)
+def test_adjacent_turns_are_the_nearest_in_time_on_each_side(
+    seeds: list[str], have: list[str], expected: list[str]
+) -> None:
+    near = list(reversed(LINE.values()))  # the store's order is none in particular
+    chosen = adjacent_turns(
+        [LINE[s] for s in seeds], near, {*seeds, *have}, window=NEIGHBOUR_WINDOW_S
+    )
+    assert [c.record.id for c in chosen] == expected
+
+
+def test_an_adjacent_turn_missing_from_near_is_not_looked_past() -> None:
+    """A seed not among ``near`` still finds the turns on either side of its time."""
+    seed = at_minute("x", 1.5)
+    chosen = adjacent_turns([seed], list(LINE.values()), {"x"}, window=NEIGHBOUR_WINDOW_S)
+    assert [c.record.id for c in chosen] == ["b2", "c"]

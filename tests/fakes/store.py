@@ -18,6 +18,7 @@ import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import StoreError
+from proxy.memory.filters import DIALOG_SOURCE
 from proxy.memory.points import (
     SOURCE_KEY,
     SUPERSEDED_KEY,
@@ -27,11 +28,14 @@ from proxy.memory.points import (
     to_payload,
 )
 from proxy.memory.store import (
+    NEAR_TURNS,
     SHARED_USER,
     Page,
     RepeatKey,
     SearchQuery,
+    TurnsQuery,
     check_query,
+    check_vector,
     check_vectors,
     require_tenant,
     with_tokens,
@@ -185,6 +189,23 @@ class FakeStore:
             and (payload[USER_KEY], payload[WORDS_KEY]) in wanted
             and (record := from_payload(payload)).live(live_at)
         ]
+
+    async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
+        require_tenant(tenant)
+        vector = check_vector(query.vector, self.dimensions)
+        near = [
+            Candidate(record, similarity(vector, stored))
+            for (t, _), (payload, stored) in self._points.items()
+            if t == tenant
+            and payload[USER_KEY] == query.user
+            and payload[SOURCE_KEY] == DIALOG_SOURCE
+            and (record := from_payload(payload)).live(query.live_at)
+            and any(
+                abs((record.created_at - at).total_seconds()) <= query.window_s
+                for at in query.times
+            )
+        ]
+        return near[: NEAR_TURNS * len(query.times)]
 
     async def purge_expired(self, before: datetime) -> int:
         gone = [

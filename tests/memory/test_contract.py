@@ -16,7 +16,7 @@ from proxy.errors import ConfigError, RequestError, StoreError
 from proxy.memory import edge, qdrant
 from proxy.memory.duplicates import words_key
 from proxy.memory.retriever import Retrieval, Retriever
-from proxy.memory.store import MemoryStore, SearchQuery
+from proxy.memory.store import MemoryStore, SearchQuery, TurnsQuery
 from proxy.tokenizer import count_all
 from tests.memory.support import (
     DIM,
@@ -108,6 +108,48 @@ async def test_add_of_nothing_is_a_no_op(store: MemoryStore) -> None:
     assert await store.count("t1") == 0
 
 
+async def test_turns_near_finds_the_users_live_dialog_turns_within_the_window(
+    store: MemoryStore,
+) -> None:
+    """Only the user's own live dialog turns created within the window of a time asked about,
+    each with its cosine to the vector given (adr/0122)."""
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+    def turn(memory_id: str, seconds: float, **extra: str | datetime) -> MemoryRecord:
+        return replace(
+            record(memory_id, source="conversation", **extra),  # type: ignore[arg-type]
+            created_at=at + timedelta(seconds=seconds),
+        )
+
+    await put(
+        store,
+        turn("before", -60),
+        turn("edge", 120),  # exactly at the window's end: in
+        turn("far", 121),
+        turn("other-user", 30, user="u2"),
+        turn("shared", 30, user=""),  # shared memories are no one's dialog
+        turn("other-tenant", 30, tenant="t2"),
+        replace(record("learning"), created_at=at),
+        turn("old", 10, superseded_by="before"),
+        turn("expired", 10, expires_at=LIVE_AT),
+        turn("later", 3600),
+    )
+    vector = vector_for("a question")
+
+    def ask(*times: datetime, user: str = "u1") -> TurnsQuery:
+        return TurnsQuery(user, vector, times, 120.0, LIVE_AT)
+
+    near = await store.turns_near("t1", ask(at))
+    assert {c.record.id for c in near} == {"before", "edge"}
+    for candidate in near:
+        expected = float(np.dot(vector, vector_for(candidate.record.content)))
+        assert candidate.similarity == pytest.approx(max(0.0, expected), abs=1e-5)
+    both = await store.turns_near("t1", ask(at, at + timedelta(hours=1)))
+    assert {c.record.id for c in both} == {"before", "edge", "later"}
+    assert await store.turns_near("t1", ask()) == []
+    assert await store.turns_near("t1", ask(at, user="u3")) == []
+
+
 @pytest.mark.parametrize(
     "call",
     [
@@ -119,6 +161,7 @@ async def test_add_of_nothing_is_a_no_op(store: MemoryStore) -> None:
         lambda s: s.increment_retrievals("", ["m1"]),
         lambda s: s.set_usefulness("", "m1", 0.5),
         lambda s: s.count(""),
+        lambda s: s.turns_near("", TurnsQuery("u1", np.zeros(DIM), (LIVE_AT,), 1.0, LIVE_AT)),
         lambda s: s.add([record("m1", tenant="")], np.zeros((1, DIM), dtype=np.float32)),
     ],
 )
@@ -164,6 +207,35 @@ async def test_retrieval_is_ranked_and_a_smaller_top_k_is_a_prefix(
         for k in range(1, POOL):
             want = Retrieval(text, "u1", top_k=k, pool=POOL)
             assert await retriever.retrieve("t1", want) == full[:k]
+
+
+@pytest.mark.parametrize("cached", [False, True])
+async def test_retrieval_adds_the_turns_beside_the_first_dialog_hits(
+    store: MemoryStore, cached: bool
+) -> None:
+    """With ``neighbours`` the turns just before and after the first dialog hits follow the
+    ``top_k`` (adr/0122); without, or for a larger pool or no dialog source, nothing is added."""
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    turns = [
+        replace(
+            record(f"t{i}", source="conversation", content=f"turn {i} about topic {i * 7}"),
+            created_at=at + timedelta(minutes=i),
+        )
+        for i in range(5)
+    ]
+    await put(store, *turns)
+    cache = RequestCache(LocalCache(1_000)) if cached else None
+    retriever = Retriever(store, HashEmbedder(), cache, clock=lambda: LIVE_AT)
+    text = turns[2].content  # its own text: t2 is the best hit by far
+
+    async def ids(**kw: object) -> list[str]:
+        want = Retrieval(text, "u1", top_k=1, **kw)  # type: ignore[arg-type]
+        return [hit.record.id for hit in await retriever.retrieve("t1", want)]
+
+    assert await ids() == ["t2"]
+    assert await ids(neighbours=1) == ["t2", "t1", "t3"]  # cached apart from the one without
+    assert await ids(neighbours=1, pool=5) == ["t2"]  # the memories API's pool: none
+    assert await ids(neighbours=1, sources=("learnings",)) == []
 
 
 async def test_search_with_zero_top_k_is_empty(store: MemoryStore) -> None:

@@ -9,10 +9,11 @@ import qdrant_edge as qe
 
 from proxy.errors import ConfigError
 from proxy.memory.edge_shard import CONFIG_FILE, open_shard, shard_config
-from proxy.memory.points import EXPIRES_TS_KEY, INDEXED_KEYS, SUPERSEDED_KEY
+from proxy.memory.points import CREATED_TS_KEY, EXPIRES_TS_KEY, INDEXED_KEYS, SUPERSEDED_KEY
 
-# Every search filters on liveness (adr/0113): unindexed, it read each candidate's payload.
-FILTERED_KEYS = {*INDEXED_KEYS, SUPERSEDED_KEY, EXPIRES_TS_KEY}
+# Every search filters on liveness (adr/0113): unindexed, it read each candidate's payload; the
+# neighbour lookup filters on creation time (adr/0122).
+FILTERED_KEYS = {*INDEXED_KEYS, SUPERSEDED_KEY, EXPIRES_TS_KEY, CREATED_TS_KEY}
 
 
 def test_a_new_shard_indexes_every_filtered_key_and_keeps_them_on_reopen(tmp_path: Path) -> None:
@@ -31,7 +32,7 @@ def test_a_shard_made_before_the_lifecycle_keys_gets_their_indexes(tmp_path: Pat
     qe.EdgeShard.create(str(tmp_path), shard_config(8)).close()
     shard = open_shard(tmp_path, 8)
     try:
-        assert {SUPERSEDED_KEY, EXPIRES_TS_KEY} <= set(shard.info().payload_schema)
+        assert {SUPERSEDED_KEY, EXPIRES_TS_KEY, CREATED_TS_KEY} <= set(shard.info().payload_schema)
     finally:
         shard.close()
 

@@ -7,7 +7,7 @@ import copy
 import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -628,6 +628,42 @@ def test_neighbour_turns_reach_the_adaptive_rule_only(enabled: bool) -> None:
         else:
             assert (config.neighbour_window == NEIGHBOUR_WINDOW_S) is enabled
             assert (config.neighbour_window < 0) is not enabled
+
+
+@pytest.mark.parametrize("seeds", [0, 1])
+async def test_neighbour_candidates_reach_the_retrieval(seeds: int) -> None:
+    """``memory.neighbour_candidates`` (adr/0122): the turns beside the first dialog hit join
+    the ``top_k`` candidates; 0 adds none."""
+    turns = [
+        replace(
+            BISCUIT,
+            id=f"t{i}",
+            user="u1",
+            source="conversation",
+            content=f"Turn {i} about biscuits.",
+            created_at=NOW - timedelta(minutes=10 - i),
+        )
+        for i in range(3)
+    ]
+    cache = RequestCache(LocalCache(100))
+    pipeline = Pipeline(
+        MemorySettings(deadline_ms=200.0, neighbour_candidates=seeds),
+        calculator=TokenBudgetCalculator(memory_cap=None),
+        retriever=retriever(FakeStore(turns, dimensions=DIMS), FakeEmbedder(DIMS), cache),
+        counts=cache,
+        metrics=Metrics(),
+        spawn=lambda coro: coro.close(),
+        clock=lambda: NOW,
+    )
+    tenant = Tenant("t1", MemorySettings(top_k=1))
+    headers = {"x-memory-mode": "explain", "x-memory-user": "u1"}
+    prepared = await pipeline.prepare(tenant, headers, body("biscuits?"), OPENAI_CHAT)
+    assert prepared.reply is not None
+    document = orjson.loads(bytes(prepared.reply.body))
+    seen = sorted(m["id"] for m in [*document["memories"], *document["dropped"]])
+    # All turns are equally similar: the search's one hit is t0 (ties by id), t1 is beside it.
+    assert seen == (["t0", "t1"] if seeds else ["t0"])
+    assert document["candidates"] == len(seen)
 
 
 def nested(depth: int) -> object:
