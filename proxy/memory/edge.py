@@ -352,7 +352,7 @@ class EdgeStore:
         # tenant and the counts they were written with. Most ids of a busy store are counted.
         with self._rmw_lock:
             counts: dict[UUID, int] = {}
-            unread: builtins.list[UUID] = []
+            unread: builtins.list[Any] = []  # UUIDs; the shard takes a list of ids of any kind
             for pid, delta in deltas.items():
                 current = self._counts.get(pid)
                 if current is None:
