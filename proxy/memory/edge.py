@@ -19,7 +19,7 @@ import builtins
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
@@ -440,20 +440,8 @@ class EdgeStore:
         self, tenant: str, keys: Collection[RepeatKey], live_at: float
     ) -> builtins.list[MemoryRecord]:
         scope = repeat_filter(tenant, keys, live_at)
-        payloads: builtins.list[Any] = []
-        offset: Any = None
-        while True:
-            request = qe.ScrollRequest(
-                offset=offset,
-                limit=REPEATS_PAGE,
-                filter=scope,
-                with_payload=True,
-                with_vector=False,
-            )
-            found, offset = self._shard.scroll(request)
-            payloads += [p.payload for p in found]
-            if offset is None:
-                return repeats_among(payloads, tenant, keys)
+        found = self._scrolled(scope, page=REPEATS_PAGE, with_payload=True)
+        return repeats_among([p.payload for p in found], tenant, keys)
 
     async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
         """The dialog turns ``query`` asks for, with their cosines."""
@@ -498,27 +486,27 @@ class EdgeStore:
             return 0
         if len(self._counts):
             # The increments trust the table to hold only live points: forget these first.
-            self._counts.drop(self._matching_ids(scope))
+            matching = self._scrolled(scope, page=DELETE_PAGE, with_payload=False)
+            self._counts.drop([uuid_of(point.id) for point in matching])
         self._shard.update(qe.UpdateOperation.delete_points_by_filter(scope))
         self._records.clear()
         return count
 
-    def _matching_ids(self, scope: qe.Filter) -> builtins.list[UUID]:
-        """The ids of every point ``scope`` matches (a page at a time, no payloads)."""
-        ids: builtins.list[UUID] = []
+    def _scrolled(self, scope: qe.Filter, *, page: int, with_payload: bool) -> Iterator[Any]:
+        """Every point ``scope`` matches, read ``page`` points at a time (no vectors)."""
         offset: Any = None
         while True:
             request = qe.ScrollRequest(
                 offset=offset,
-                limit=DELETE_PAGE,
+                limit=page,
                 filter=scope,
-                with_payload=False,
+                with_payload=with_payload,
                 with_vector=False,
             )
             found, offset = self._shard.scroll(request)
-            ids += [uuid_of(point.id) for point in found]
+            yield from found
             if offset is None:
-                return ids
+                return
 
     async def ready(self) -> bool:
         """Whether the shard is open: it lives in this process, nothing else can be down."""
