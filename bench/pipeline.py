@@ -341,7 +341,7 @@ def bench_pipeline(
     """A ``Pipeline`` on ``store`` with the default settings (``memory.top_k`` set when given)
     and an in-process cache."""
     settings = load_settings(env={}, overrides={"memory.top_k": top_k})
-    cache = RequestCache(LocalCache(10_000))
+    cache = RequestCache(LocalCache(10_000), shared_retrievals=False)  # as served without Redis
     return Pipeline(
         settings.memory,
         calculator=BudgetCalculator(ModelLimits(), tiktoken_tokenizer(), memory_cap=None),

@@ -320,7 +320,16 @@ def open_request_cache(
         generations = SharedGenerations(Path(settings.store.data_dir) / GENERATIONS_FILE)
         stack.callback(generations.close)
     ttls = CacheTTLs(conf.embedding_ttl_s, conf.tokens_ttl_s, conf.retrieval_ttl_s)
-    cache = RequestCache(raw, ttls, write_behind=True, on_lookup=on_lookup, generations=generations)
+    # Without Redis no other process reads the cached search results: they stay decoded in the
+    # near cache and are never encoded.
+    cache = RequestCache(
+        raw,
+        ttls,
+        write_behind=True,
+        on_lookup=on_lookup,
+        generations=generations,
+        shared_retrievals=bool(conf.redis_url),
+    )
     stack.push_async_callback(cache.close)
     return cache
 

@@ -17,6 +17,7 @@ from proxy.composition import (
     open_services,
     open_store,
 )
+from proxy.context.records import Candidate
 from proxy.errors import ConfigError
 from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder
@@ -119,6 +120,23 @@ async def test_without_redis_several_workers_share_generations(tmp_path: Path) -
         before = await two.generation("t")
         await one.bump_generation("t")
         assert await two.generation("t") != before
+
+
+async def test_search_results_are_encoded_only_for_a_shared_cache(tmp_path: Path) -> None:
+    """Without Redis no other process reads the byte cache: results stay decoded, in process."""
+    base = settings_for(tmp_path)
+    redis = replace(base, cache=replace(base.cache, redis_url="redis://127.0.0.1:1/0"))
+    async with AsyncExitStack() as stack:
+        local = open_request_cache(base, stack)
+        assert not local.encodes_retrievals
+        key = await local.retrieval_key("t", "u", "q", top_k=5, sources=None)
+        assert key is not None
+        hits = [Candidate(record("m1", tenant="t", user="u"), 0.5)]
+        await local.set_retrieval(key, hits)
+        await local.flush()
+        assert await local.cache.get(key.key) is None
+        assert await local.get_retrieval(key) == hits
+        assert open_request_cache(redis, stack).encodes_retrievals
 
 
 async def test_several_workers_each_open_a_replica_of_the_embedded_store(

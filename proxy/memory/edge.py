@@ -19,7 +19,7 @@ import builtins
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
@@ -80,6 +80,7 @@ from proxy.memory.vectors import clip_similarity
 
 SHARD_DIR = "memories"
 REPEATS_PAGE = 1_024  # memories a repeat lookup reads a page at a time
+DELETE_PAGE = 4_096  # ids a delete by filter reads a page at a time, to drop their counts
 DEFAULT_WORKERS = 2
 T = TypeVar("T")
 LOGGER = logging.getLogger("memproxy.store")
@@ -269,10 +270,7 @@ class EdgeStore:
     def _delete_user_sync(self, tenant: str, user: str) -> int:
         scope = list_filter(tenant, user, None)
         with self._rmw_lock:
-            count = self._shard.count(qe.CountRequest(exact=True, filter=scope))
-            if count:
-                self._shard.update(qe.UpdateOperation.delete_points_by_filter(scope))
-                self._records.clear()
+            count = self._delete_matching(scope)
         return count
 
     async def search(self, tenant: str, query: SearchQuery) -> builtins.list[Candidate]:
@@ -347,20 +345,27 @@ class EdgeStore:
             await self._run(self._increment_sync, tenant, deltas)
 
     def _increment_sync(self, tenant: str, deltas: Counter[UUID]) -> None:
-        # A read, never a shard write (adr/0103): it finds which points exist in the tenant and
-        # the counts they were written with; new counts go to the table beside the shard.
+        # Never a shard write (adr/0103): new counts go to the table beside the shard. An id in
+        # the table is a point of this tenant that exists (point ids derive from the tenant, the
+        # table only takes ids read as the tenant's, and every delete or rewrite drops its entry
+        # under this lock), so only ids not counted yet are read, for whether they exist in the
+        # tenant and the counts they were written with. Most ids of a busy store are counted.
         with self._rmw_lock:
-            found = self._shard.retrieve(list(deltas), list(COUNT_FIELDS), False)
             counts: dict[UUID, int] = {}
+            unread: builtins.list[Any] = []  # UUIDs; the shard takes a list of ids of any kind
+            for pid, delta in deltas.items():
+                current = self._counts.get(pid)
+                if current is None:
+                    unread.append(pid)
+                else:
+                    counts[pid] = current + delta
+            found = self._shard.retrieve(unread, list(COUNT_FIELDS), False) if unread else []
             for point in found:
                 payload = point.payload
                 if not payload or payload.get(TENANT_KEY) != tenant:
                     continue
                 pid = uuid_of(point.id)
-                current = self._counts.get(pid)
-                if current is None:
-                    current = int(payload.get(RETRIEVAL_COUNT_KEY) or 0)
-                counts[pid] = current + deltas[pid]
+                counts[pid] = int(payload.get(RETRIEVAL_COUNT_KEY) or 0) + deltas[pid]
             self._counts.set_many(counts)
             self._records.update_counts(counts)
         try:
@@ -435,20 +440,8 @@ class EdgeStore:
         self, tenant: str, keys: Collection[RepeatKey], live_at: float
     ) -> builtins.list[MemoryRecord]:
         scope = repeat_filter(tenant, keys, live_at)
-        payloads: builtins.list[Any] = []
-        offset: Any = None
-        while True:
-            request = qe.ScrollRequest(
-                offset=offset,
-                limit=REPEATS_PAGE,
-                filter=scope,
-                with_payload=True,
-                with_vector=False,
-            )
-            found, offset = self._shard.scroll(request)
-            payloads += [p.payload for p in found]
-            if offset is None:
-                return repeats_among(payloads, tenant, keys)
+        found = self._scrolled(scope, page=REPEATS_PAGE, with_payload=True)
+        return repeats_among([p.payload for p in found], tenant, keys)
 
     async def turns_near(self, tenant: str, query: TurnsQuery) -> builtins.list[Candidate]:
         """The dialog turns ``query`` asks for, with their cosines."""
@@ -482,11 +475,38 @@ class EdgeStore:
 
     def _purge_sync(self, expired: qe.Filter) -> int:
         with self._rmw_lock:
-            count = self._shard.count(qe.CountRequest(exact=True, filter=expired))
-            if count:
-                self._shard.update(qe.UpdateOperation.delete_points_by_filter(expired))
-                self._records.clear()
+            count = self._delete_matching(expired)
         return count
+
+    def _delete_matching(self, scope: qe.Filter) -> int:
+        """Delete the points ``scope`` matches and drop their retrieval counts (the caller holds
+        the read-modify-write lock); return how many there were."""
+        count = self._shard.count(qe.CountRequest(exact=True, filter=scope))
+        if not count:
+            return 0
+        if len(self._counts):
+            # The increments trust the table to hold only live points: forget these first.
+            matching = self._scrolled(scope, page=DELETE_PAGE, with_payload=False)
+            self._counts.drop([uuid_of(point.id) for point in matching])
+        self._shard.update(qe.UpdateOperation.delete_points_by_filter(scope))
+        self._records.clear()
+        return count
+
+    def _scrolled(self, scope: qe.Filter, *, page: int, with_payload: bool) -> Iterator[Any]:
+        """Every point ``scope`` matches, read ``page`` points at a time (no vectors)."""
+        offset: Any = None
+        while True:
+            request = qe.ScrollRequest(
+                offset=offset,
+                limit=page,
+                filter=scope,
+                with_payload=with_payload,
+                with_vector=False,
+            )
+            found, offset = self._shard.scroll(request)
+            yield from found
+            if offset is None:
+                return
 
     async def ready(self) -> bool:
         """Whether the shard is open: it lives in this process, nothing else can be down."""

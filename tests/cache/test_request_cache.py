@@ -161,6 +161,35 @@ async def test_repeated_search_is_served_from_the_near_cache_without_a_round_tri
     assert await rc.get_retrieval(key) == [hit("acme", "m1")]
 
 
+async def test_unshared_search_results_stay_decoded_and_are_never_encoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Only this process reads an in-process cache: the near cache is the search-result cache.
+    local = LocalCache(100)
+    rc = RequestCache(local, shared_retrievals=False)
+    encoded: list[object] = []
+    monkeypatch.setattr(codec, "encode_candidates", lambda hits: encoded.append(hits) or b"[]")
+    key = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    assert key is not None
+    await rc.set_retrieval(key, [hit("acme", "m1")])
+    assert encoded == []
+    assert await local.get(key.key) is None
+    assert await rc.get_retrieval(key) == [hit("acme", "m1")]
+    # Another tenant's record is still refused.
+    await rc.set_retrieval(key, [hit("globex", "g1")])
+    assert await rc.get_retrieval(key) == [hit("acme", "m1")]
+
+
+async def test_without_a_near_cache_unshared_results_still_go_to_the_byte_cache() -> None:
+    local = LocalCache(100)
+    rc = RequestCache(local, near_entries=0, shared_retrievals=False)
+    key = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
+    assert key is not None
+    await rc.set_retrieval(key, [hit("acme", "m1")])
+    assert await local.get(key.key) is not None
+    assert await rc.get_retrieval(key) == [hit("acme", "m1")]
+
+
 async def test_a_write_through_another_worker_invalidates_the_near_cache() -> None:
     # Two workers (two RequestCaches) over one shared cache: worker 2's write bumps the shared
     # generation, so worker 1's next search misses even though it holds the old result.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,57 @@ async def test_increments_never_write_the_shard(tmp_path: Path) -> None:
     finally:
         await store.close()
     assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(uuid.UUID(point_id("t1", "m1"))) == 2
+
+
+class ReadSpy:
+    """The shard, recording the ids each ``retrieve`` reads."""
+
+    def __init__(self, shard: qe.EdgeShard) -> None:
+        self.shard = shard
+        self.reads: list[set[str]] = []
+
+    def retrieve(self, ids: list[object], *args: object) -> object:
+        self.reads.append({str(i) for i in ids})
+        return self.shard.retrieve(ids, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.shard, name)
+
+
+async def test_an_id_already_counted_is_not_read_again(tmp_path: Path) -> None:
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        records = [record("m1"), record("m2")]
+        await store.add(records, vectors_for(records))
+        spy = ReadSpy(store._shard)
+        store._shard = spy  # type: ignore[assignment]
+        await store.increment_retrievals("t1", ["m1"])
+        await store.increment_retrievals("t1", ["m1", "m1", "m2"])
+        # The second round reads only m2: m1's count is in the table.
+        assert spy.reads == [{point_id("t1", "m1")}, {point_id("t1", "m2")}]
+        got = [await store.get("t1", m) for m in ("m1", "m2")]
+        assert [r.retrieval_count if r else None for r in got] == [3, 1]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("how", ["delete_user", "purge_expired"])
+async def test_deleting_by_filter_drops_the_counts(tmp_path: Path, how: str) -> None:
+    # The increments trust the table to hold only live points: a point deleted by a filter must
+    # leave it, or its id would go on being counted without a read.
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        past = datetime(2020, 1, 1, tzinfo=UTC)
+        records = [record("m1", expires_at=past), record("m2", user="u2")]
+        await store.add(records, vectors_for(records))
+        await store.increment_retrievals("t1", ["m1", "m2"])
+        if how == "delete_user":
+            assert await store.delete_user("t1", "u1") == 1
+        else:
+            assert await store.purge_expired(datetime.now(UTC)) == 1
+        await store.increment_retrievals("t1", ["m1", "m2"])
+        assert store._counts.get(uuid.UUID(point_id("t1", "m1"))) is None
+        assert store._counts.get(uuid.UUID(point_id("t1", "m2"))) == 2
+    finally:
+        await store.close()
+    assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(uuid.UUID(point_id("t1", "m1"))) is None
