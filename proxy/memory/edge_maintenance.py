@@ -49,6 +49,14 @@ def unindexed_points(shard: qe.EdgeShard) -> int:
     return max(0, 2 * info.points_count - info.indexed_vectors_count)
 
 
+def building(path: Path) -> bool:
+    """Whether a background build left running by ``close`` still works on the shard at
+    ``path`` (its files must stay until it ends)."""
+    with _BUILDS_LOCK:
+        build = _BUILDS.get(path)
+    return build is not None and build.is_alive()
+
+
 def wait_for_build(path: Path) -> None:
     """Block until a background build left running on the shard at ``path`` has ended."""
     with _BUILDS_LOCK:

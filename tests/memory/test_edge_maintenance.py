@@ -89,6 +89,7 @@ def test_close_waits_for_a_long_build_only_a_little(tmp_path: Path) -> None:
     closed: list[str] = []
     assert not maintenance.when_idle(lambda: closed.append("shard"))
     assert closed == []  # the shard stays open under the build
+    assert edge_maintenance.building(tmp_path)  # its files stay too (replica copies)
     reopened = threading.Thread(target=edge_maintenance.wait_for_build, args=(tmp_path,))
     reopened.start()
     reopened.join(0.05)
@@ -97,6 +98,7 @@ def test_close_waits_for_a_long_build_only_a_little(tmp_path: Path) -> None:
     reopened.join(5)
     assert not reopened.is_alive()
     assert closed == ["shard"]  # the build closed it when it ended
+    assert not edge_maintenance.building(tmp_path)
     assert maintenance.when_idle(lambda: closed.append("again"))  # idle now: runs at once
     assert closed == ["shard", "again"]
 
