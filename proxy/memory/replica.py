@@ -38,8 +38,8 @@ from proxy.context.records import Candidate, MemoryRecord
 from proxy.defaults import LOG_FOLD_CHECK_S
 from proxy.errors import ConfigError, StoreError
 from proxy.memory.edge import SHARD_DIR, EdgeStore
-from proxy.memory.edge_maintenance import building
 from proxy.memory.edge_counts import COUNTS_FILE
+from proxy.memory.edge_maintenance import building
 from proxy.memory.edge_shard import CONFIG_FILE
 from proxy.memory.store import (
     Page,

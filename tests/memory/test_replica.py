@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from proxy.composition import open_store
-from proxy.memory.duplicates import words_key
 from proxy.memory import replica as replica_module
+from proxy.memory.duplicates import words_key
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES
 from proxy.memory.replica import (
