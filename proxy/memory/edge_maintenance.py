@@ -53,14 +53,14 @@ def building(path: Path) -> bool:
     """Whether a background build left running by ``close`` still works on the shard at
     ``path`` (its files must stay until it ends)."""
     with _BUILDS_LOCK:
-        build = _BUILDS.get(path)
+        build = _BUILDS.get(path.resolve())
     return build is not None and build.is_alive()
 
 
 def wait_for_build(path: Path) -> None:
     """Block until a background build left running on the shard at ``path`` has ended."""
     with _BUILDS_LOCK:
-        build = _BUILDS.get(path)
+        build = _BUILDS.get(path.resolve())
     if build is not None:
         build.join()
 
@@ -78,7 +78,7 @@ class ShardMaintenance:
     ) -> None:
         self.optimize_after = optimize_after
         self._shard = shard
-        self._path = path
+        self._path = None if path is None else path.resolve()  # one key per directory
         self._optimizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-optimize")
         self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-flush")
         self._lock = threading.Lock()
