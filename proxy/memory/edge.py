@@ -36,7 +36,12 @@ from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
 from proxy.memory.edge_counts import COUNTS_FILE, RetrievalCounts
 from proxy.memory.edge_lifecycle import LifecycleTenants
-from proxy.memory.edge_maintenance import OPTIMIZE_AFTER_POINTS, ShardMaintenance
+from proxy.memory.edge_maintenance import (
+    OPTIMIZE_AFTER_POINTS,
+    ShardMaintenance,
+    unindexed_points,
+    wait_for_build,
+)
 from proxy.memory.edge_query import (
     DENSE_PARAMS,
     expired_filter,
@@ -106,13 +111,15 @@ class EdgeStore:
         optimize_after: int | None = OPTIMIZE_AFTER_POINTS,
         record_cache_entries: int = DEFAULT_MAX_ENTRIES,
         counts: RetrievalCounts | None = None,
+        path: Path | None = None,
+        unindexed: int = 0,
     ) -> None:
         self.dimensions = dimensions
         self.hybrid = hybrid
         self.optimize_after = optimize_after
         self._shard = shard
         self._executor = executor
-        self._maintenance = ShardMaintenance(shard, optimize_after)
+        self._maintenance = ShardMaintenance(shard, optimize_after, path=path, unindexed=unindexed)
         self._closed = False
         self._rmw_lock = threading.Lock()
         self.record_cache_entries = record_cache_entries
@@ -134,8 +141,9 @@ class EdgeStore:
         """Open (or create) the store under ``data_dir``; loading runs off the event loop.
 
         ``hybrid`` fuses BM25 with dense results at search time (sparse vectors are always
-        written, so it can be switched per process). ``optimize_after`` new points start a
-        background index build; ``None`` leaves it to explicit ``optimize()`` calls (bulk loads).
+        written, so it can be switched per process). ``optimize_after`` unindexed points (those
+        found at open count too) start a background index build; ``None`` leaves it to explicit
+        ``optimize()`` calls (bulk loads).
         """
         if dimensions <= 0:
             raise ConfigError(f"embedding dimensions must be positive, got {dimensions}")
@@ -143,7 +151,10 @@ class EdgeStore:
         executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edge-store")
         loop = asyncio.get_running_loop()
         try:
+            # A build this process left running on these files (``close``) ends first.
+            await loop.run_in_executor(executor, wait_for_build, path)
             shard = await loop.run_in_executor(executor, open_shard, path, dimensions)
+            unindexed = await loop.run_in_executor(executor, unindexed_points, shard)
             counts = await loop.run_in_executor(
                 executor, RetrievalCounts.load, Path(data_dir) / COUNTS_FILE
             )
@@ -158,6 +169,8 @@ class EdgeStore:
             optimize_after=optimize_after,
             record_cache_entries=record_cache_entries,
             counts=counts,
+            path=path,
+            unindexed=unindexed,
         )
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
@@ -525,15 +538,17 @@ class EdgeStore:
         self._shard.flush()
 
     async def close(self) -> None:
-        """Wait for a running index build, flush, close the shard and stop the threads (once)."""
+        """Flush, close the shard and stop the threads (once). A running background index
+        build is waited for a little; one that takes longer closes the shard when it ends."""
         if self._closed:
             return
         self._closed = True
-        self._maintenance.close()
         await self._run(self._close_sync)
         self._executor.shutdown(wait=True)
 
     def _close_sync(self) -> None:
+        self._maintenance.close()
         self._counts.save()
         self._shard.flush()
-        self._shard.close()
+        if not self._maintenance.when_idle(self._shard.close):
+            LOGGER.warning("closing the memory store during an index build: it ends on its own")

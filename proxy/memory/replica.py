@@ -39,6 +39,7 @@ from proxy.defaults import LOG_FOLD_CHECK_S
 from proxy.errors import ConfigError, StoreError
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.edge_counts import COUNTS_FILE
+from proxy.memory.edge_maintenance import building
 from proxy.memory.edge_shard import CONFIG_FILE
 from proxy.memory.store import (
     Page,
@@ -467,7 +468,10 @@ class ReplicaStore:
             self._log.release(self._slot)
             self._log.close()
             self._thread.shutdown(wait=True)
-            shutil.rmtree(self.directory, ignore_errors=True)
+            # A build outlasting the close still uses the copy: the next start's
+            # ``absorb_log`` deletes every replica left behind.
+            if not building(self.directory / SHARD_DIR):
+                shutil.rmtree(self.directory, ignore_errors=True)
 
 
 async def _ready(entry: Entry) -> Entry:

@@ -326,3 +326,25 @@ async def test_engine_failures_are_store_errors(tmp_path: Path) -> None:
     assert type(caught.value.__cause__) is Exception
     store._closed = True  # nothing left to flush or close
     store._executor.shutdown()
+
+
+async def test_a_store_grown_over_several_opens_gets_its_index(tmp_path: Path) -> None:
+    """Points written before this open count toward the build threshold (adr/0124): no single
+    process here writes ``optimize_after`` points, together they do."""
+    dims = 256
+    points = INDEXING_THRESHOLD_KB * 1024 // (dims * 4) + 100  # enough for an indexed segment
+    records = [record(f"m{i}", content=f"note {i}") for i in range(points)]
+    first, rest = records[: points // 2], records[points // 2 :]
+    threshold = len(rest) + 100
+    store = await EdgeStore.open(tmp_path, dimensions=dims, optimize_after=threshold)
+    await store.add(first, vectors_for(first, dims))
+    await store.close()
+    store = await EdgeStore.open(tmp_path, dimensions=dims, optimize_after=threshold)
+    try:
+        assert edge_maintenance.unindexed_points(store._shard) == len(first)
+        await store.add(rest, vectors_for(rest, dims))
+        await asyncio.to_thread(edge_maintenance.wait_for_build, tmp_path / edge.SHARD_DIR)
+        assert edge_maintenance.unindexed_points(store._shard) == 0
+        assert quantized_scores_differ(store, vector_for("probe", dims))
+    finally:
+        await store.close()

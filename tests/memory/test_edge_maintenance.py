@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +70,58 @@ def test_a_running_build_is_not_started_twice() -> None:
     shard.release.set()
     maintenance.close()
     assert shard.builds == 1
+
+
+def test_points_unindexed_at_open_count_toward_a_build() -> None:
+    shard = RecordingShard()
+    maintenance = ShardMaintenance(shard, 100, unindexed=80)  # type: ignore[arg-type]
+    maintenance.after_write(20)
+    maintenance.close()
+    assert shard.builds == 1
+
+
+def test_close_waits_for_a_long_build_only_a_little(tmp_path: Path) -> None:
+    shard = RecordingShard()
+    shard.release.clear()  # the build runs until released
+    maintenance = ShardMaintenance(shard, 10, path=tmp_path)  # type: ignore[arg-type]
+    maintenance.after_write(10)
+    maintenance.close(wait_s=0.01)  # returns with the build still running
+    closed: list[str] = []
+    assert not maintenance.when_idle(lambda: closed.append("shard"))
+    assert closed == []  # the shard stays open under the build
+    assert edge_maintenance.building(tmp_path)  # its files stay too (replica copies)
+    reopened = threading.Thread(target=edge_maintenance.wait_for_build, args=(tmp_path,))
+    reopened.start()
+    reopened.join(0.05)
+    assert reopened.is_alive()  # a new open of the same files waits for the build
+    shard.release.set()
+    reopened.join(5)
+    assert not reopened.is_alive()
+    assert closed == ["shard"]  # the build closed it when it ended
+    assert not edge_maintenance.building(tmp_path)
+    assert maintenance.when_idle(lambda: closed.append("again"))  # idle now: runs at once
+    assert closed == ["shard", "again"]
+
+
+async def test_an_explicit_build_waits_for_a_background_one() -> None:
+    shard = RecordingShard()
+    shard.release.clear()
+    running = threading.Event()
+    overlapped: list[bool] = []
+
+    def optimize() -> bool:
+        overlapped.append(running.is_set())
+        running.set()
+        shard.release.wait(5)
+        running.clear()
+        return True
+
+    shard.optimize = optimize  # type: ignore[method-assign]
+    maintenance = ShardMaintenance(shard, 10)  # type: ignore[arg-type]
+    maintenance.after_write(10)  # a background build starts and holds
+    explicit = asyncio.ensure_future(maintenance.optimize())
+    await asyncio.sleep(0.05)
+    shard.release.set()
+    assert await explicit
+    maintenance.close()
+    assert overlapped == [False, False]

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from proxy.composition import open_store
+from proxy.memory import replica as replica_module
 from proxy.memory.duplicates import words_key
-from proxy.memory.edge import EdgeStore
+from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES
 from proxy.memory.replica import (
     LOG_FILE,
@@ -371,3 +372,17 @@ async def test_the_supervisors_folder_keeps_the_log_small(
         assert await primary.count("t1") == 1
     finally:
         folder.stop()
+
+
+async def test_close_keeps_a_copy_an_index_build_still_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running = await replica(tmp_path)
+    idle = await replica(tmp_path)
+    monkeypatch.setattr(
+        replica_module, "building", lambda path: path == running.directory / SHARD_DIR
+    )
+    await running.close()
+    await idle.close()
+    assert running.directory.exists()  # left to the next start's absorb_log
+    assert not idle.directory.exists()
