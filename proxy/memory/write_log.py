@@ -19,6 +19,12 @@ Bytes past ``end`` are a writer's entry cut short (it died mid-write) and are ov
 next append. Reading entries takes the lock shared (a cut moves bytes within the file); writing
 and cutting take it exclusive. The state file's own ``flock`` guards the primary shard: a fold
 changes it exclusively, a replica copies it shared.
+
+A cut survives its process being killed at any point: it first records its target position in
+the state, then moves the kept bytes to the front in chunks no longer than the gap it closes (a
+chunk's source is never overwritten before it is copied) and records after each how many bytes
+are in place, then truncates and moves ``base``. Whoever opens the log or takes it next to append
+or cut finishes a cut so recorded, from the recorded progress: no entry is lost or read twice.
 """
 
 from __future__ import annotations
@@ -40,6 +46,12 @@ STATE_BYTES = 4096
 MAGIC = 0x6D706C6F67763031  # "mplogv01": the state file is initialised
 # Byte offsets of the state's counters; replica slots (pid, applied) follow from SLOTS_AT.
 MAGIC_AT, BASE_AT, END_AT, PRIMARY_AT, SLOTS_AT = 0, 8, 16, 24, 64
+# A cut under way: its target position (0: none) and the kept bytes already at the front.
+CUT_AT, MOVED_AT = 32, 40
+CUT_CHUNK_BYTES = 1 << 20
+# A cut closing a gap smaller than this and the bytes it keeps waits for a later, larger one:
+# the kept bytes move in chunks no longer than the gap.
+CUT_MIN_GAP_BYTES = 64 << 10
 SLOT = struct.Struct("<QQ")
 SLOT_COUNT = (STATE_BYTES - SLOTS_AT) // SLOT.size
 
@@ -57,6 +69,8 @@ class WriteLog:
             self._state = mmap.mmap(self._state_fd, STATE_BYTES)
             if self._get(MAGIC_AT) != MAGIC:
                 self._initialise()
+            elif self._get(CUT_AT):
+                self._finish_cut_locked()
         except BaseException:
             self.close()
             raise
@@ -73,6 +87,13 @@ class WriteLog:
             self._set(END_AT, 0)
             self._set(END_AT, self._scan(0, os.fstat(self._fd).st_size)[1])
             self._set(MAGIC_AT, MAGIC)
+        finally:
+            self.unlock()
+
+    def _finish_cut_locked(self) -> None:
+        self.lock()
+        try:
+            self._finish_cut()
         finally:
             self.unlock()
 
@@ -152,6 +173,7 @@ class WriteLog:
     def append(self, entry: Entry) -> int:
         """Append ``entry`` at ``end`` (the caller holds the lock exclusively and has read up to
         ``end``); return the new ``end``. A dead writer's bytes past ``end`` are overwritten."""
+        self._finish_cut()
         base, end = self.base, self.end
         payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
         frame = HEADER.pack(len(payload), zlib.crc32(payload)) + payload
@@ -166,16 +188,40 @@ class WriteLog:
 
     def cut_before(self, position: int) -> int:
         """Drop the entries before ``position`` from the file (the caller holds the lock
-        exclusively, and every replica and the primary have applied them); the bytes freed."""
+        exclusively, and every replica and the primary have applied them); the bytes freed
+        (0 also when the gap is too small to be worth its chunks: a later cut takes it)."""
+        self._finish_cut()
         base, end = self.base, self.end
         position = min(max(position, base), end)
-        if position == base:
+        gap = position - base
+        if gap == 0 or gap < min(end - position, CUT_MIN_GAP_BYTES):
             return 0
-        kept = os.pread(self._fd, end - position, position - base)
-        os.pwrite(self._fd, kept, 0)
-        os.ftruncate(self._fd, len(kept))
-        self._set(BASE_AT, position)
-        return position - base
+        self._set(MOVED_AT, 0)
+        self._set(CUT_AT, position)  # from here on, a kill leaves the cut to be finished
+        self._finish_cut()
+        return gap
+
+    def _finish_cut(self) -> None:
+        """Finish the cut recorded in the state, if any (the caller holds the lock
+        exclusively): move what is not in place yet, truncate, move ``base``."""
+        target = self._get(CUT_AT)
+        if target == 0:
+            return
+        base, end = self.base, self.end
+        gap, length = target - base, end - target
+        moved = self._get(MOVED_AT)
+        while gap > 0 and moved < length:
+            # No longer than the gap: the writes reach at most this chunk's source's start.
+            size = min(gap, length - moved, CUT_CHUNK_BYTES)
+            chunk = os.pread(self._fd, size, gap + moved)
+            if len(chunk) != size or os.pwrite(self._fd, chunk, moved) != size:
+                raise OSError(f"short copy while cutting {self.path}")
+            moved += size
+            self._set(MOVED_AT, moved)
+        if gap > 0:
+            os.ftruncate(self._fd, length)
+            self._set(BASE_AT, target)
+        self._set(CUT_AT, 0)
 
     def claim(self, applied: int) -> int:
         """A slot for this process's replica, which has applied everything before ``applied``

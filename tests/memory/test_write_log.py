@@ -3,16 +3,19 @@ the front off while positions stay valid, and the replicas' slots."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from proxy.memory.write_log import HEADER, SLOT, SLOTS_AT, WriteLog
+from proxy.memory import write_log
+from proxy.memory.write_log import CUT_AT, HEADER, SLOT, SLOTS_AT, WriteLog
 
 
 def test_entries_come_back_in_order_with_their_end_positions(tmp_path: Path) -> None:
@@ -88,6 +91,87 @@ def test_cutting_the_front_keeps_every_later_position(tmp_path: Path) -> None:
     assert log.cut_before(after) == after - second
     assert log.size() == 0
     assert log.read(after) == ([], after)
+
+
+Setter = Callable[[int, int], None]
+
+
+class Killed(BaseException):
+    """The process dying where a step of the cut would have run."""
+
+
+class Dying:
+    """``os`` for the log, but the ``at``-th write step of a cut (a chunk's copy, the truncate,
+    a state update) dies: before it, or (``torn``) with a copy half written."""
+
+    def __init__(self, at: int, torn: bool) -> None:
+        self.at, self.torn, self.steps = at, torn, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps == self.at:
+            raise Killed
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        if self.steps + 1 == self.at and self.torn:
+            os.pwrite(fd, data[: len(data) // 2], offset)
+        self.step()
+        return os.pwrite(fd, data, offset)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        self.step()
+        os.ftruncate(fd, length)
+
+
+def test_a_cut_killed_at_any_step_is_finished_by_the_next_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every step of a cut dying in turn (chunks overlapping what they move): the next handle
+    sees exactly the entries after the cut, once, at their positions, and appends on."""
+    monkeypatch.setattr(write_log, "CUT_CHUNK_BYTES", 40)
+    monkeypatch.setattr(write_log, "CUT_MIN_GAP_BYTES", 0)
+    entries = [("add", (f"entry {i}",)) for i in range(12)]
+    bases = set()
+    for at in range(1, 40):
+        for torn in (False, True):
+            path = tmp_path / f"log-{at}-{torn}"
+            log = WriteLog(path)
+            ends = [log.append(entry) for entry in entries]
+            cut = ends[2]  # less than what is kept: several chunks, each overlapping the next
+            dying = Dying(at, torn)
+            monkeypatch.setattr(write_log, "os", dying)
+            real_set = log._set
+
+            def dying_set(
+                where: int, value: int, dying: Dying = dying, real: Setter = real_set
+            ) -> None:
+                dying.step()
+                real(where, value)
+
+            monkeypatch.setattr(log, "_set", dying_set)
+            with contextlib.suppress(Killed):
+                log.cut_before(cut)
+            monkeypatch.setattr(write_log, "os", os)
+            log.close()  # its lock goes with it, as with a killed process
+            reopened = WriteLog(path)
+            # Killed before the cut was recorded, nothing was cut; after, all of it.
+            assert reopened.base in (0, cut), (at, torn)
+            bases.add(reopened.base)
+            assert reopened._get(CUT_AT) == 0
+            kept = [(e, end) for e, end in zip(entries, ends, strict=True) if end > reopened.base]
+            assert reopened.read(reopened.base) == (kept, ends[-1]), (at, torn)
+            after = reopened.append(("add", ("next",)))
+            assert reopened.read(ends[-1]) == ([(("add", ("next",)), after)], after)
+            assert reopened.size() == after - reopened.base
+            reopened.close()
+        if dying.steps < at:
+            break  # the cut finished before this step: every step has died once
+    else:
+        pytest.fail("the cut took more steps than tried")
+    assert bases == {0, cut}
 
 
 def test_slots_say_how_far_live_replicas_are(tmp_path: Path) -> None:
