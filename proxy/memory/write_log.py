@@ -44,7 +44,7 @@ U64 = struct.Struct("<Q")
 STATE_SUFFIX = ".state"
 STATE_BYTES = 4096
 MAGIC = 0x6D706C6F67763031  # "mplogv01": the state file is initialised
-# Byte offsets of the state's counters; replica slots (pid, applied) follow from SLOTS_AT.
+# Byte offsets of the state's counters; replica slots (pid, start, applied) follow from SLOTS_AT.
 MAGIC_AT, BASE_AT, END_AT, PRIMARY_AT, SLOTS_AT = 0, 8, 16, 24, 64
 # A cut under way: its target position (0: none) and the kept bytes already at the front.
 CUT_AT, MOVED_AT = 32, 40
@@ -52,7 +52,11 @@ CUT_CHUNK_BYTES = 1 << 20
 # A cut closing a gap smaller than this and the bytes it keeps waits for a later, larger one:
 # the kept bytes move in chunks no longer than the gap.
 CUT_MIN_GAP_BYTES = 64 << 10
-SLOT = struct.Struct("<QQ")
+# ``start``: the process's start time (``/proc/<pid>/stat`` field 22, clock ticks after boot), so
+# a slot whose pid was reused by another process, or whose process exited unreaped, is free.
+SLOT = struct.Struct("<QQQ")
+APPLIED_IN_SLOT = 2 * U64.size
+UNKNOWN_START = 0  # no /proc to ask: only whether a process of that pid exists counts
 SLOT_COUNT = (STATE_BYTES - SLOTS_AT) // SLOT.size
 
 
@@ -227,20 +231,21 @@ class WriteLog:
         """A slot for this process's replica, which has applied everything before ``applied``
         (the caller holds the lock exclusively); slots of exited processes are reused."""
         pid = os.getpid()
+        start = _start(pid)
         for slot in range(SLOT_COUNT):
-            owner, _ = SLOT.unpack_from(self._state, SLOTS_AT + slot * SLOT.size)
-            if owner == 0 or not _alive(owner):
-                SLOT.pack_into(self._state, SLOTS_AT + slot * SLOT.size, pid, applied)
+            owner, started, _ = SLOT.unpack_from(self._state, SLOTS_AT + slot * SLOT.size)
+            if owner == 0 or not _alive(owner, started):
+                SLOT.pack_into(self._state, SLOTS_AT + slot * SLOT.size, pid, start or 0, applied)
                 return slot
         raise OSError(f"more than {SLOT_COUNT} replicas on {self.path}")
 
     def publish(self, slot: int, applied: int) -> None:
         """Say how far this replica has applied the log (one store into the shared map)."""
-        U64.pack_into(self._state, SLOTS_AT + slot * SLOT.size + U64.size, applied)
+        U64.pack_into(self._state, SLOTS_AT + slot * SLOT.size + APPLIED_IN_SLOT, applied)
 
     def release(self, slot: int) -> None:
         """Give the slot back (the replica is closing)."""
-        SLOT.pack_into(self._state, SLOTS_AT + slot * SLOT.size, 0, 0)
+        SLOT.pack_into(self._state, SLOTS_AT + slot * SLOT.size, 0, 0, 0)
 
     def release_all(self) -> None:
         """Free every slot (no replica runs: the supervisor's start and stop)."""
@@ -250,8 +255,8 @@ class WriteLog:
         """How far each live replica has applied the log."""
         positions = []
         for slot in range(SLOT_COUNT):
-            owner, applied = SLOT.unpack_from(self._state, SLOTS_AT + slot * SLOT.size)
-            if owner and _alive(owner):
+            owner, started, applied = SLOT.unpack_from(self._state, SLOTS_AT + slot * SLOT.size)
+            if owner and _alive(owner, started):
                 positions.append(applied)
         return positions
 
@@ -264,7 +269,12 @@ class WriteLog:
         os.close(self._fd)
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, started: int) -> bool:
+    """Whether the process that claimed a slot as ``pid`` started at ``started`` still runs."""
+    if started != UNKNOWN_START:
+        now = _start(pid)
+        if now != UNKNOWN_START:
+            return now == started  # None: gone or a zombie; another value: the pid was reused
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -272,3 +282,19 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # someone else's process: alive
         return True
     return True
+
+
+def _start(pid: int) -> int | None:
+    """The start time of process ``pid`` (``UNKNOWN_START`` without ``/proc``); ``None`` if
+    it does not exist or has exited (a zombie, not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+    except FileNotFoundError:
+        return None if os.path.isdir("/proc/self") else UNKNOWN_START
+    except OSError:
+        return UNKNOWN_START
+    fields = data[data.rindex(b")") + 2 :].split()  # the name may hold spaces and parentheses
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[19])  # field 22; fields[0] is field 3

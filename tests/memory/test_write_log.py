@@ -199,6 +199,37 @@ def test_a_dead_replicas_slot_is_ignored_and_reused(tmp_path: Path) -> None:
     log = WriteLog(tmp_path / "log")
     slot = log.claim(1)
     # The slot as a worker that was killed left it.
-    SLOT.pack_into(log._state, SLOTS_AT + slot * SLOT.size, spawn_and_reap(), 1)
+    SLOT.pack_into(log._state, SLOTS_AT + slot * SLOT.size, spawn_and_reap(), 1, 1)
     assert log.replica_positions() == []  # its position holds nothing back
     assert log.claim(2) == slot  # and its slot is the first free one
+
+
+def test_a_slot_whose_pid_was_reused_is_free(tmp_path: Path) -> None:
+    """A killed worker's pid now names another process: a different start time."""
+    log = WriteLog(tmp_path / "log")
+    slot = log.claim(1)
+    pid, started, _ = SLOT.unpack_from(log._state, SLOTS_AT + slot * SLOT.size)
+    assert (pid, log.replica_positions()) == (os.getpid(), [1])
+    SLOT.pack_into(log._state, SLOTS_AT + slot * SLOT.size, pid, started + 1, 1)
+    assert log.replica_positions() == []
+    assert log.claim(2) == slot
+
+
+def test_the_slot_of_a_worker_that_exited_unreaped_is_free(tmp_path: Path) -> None:
+    log = WriteLog(tmp_path / "log")
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        slot = log.claim(1)
+        started = write_log._start(child.pid)
+        assert started
+        SLOT.pack_into(log._state, SLOTS_AT + slot * SLOT.size, child.pid, started, 1)
+        assert log.replica_positions() == [1]  # running: its position holds the cut
+        assert child.stdin is not None
+        child.stdin.close()  # it exits; waiting without reaping leaves it a zombie
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+        assert log.replica_positions() == []
+        assert log.claim(2) == slot
+    finally:
+        child.wait()
