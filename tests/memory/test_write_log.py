@@ -174,6 +174,22 @@ def test_a_cut_killed_at_any_step_is_finished_by_the_next_open(
     assert bases == {0, cut}
 
 
+def test_a_small_gap_before_a_long_tail_waits_for_a_later_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept bytes move in chunks no longer than the gap: a tiny gap would take many."""
+    monkeypatch.setattr(write_log, "CUT_MIN_GAP_BYTES", 100)
+    log = WriteLog(tmp_path / "log")
+    ends = [log.append(("add", (f"entry {i}",))) for i in range(6)]
+    assert ends[0] < 100 < ends[-1] - ends[0]
+    assert log.cut_before(ends[0]) == 0
+    assert (log.base, log.size()) == (0, ends[-1])
+    assert log.cut_before(ends[2]) == ends[2]  # a gap past the floor
+    assert log.cut_before(ends[3]) == 0  # 40 bytes freed, 80 kept
+    assert log.cut_before(ends[-1]) == ends[-1] - ends[2]  # keeping nothing: any gap goes
+    assert (log.base, log.size()) == (ends[-1], 0)
+
+
 def test_slots_say_how_far_live_replicas_are(tmp_path: Path) -> None:
     log = WriteLog(tmp_path / "log")
     mine = log.claim(10)
