@@ -135,13 +135,25 @@ class WriteLog:
     def read(self, position: int) -> tuple[list[tuple[Entry, int]], int]:
         """The whole entries from ``position`` to ``end``, each with the position just after
         it, and the position after the last of them (the caller holds the lock, either way)."""
-        base, end = self.base, self.end
+        base, end, target = self.base, self.end, self._get(CUT_AT)
+        if target:  # a cut whose process died: read across its progress until it is finished
+            if position < target:
+                raise ValueError(f"log position {position} was folded away (cut at {target})")
+            gap, moved, start = target - base, self._get(MOVED_AT), position - target
+            # Kept bytes before ``moved`` are at the front already; the rest still past the gap.
+            data = os.pread(self._fd, max(0, min(end - target, moved) - start), start)
+            later = max(start, moved)
+            data += os.pread(self._fd, max(0, end - target - later), gap + later)
+            return self._parse(data, target + start)
         if position < base:
             raise ValueError(f"log position {position} was folded away (the log starts at {base})")
         return self._scan(position - base, end - base, base)
 
     def _scan(self, start: int, stop: int, base: int = 0) -> tuple[list[tuple[Entry, int]], int]:
-        data = os.pread(self._fd, max(0, stop - start), start)
+        return self._parse(os.pread(self._fd, max(0, stop - start), start), base + start)
+
+    def _parse(self, data: bytes, at: int) -> tuple[list[tuple[Entry, int]], int]:
+        """The whole entries in ``data``, which starts at position ``at``."""
         entries: list[tuple[Entry, int]] = []
         position = 0
         while position + HEADER.size <= len(data):
@@ -151,8 +163,8 @@ class WriteLog:
             if len(payload) < length or zlib.crc32(payload) != crc:
                 break  # a dead writer's torn tail (only an old log, read at initialisation)
             position = begin + length
-            entries.append((pickle.loads(payload), base + start + position))
-        return entries, base + start + position
+            entries.append((pickle.loads(payload), at + position))
+        return entries, at + position
 
     def lock(self) -> None:
         """Block until this handle holds the exclusive lock (to append or cut)."""

@@ -138,7 +138,7 @@ def test_a_cut_killed_at_any_step_is_finished_by_the_next_open(
     for at in range(1, 40):
         for torn in (False, True):
             path = tmp_path / f"log-{at}-{torn}"
-            log = WriteLog(path)
+            log, other = WriteLog(path), WriteLog(path)
             ends = [log.append(entry) for entry in entries]
             cut = ends[2]  # less than what is kept: several chunks, each overlapping the next
             dying = Dying(at, torn)
@@ -156,6 +156,11 @@ def test_a_cut_killed_at_any_step_is_finished_by_the_next_open(
                 log.cut_before(cut)
             monkeypatch.setattr(write_log, "os", os)
             log.close()  # its lock goes with it, as with a killed process
+            # Before anyone finishes the cut, a reader finds every entry after it in place.
+            start = other._get(CUT_AT) or other.base
+            left = [(e, end) for e, end in zip(entries, ends, strict=True) if end > start]
+            assert other.read(start) == (left, ends[-1]), (at, torn)
+            other.close()
             reopened = WriteLog(path)
             # Killed before the cut was recorded, nothing was cut; after, all of it.
             assert reopened.base in (0, cut), (at, torn)
