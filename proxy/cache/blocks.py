@@ -20,7 +20,10 @@ of the tenant may come back (``forget``). Each block carries the tenant's *forge
 was when the block was recalled for its turn, and a recall reads the current stamp in the same
 round trip (one more key in the ``get_many``): a block whose stamp differs is a miss. Deleting
 moves the stamp, so every conversation of the tenant loses its earlier blocks once (its prompt
-diverges there once) instead of showing a deleted memory until the TTL. The stamp is a counter
+diverges there once) instead of showing a deleted memory until the TTL. A request that searches
+before its recall answers reads the stamp first (``stamp``): the block it keeps must carry the
+stamp from before its search read the store, or a delete landing between the search and the
+recall would be remembered as seen. The stamp is a counter
 like the tenants' generations (ADR 0031): a missing one (never set, evicted) restarts at the
 wall clock in microseconds, so it never meets a value an earlier one had. Without Redis each
 worker has its own cache: a delete then reaches the blocks of the worker that served it only.
@@ -75,6 +78,10 @@ class TurnBlocks(Protocol):
         before the tenant's last ``forget`` (one round trip)."""
         ...
 
+    async def stamp(self, tenant: str) -> int | None:
+        """The tenant's forget stamp now (``None``: unknown, the cache failed)."""
+        ...
+
     async def remember(self, key: str, block: Remembered) -> None:
         """Keep ``block`` under ``key``."""
         ...
@@ -95,18 +102,25 @@ class CachedTurnBlocks:
         """The blocks under ``keys`` shown under the current stamp; a corrupt entry is a miss."""
         if self.ttl_s <= 0:
             return Recalled([None] * len(keys), None)
-        key = stamp_key(tenant)
-        data, *found = await self.cache.get_many([key, *keys])
-        stamp = None
-        if data is None:
-            stamp = await self.cache.incr(key, seed())  # first use, or evicted: see above
-        else:
-            try:
-                stamp = decode_count(data)
-            except CacheDecodeError:
-                stamp = None
+        data, *found = await self.cache.get_many([stamp_key(tenant), *keys])
+        stamp = await self._stamp(tenant, data)
         blocks = [decode(data) if data is not None else None for data in found]
         return Recalled([b if b is not None and b.stamp == stamp else None for b in blocks], stamp)
+
+    async def stamp(self, tenant: str) -> int | None:
+        """The tenant's forget stamp now (one round trip; two when it is missing)."""
+        if self.ttl_s <= 0:
+            return None
+        return await self._stamp(tenant, await self.cache.get(stamp_key(tenant)))
+
+    async def _stamp(self, tenant: str, data: bytes | None) -> int | None:
+        """The stamp stored as ``data``; a missing one is seeded (see above)."""
+        if data is None:
+            return await self.cache.incr(stamp_key(tenant), seed())  # first use, or evicted
+        try:
+            return decode_count(data)
+        except CacheDecodeError:
+            return None
 
     async def remember(self, key: str, block: Remembered) -> None:
         """Keep ``block`` for ``ttl_s`` (0: never)."""

@@ -427,6 +427,8 @@ class EdgeStore:
             current = self._owned(found[0], tenant) if found else None
             if current is None or current.superseded_by is not None:
                 return None
+            # Before the write is visible, as ``add`` does: a superseded memory is dead.
+            self._lifecycle.note([tenant])
             self._shard.update(qe.UpdateOperation.set_payload([pid], {SUPERSEDED_KEY: by}))
             self._records.invalidate([uuid_of(pid)])
             after = self._shard.retrieve([pid], True, False)

@@ -19,12 +19,14 @@ candidates again itself, and a larger pool would cost every request search time)
 
 With ``neighbours`` (the chat pipeline's ``memory.neighbour_candidates``) the dialog turns just
 before and after the user's first ``neighbours`` dialog hits follow the ``top_k`` (adr/0122):
-one more store call (``turns_near``) inside the search stage, cached with the hits.
+one more store call (``turns_near``) inside the search stage, cached with the hits. If that call
+fails, the hits go on without neighbours (logged, and not cached): the neighbours are extras.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,6 +46,7 @@ from proxy.memory.store import MemoryStore, SearchQuery, TurnsQuery
 T = TypeVar("T")
 Write = Callable[[], Job]  # a cache write, started when its time comes
 ALL_SOURCES = frozenset(SOURCES)
+LOGGER = logging.getLogger("memproxy.store")
 # The stages a retrieval may go through, in order (``Server-Timing`` names).
 CACHE, EMBED, SEARCH = "cache", "embed", "search"
 
@@ -154,16 +157,20 @@ class Retriever:
         if hits is None:
             vector = await stages.run(EMBED, self._embed(tenant, want.text))
             search = SearchQuery(vector, want.text, want.user, sources, fetch, live_at=now)
-            hits = await stages.run(SEARCH, self._search(tenant, search, neighbours))
-            if cache is not None and key is not None:
-                await stages.keep(functools.partial(cache.set_retrieval, key, hits))
+            found, whole = await stages.run(SEARCH, self._search(tenant, search, neighbours))
+            if cache is not None and key is not None and whole:
+                await stages.keep(functools.partial(cache.set_retrieval, key, found))
+            hits = found
         elif any(hit.record.expires_at is not None for hit in hits):
             hits = [hit for hit in hits if hit.record.live(now)]
         return hits if neighbours or len(hits) <= want.top_k else hits[: want.top_k]
 
-    async def _search(self, tenant: str, search: SearchQuery, neighbours: int) -> list[Candidate]:
+    async def _search(
+        self, tenant: str, search: SearchQuery, neighbours: int
+    ) -> tuple[list[Candidate], bool]:
         """The ranked hits, and with ``neighbours`` the turns beside the first that many dialog
-        turns of the user (one more store call; adr/0122)."""
+        turns of the user (one more store call; adr/0122); ``False``: that call failed, the
+        hits come without them."""
         hits = ranked(await self.store.search(tenant, search))
         seeds = [
             hit
@@ -171,12 +178,16 @@ class Retriever:
             if hit.record.source == DIALOG_SOURCE and hit.record.user == search.user
         ][:neighbours]
         if not seeds or search.live_at is None:
-            return hits
+            return hits, True
         times = tuple(seed.record.created_at for seed in seeds)
         turns = TurnsQuery(search.user, search.vector, times, NEIGHBOUR_WINDOW_S, search.live_at)
-        near = await self.store.turns_near(tenant, turns)
+        try:
+            near = await self.store.turns_near(tenant, turns)
+        except Exception as exc:  # the hits stand without their neighbours
+            LOGGER.warning("neighbour turns failed, hits go without them: %s", exc)
+            return hits, False
         have = {hit.record.id for hit in hits}
-        return [*hits, *adjacent_turns(seeds, near, have, window=NEIGHBOUR_WINDOW_S)]
+        return [*hits, *adjacent_turns(seeds, near, have, window=NEIGHBOUR_WINDOW_S)], True
 
     async def _embed(self, tenant: str, text: str) -> np.ndarray:
         if self.cache is not None:

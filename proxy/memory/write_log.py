@@ -19,6 +19,12 @@ Bytes past ``end`` are a writer's entry cut short (it died mid-write) and are ov
 next append. Reading entries takes the lock shared (a cut moves bytes within the file); writing
 and cutting take it exclusive. The state file's own ``flock`` guards the primary shard: a fold
 changes it exclusively, a replica copies it shared.
+
+A cut survives its process being killed at any point: it first records its target position in
+the state, then moves the kept bytes to the front in chunks no longer than the gap it closes (a
+chunk's source is never overwritten before it is copied) and records after each how many bytes
+are in place, then truncates and moves ``base``. Whoever opens the log or takes it next to append
+or cut finishes a cut so recorded, from the recorded progress: no entry is lost or read twice.
 """
 
 from __future__ import annotations
@@ -38,9 +44,19 @@ U64 = struct.Struct("<Q")
 STATE_SUFFIX = ".state"
 STATE_BYTES = 4096
 MAGIC = 0x6D706C6F67763031  # "mplogv01": the state file is initialised
-# Byte offsets of the state's counters; replica slots (pid, applied) follow from SLOTS_AT.
+# Byte offsets of the state's counters; replica slots (pid, start, applied) follow from SLOTS_AT.
 MAGIC_AT, BASE_AT, END_AT, PRIMARY_AT, SLOTS_AT = 0, 8, 16, 24, 64
-SLOT = struct.Struct("<QQ")
+# A cut under way: its target position (0: none) and the kept bytes already at the front.
+CUT_AT, MOVED_AT = 32, 40
+CUT_CHUNK_BYTES = 1 << 20
+# A cut closing a gap smaller than this and the bytes it keeps waits for a later, larger one:
+# the kept bytes move in chunks no longer than the gap.
+CUT_MIN_GAP_BYTES = 64 << 10
+# ``start``: the process's start time (``/proc/<pid>/stat`` field 22, clock ticks after boot), so
+# a slot whose pid was reused by another process, or whose process exited unreaped, is free.
+SLOT = struct.Struct("<QQQ")
+APPLIED_IN_SLOT = 2 * U64.size
+UNKNOWN_START = 0  # no /proc to ask: only whether a process of that pid exists counts
 SLOT_COUNT = (STATE_BYTES - SLOTS_AT) // SLOT.size
 
 
@@ -57,6 +73,8 @@ class WriteLog:
             self._state = mmap.mmap(self._state_fd, STATE_BYTES)
             if self._get(MAGIC_AT) != MAGIC:
                 self._initialise()
+            elif self._get(CUT_AT):
+                self._finish_cut_locked()
         except BaseException:
             self.close()
             raise
@@ -73,6 +91,13 @@ class WriteLog:
             self._set(END_AT, 0)
             self._set(END_AT, self._scan(0, os.fstat(self._fd).st_size)[1])
             self._set(MAGIC_AT, MAGIC)
+        finally:
+            self.unlock()
+
+    def _finish_cut_locked(self) -> None:
+        self.lock()
+        try:
+            self._finish_cut()
         finally:
             self.unlock()
 
@@ -110,13 +135,25 @@ class WriteLog:
     def read(self, position: int) -> tuple[list[tuple[Entry, int]], int]:
         """The whole entries from ``position`` to ``end``, each with the position just after
         it, and the position after the last of them (the caller holds the lock, either way)."""
-        base, end = self.base, self.end
+        base, end, target = self.base, self.end, self._get(CUT_AT)
+        if target:  # a cut whose process died: read across its progress until it is finished
+            if position < target:
+                raise ValueError(f"log position {position} was folded away (cut at {target})")
+            gap, moved, start = target - base, self._get(MOVED_AT), position - target
+            # Kept bytes before ``moved`` are at the front already; the rest still past the gap.
+            data = os.pread(self._fd, max(0, min(end - target, moved) - start), start)
+            later = max(start, moved)
+            data += os.pread(self._fd, max(0, end - target - later), gap + later)
+            return self._parse(data, target + start)
         if position < base:
             raise ValueError(f"log position {position} was folded away (the log starts at {base})")
         return self._scan(position - base, end - base, base)
 
     def _scan(self, start: int, stop: int, base: int = 0) -> tuple[list[tuple[Entry, int]], int]:
-        data = os.pread(self._fd, max(0, stop - start), start)
+        return self._parse(os.pread(self._fd, max(0, stop - start), start), base + start)
+
+    def _parse(self, data: bytes, at: int) -> tuple[list[tuple[Entry, int]], int]:
+        """The whole entries in ``data``, which starts at position ``at``."""
         entries: list[tuple[Entry, int]] = []
         position = 0
         while position + HEADER.size <= len(data):
@@ -126,8 +163,8 @@ class WriteLog:
             if len(payload) < length or zlib.crc32(payload) != crc:
                 break  # a dead writer's torn tail (only an old log, read at initialisation)
             position = begin + length
-            entries.append((pickle.loads(payload), base + start + position))
-        return entries, base + start + position
+            entries.append((pickle.loads(payload), at + position))
+        return entries, at + position
 
     def lock(self) -> None:
         """Block until this handle holds the exclusive lock (to append or cut)."""
@@ -152,6 +189,7 @@ class WriteLog:
     def append(self, entry: Entry) -> int:
         """Append ``entry`` at ``end`` (the caller holds the lock exclusively and has read up to
         ``end``); return the new ``end``. A dead writer's bytes past ``end`` are overwritten."""
+        self._finish_cut()
         base, end = self.base, self.end
         payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
         frame = HEADER.pack(len(payload), zlib.crc32(payload)) + payload
@@ -166,35 +204,60 @@ class WriteLog:
 
     def cut_before(self, position: int) -> int:
         """Drop the entries before ``position`` from the file (the caller holds the lock
-        exclusively, and every replica and the primary have applied them); the bytes freed."""
+        exclusively, and every replica and the primary have applied them); the bytes freed
+        (0 also when the gap is too small to be worth its chunks: a later cut takes it)."""
+        self._finish_cut()
         base, end = self.base, self.end
         position = min(max(position, base), end)
-        if position == base:
+        gap = position - base
+        if gap == 0 or gap < min(end - position, CUT_MIN_GAP_BYTES):
             return 0
-        kept = os.pread(self._fd, end - position, position - base)
-        os.pwrite(self._fd, kept, 0)
-        os.ftruncate(self._fd, len(kept))
-        self._set(BASE_AT, position)
-        return position - base
+        self._set(MOVED_AT, 0)
+        self._set(CUT_AT, position)  # from here on, a kill leaves the cut to be finished
+        self._finish_cut()
+        return gap
+
+    def _finish_cut(self) -> None:
+        """Finish the cut recorded in the state, if any (the caller holds the lock
+        exclusively): move what is not in place yet, truncate, move ``base``."""
+        target = self._get(CUT_AT)
+        if target == 0:
+            return
+        base, end = self.base, self.end
+        gap, length = target - base, end - target
+        moved = self._get(MOVED_AT)
+        while gap > 0 and moved < length:
+            # No longer than the gap: the writes reach at most this chunk's source's start.
+            size = min(gap, length - moved, CUT_CHUNK_BYTES)
+            chunk = os.pread(self._fd, size, gap + moved)
+            if len(chunk) != size or os.pwrite(self._fd, chunk, moved) != size:
+                raise OSError(f"short copy while cutting {self.path}")
+            moved += size
+            self._set(MOVED_AT, moved)
+        if gap > 0:
+            os.ftruncate(self._fd, length)
+            self._set(BASE_AT, target)
+        self._set(CUT_AT, 0)
 
     def claim(self, applied: int) -> int:
         """A slot for this process's replica, which has applied everything before ``applied``
         (the caller holds the lock exclusively); slots of exited processes are reused."""
         pid = os.getpid()
+        start = _start(pid)
         for slot in range(SLOT_COUNT):
-            owner, _ = SLOT.unpack_from(self._state, SLOTS_AT + slot * SLOT.size)
-            if owner == 0 or not _alive(owner):
-                SLOT.pack_into(self._state, SLOTS_AT + slot * SLOT.size, pid, applied)
+            owner, started, _ = SLOT.unpack_from(self._state, SLOTS_AT + slot * SLOT.size)
+            if owner == 0 or not _alive(owner, started):
+                SLOT.pack_into(self._state, SLOTS_AT + slot * SLOT.size, pid, start or 0, applied)
                 return slot
         raise OSError(f"more than {SLOT_COUNT} replicas on {self.path}")
 
     def publish(self, slot: int, applied: int) -> None:
         """Say how far this replica has applied the log (one store into the shared map)."""
-        U64.pack_into(self._state, SLOTS_AT + slot * SLOT.size + U64.size, applied)
+        U64.pack_into(self._state, SLOTS_AT + slot * SLOT.size + APPLIED_IN_SLOT, applied)
 
     def release(self, slot: int) -> None:
         """Give the slot back (the replica is closing)."""
-        SLOT.pack_into(self._state, SLOTS_AT + slot * SLOT.size, 0, 0)
+        SLOT.pack_into(self._state, SLOTS_AT + slot * SLOT.size, 0, 0, 0)
 
     def release_all(self) -> None:
         """Free every slot (no replica runs: the supervisor's start and stop)."""
@@ -204,8 +267,8 @@ class WriteLog:
         """How far each live replica has applied the log."""
         positions = []
         for slot in range(SLOT_COUNT):
-            owner, applied = SLOT.unpack_from(self._state, SLOTS_AT + slot * SLOT.size)
-            if owner and _alive(owner):
+            owner, started, applied = SLOT.unpack_from(self._state, SLOTS_AT + slot * SLOT.size)
+            if owner and _alive(owner, started):
                 positions.append(applied)
         return positions
 
@@ -218,7 +281,12 @@ class WriteLog:
         os.close(self._fd)
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, started: int) -> bool:
+    """Whether the process that claimed a slot as ``pid`` started at ``started`` still runs."""
+    if started != UNKNOWN_START:
+        now = _start(pid)
+        if now != UNKNOWN_START:
+            return now == started  # None: gone or a zombie; another value: the pid was reused
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -226,3 +294,19 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # someone else's process: alive
         return True
     return True
+
+
+def _start(pid: int) -> int | None:
+    """The start time of process ``pid`` (``UNKNOWN_START`` without ``/proc``); ``None`` if
+    it does not exist or has exited (a zombie, not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+    except FileNotFoundError:
+        return None if os.path.isdir("/proc/self") else UNKNOWN_START
+    except OSError:
+        return UNKNOWN_START
+    fields = data[data.rindex(b")") + 2 :].split()  # the name may hold spaces and parentheses
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[19])  # field 22; fields[0] is field 3

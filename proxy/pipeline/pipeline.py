@@ -337,7 +337,8 @@ class Pipeline:
         The search starts before the recall of earlier turns' blocks and runs alongside it: the
         recall is a cache round trip (Redis across workers) the search does not depend on, so
         a request waits for the longer of the two, not both. Only what is done with the hits
-        (the room, a reused block) waits for the recall.
+        (the room, a reused block) waits for the recall. The tenant's forget stamp is read
+        before the search starts (``proxy/cache/blocks.py``).
         """
         options = run.options
         budget = run.budget = await self._budget(run)
@@ -348,11 +349,16 @@ class Pipeline:
         run.clock.mark("query")
         neighbours = self.settings.neighbour_candidates
         want = Retrieval(query, options.user, options.top_k, options.sources, neighbours=neighbours)
-        searching = None
+        searching = before = None
         if query and options.sources and self.retriever is not None and self._recalls(run):
+            # The stamp this turn's block keeps is read before the search reads the store: a
+            # delete between the search and the recall then leaves the block stale, not kept.
+            before = await self._stamp(run)
             searching = asyncio.ensure_future(self.retriever.retrieve(run.tenant.id, want, run))
         try:
             placement = await self._recall(run, budget)
+            if searching is not None and placement.stamp != before:
+                placement = placement.unkept()  # a delete may have come after the search
             room = placement.room(budget.memory_tokens, budget.available_tokens)
             placement = run.placement = placement.reusable(room)
         except BaseException:
@@ -402,6 +408,15 @@ class Pipeline:
             and run.conversation.preamble is not None
             and place(run.api, run.options.position) == TURN
         )
+
+    async def _stamp(self, run: Run) -> int | None:
+        """The tenant's forget stamp now (``None``: unknown, this turn's block is not kept)."""
+        assert self.blocks is not None  # only asked for when ``_recalls``
+        try:
+            return await self.blocks.stamp(run.tenant.id)
+        except Exception as exc:  # a backend's failure only loses this turn's block
+            LOGGER.warning("reading the forget stamp failed: %s", type(exc).__name__)
+            return None
 
     async def _recall(self, run: Run, budget: TokenBudget) -> Placement:
         """Where this request's blocks go; with position ``turn``, the earlier turns' blocks

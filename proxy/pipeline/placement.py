@@ -65,6 +65,10 @@ class Placement:
         """This placement, noting the turn's memories an earlier block already shows."""
         return replace(self, already=already)
 
+    def unkept(self) -> Placement:
+        """This placement, its turn's block not to be remembered."""
+        return replace(self, key=None)
+
     def reusable(self, room: int) -> Placement:
         """This placement, without its reused block if that no longer fits ``room`` (a lower
         cap, a longer conversation): the turn's block is then chosen anew."""

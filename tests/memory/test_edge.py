@@ -282,6 +282,26 @@ async def test_a_dead_memory_found_without_the_condition_is_searched_again(
         await store.close()
 
 
+async def test_a_supersede_makes_the_tenants_searches_check_liveness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant known to hold no dead memory gets one by a supersede (a payload update, not
+    an add): its next search runs once, with the liveness condition."""
+    records = [record("m1", content="a red van"), record("m2", content="a red van")]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        await store.add(records, vectors_for(records, DIM))
+        seen = spy_searches(monkeypatch)
+        assert sorted(await live_ids(store)) == ["m1", "m2"]
+        assert seen == [None]  # known: nothing of the tenant can be dead
+        assert await store.supersede("t1", "m2", "m1") is not None
+        seen.clear()
+        assert await live_ids(store) == ["m1"]
+        assert seen == [LIVE_AT]
+    finally:
+        await store.close()
+
+
 async def test_background_flush_and_index_build_keep_every_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

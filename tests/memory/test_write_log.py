@@ -3,16 +3,19 @@ the front off while positions stay valid, and the replicas' slots."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from proxy.memory.write_log import HEADER, SLOT, SLOTS_AT, WriteLog
+from proxy.memory import write_log
+from proxy.memory.write_log import CUT_AT, HEADER, SLOT, SLOTS_AT, WriteLog
 
 
 def test_entries_come_back_in_order_with_their_end_positions(tmp_path: Path) -> None:
@@ -90,6 +93,108 @@ def test_cutting_the_front_keeps_every_later_position(tmp_path: Path) -> None:
     assert log.read(after) == ([], after)
 
 
+Setter = Callable[[int, int], None]
+
+
+class Killed(BaseException):
+    """The process dying where a step of the cut would have run."""
+
+
+class Dying:
+    """``os`` for the log, but the ``at``-th write step of a cut (a chunk's copy, the truncate,
+    a state update) dies: before it, or (``torn``) with a copy half written."""
+
+    def __init__(self, at: int, torn: bool) -> None:
+        self.at, self.torn, self.steps = at, torn, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps == self.at:
+            raise Killed
+
+    def pwrite(self, fd: int, data: bytes, offset: int) -> int:
+        if self.steps + 1 == self.at and self.torn:
+            os.pwrite(fd, data[: len(data) // 2], offset)
+        self.step()
+        return os.pwrite(fd, data, offset)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        self.step()
+        os.ftruncate(fd, length)
+
+
+def test_a_cut_killed_at_any_step_is_finished_by_the_next_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every step of a cut dying in turn (chunks overlapping what they move): the next handle
+    sees exactly the entries after the cut, once, at their positions, and appends on."""
+    monkeypatch.setattr(write_log, "CUT_CHUNK_BYTES", 40)
+    monkeypatch.setattr(write_log, "CUT_MIN_GAP_BYTES", 0)
+    entries = [("add", (f"entry {i}",)) for i in range(12)]
+    bases = set()
+    for at in range(1, 40):
+        for torn in (False, True):
+            path = tmp_path / f"log-{at}-{torn}"
+            log, other = WriteLog(path), WriteLog(path)
+            ends = [log.append(entry) for entry in entries]
+            cut = ends[2]  # less than what is kept: several chunks, each overlapping the next
+            dying = Dying(at, torn)
+            monkeypatch.setattr(write_log, "os", dying)
+            real_set = log._set
+
+            def dying_set(
+                where: int, value: int, dying: Dying = dying, real: Setter = real_set
+            ) -> None:
+                dying.step()
+                real(where, value)
+
+            monkeypatch.setattr(log, "_set", dying_set)
+            with contextlib.suppress(Killed):
+                log.cut_before(cut)
+            monkeypatch.setattr(write_log, "os", os)
+            log.close()  # its lock goes with it, as with a killed process
+            # Before anyone finishes the cut, a reader finds every entry after it in place.
+            start = other._get(CUT_AT) or other.base
+            left = [(e, end) for e, end in zip(entries, ends, strict=True) if end > start]
+            assert other.read(start) == (left, ends[-1]), (at, torn)
+            other.close()
+            reopened = WriteLog(path)
+            # Killed before the cut was recorded, nothing was cut; after, all of it.
+            assert reopened.base in (0, cut), (at, torn)
+            bases.add(reopened.base)
+            assert reopened._get(CUT_AT) == 0
+            kept = [(e, end) for e, end in zip(entries, ends, strict=True) if end > reopened.base]
+            assert reopened.read(reopened.base) == (kept, ends[-1]), (at, torn)
+            after = reopened.append(("add", ("next",)))
+            assert reopened.read(ends[-1]) == ([(("add", ("next",)), after)], after)
+            assert reopened.size() == after - reopened.base
+            reopened.close()
+        if dying.steps < at:
+            break  # the cut finished before this step: every step has died once
+    else:
+        pytest.fail("the cut took more steps than tried")
+    assert bases == {0, cut}
+
+
+def test_a_small_gap_before_a_long_tail_waits_for_a_later_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept bytes move in chunks no longer than the gap: a tiny gap would take many."""
+    monkeypatch.setattr(write_log, "CUT_MIN_GAP_BYTES", 100)
+    log = WriteLog(tmp_path / "log")
+    ends = [log.append(("add", (f"entry {i}",))) for i in range(6)]
+    assert ends[0] < 100 < ends[-1] - ends[0]
+    assert log.cut_before(ends[0]) == 0
+    assert (log.base, log.size()) == (0, ends[-1])
+    assert log.cut_before(ends[2]) == ends[2]  # a gap past the floor
+    assert log.cut_before(ends[3]) == 0  # 40 bytes freed, 80 kept
+    assert log.cut_before(ends[-1]) == ends[-1] - ends[2]  # keeping nothing: any gap goes
+    assert (log.base, log.size()) == (ends[-1], 0)
+
+
 def test_slots_say_how_far_live_replicas_are(tmp_path: Path) -> None:
     log = WriteLog(tmp_path / "log")
     mine = log.claim(10)
@@ -115,6 +220,37 @@ def test_a_dead_replicas_slot_is_ignored_and_reused(tmp_path: Path) -> None:
     log = WriteLog(tmp_path / "log")
     slot = log.claim(1)
     # The slot as a worker that was killed left it.
-    SLOT.pack_into(log._state, SLOTS_AT + slot * SLOT.size, spawn_and_reap(), 1)
+    SLOT.pack_into(log._state, SLOTS_AT + slot * SLOT.size, spawn_and_reap(), 1, 1)
     assert log.replica_positions() == []  # its position holds nothing back
     assert log.claim(2) == slot  # and its slot is the first free one
+
+
+def test_a_slot_whose_pid_was_reused_is_free(tmp_path: Path) -> None:
+    """A killed worker's pid now names another process: a different start time."""
+    log = WriteLog(tmp_path / "log")
+    slot = log.claim(1)
+    pid, started, _ = SLOT.unpack_from(log._state, SLOTS_AT + slot * SLOT.size)
+    assert (pid, log.replica_positions()) == (os.getpid(), [1])
+    SLOT.pack_into(log._state, SLOTS_AT + slot * SLOT.size, pid, started + 1, 1)
+    assert log.replica_positions() == []
+    assert log.claim(2) == slot
+
+
+def test_the_slot_of_a_worker_that_exited_unreaped_is_free(tmp_path: Path) -> None:
+    log = WriteLog(tmp_path / "log")
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    try:
+        slot = log.claim(1)
+        started = write_log._start(child.pid)
+        assert started
+        SLOT.pack_into(log._state, SLOTS_AT + slot * SLOT.size, child.pid, started, 1)
+        assert log.replica_positions() == [1]  # running: its position holds the cut
+        assert child.stdin is not None
+        child.stdin.close()  # it exits; waiting without reaping leaves it a zombie
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+        assert log.replica_positions() == []
+        assert log.claim(2) == slot
+    finally:
+        child.wait()

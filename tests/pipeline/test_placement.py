@@ -193,6 +193,9 @@ class AfterSearch:
         await self.searched.wait()
         return await self.kept.recall(tenant, keys)
 
+    async def stamp(self, tenant: str) -> int | None:
+        return await self.kept.stamp(tenant)
+
     async def remember(self, key: str, block: Remembered) -> None:
         await self.kept.remember(key, block)
 
@@ -257,6 +260,45 @@ async def test_a_deleted_memory_never_comes_back_in_an_earlier_block() -> None:
     assert all(FACTS[deleted] not in str(m["content"]) for m in after.body["messages"])
 
 
+class DeletedDuringSearch(FakeStore):
+    """The fake store where, once a search has read the memories, every one it found is
+    deleted (store, caches, turn blocks) before the search answers; ``deleted`` is then set."""
+
+    def __init__(self, deleted: asyncio.Event) -> None:
+        super().__init__(records(FACTS), dimensions=DIMS)
+        self.deleted = deleted
+        self.service: MemoryService | None = None
+
+    async def search(self, tenant: str, query: SearchQuery) -> list[Candidate]:
+        found = await super().search(tenant, query)
+        if self.service is not None and not self.deleted.is_set():
+            for hit in found:
+                await self.service.delete(tenant, hit.record.id)
+            self.deleted.set()
+        return found
+
+
+class AfterDelete(AfterSearch):
+    """Turn blocks whose recall answers only once the delete is done."""
+
+
+async def test_a_delete_between_the_search_and_the_recall_keeps_no_block_showing_it() -> None:
+    """The search has returned memories, their delete completes, then the recall reads the
+    moved stamp: the block showing them must not be remembered as shown after the delete."""
+    deleted = asyncio.Event()
+    store = DeletedDuringSearch(deleted)
+    pipeline, spawned, raw = build(blocks=lambda kept: AfterDelete(kept, deleted), store=store)
+    store.service = MemoryService(store, FakeEmbedder(DIMS), blocks=CachedTurnBlocks(raw, 60))
+    headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
+    first = await pipeline.prepare(TENANT, headers, chat("dog?"), OPENAI_CHAT)
+    await spawned.run()
+    assert deleted.is_set()
+    assert first.body["messages"][1]["content"].startswith(BLOCK_OPEN)  # shown this once
+    later = await pipeline.prepare(TENANT, headers, chat("dog?", "Biscuit.", "tea?"), OPENAI_CHAT)
+    assert later.body["messages"][1] == {"role": "user", "content": "dog?"}  # not put back
+    assert all(fact not in str(m["content"]) for m in later.body["messages"] for fact in FACTS)
+
+
 class Failing:
     """Turn blocks whose backend fails: ``raises`` as an exception, else as misses the cache
     could not serve (what the byte caches do when Redis is down)."""
@@ -269,6 +311,12 @@ class Failing:
             raise ConnectionError("cache down")
         record_unserved()
         return Recalled([None] * len(keys), None)
+
+    async def stamp(self, tenant: str) -> int | None:
+        if self.raises:
+            raise ConnectionError("cache down")
+        record_unserved()
+        return None
 
     async def remember(self, key: str, block: Remembered) -> None:
         """Nothing is kept."""
