@@ -115,6 +115,16 @@ async def with_neighbours(store: EdgeStore, query: SearchQuery, seeds: int) -> l
     return [*hits, *adjacent_turns(first, near, have, window=NEIGHBOUR_WINDOW_S)]
 
 
+async def imported(path: str, samples: Sequence[dict[str, Any]], model: SyncEmbedder) -> EdgeStore:
+    """A new embedded store at ``path`` holding every memory of ``samples`` (the caller closes
+    it)."""
+    store = await EdgeStore.open(path, dimensions=model.dimensions, optimize_after=None)
+    for sample in samples:
+        records = locomo_records(sample)
+        await store.add(records, model.embed_sync([r.content for r in records]))
+    return store
+
+
 @dataclass
 class Pools:
     """One embedder's questions and their candidates per (pool, seeds)."""
@@ -136,11 +146,8 @@ async def candidates(
     vectors = model.embed_sync([q.text for q in asked])
     found: dict[tuple[int, int], list[list[Candidate]]] = {}
     with tempfile.TemporaryDirectory(prefix="memproxy-replay-") as tmp:
-        store = await EdgeStore.open(tmp, dimensions=model.dimensions, optimize_after=None)
+        store = await imported(tmp, samples, model)
         try:
-            for sample in samples:
-                records = locomo_records(sample)
-                await store.add(records, model.embed_sync([r.content for r in records]))
             for pool in pools:
                 for count in seeds:
                     found[pool, count] = [
@@ -160,14 +167,18 @@ def carried(question: Any, memories: Sequence[Candidate]) -> float:
 
 
 def replay(
-    asked: Sequence[Any], pool: list[list[Candidate]], config: AssemblerConfig, tokens: BlockTokens
+    asked: Sequence[Any],
+    pool: list[list[Candidate]],
+    config: AssemblerConfig,
+    tokens: BlockTokens,
+    queries: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Recall per category (%) and block tokens of ``config`` on every question's ``pool``."""
+    """Recall per category (%) and block tokens of ``config`` on every question's ``pool``;
+    ``queries``: the text each question is assembled for (default: the question's)."""
     pairs, sizes = [], []
-    for question, hits in zip(asked, pool, strict=True):
-        packed = assemble(
-            hits, question.text, MEMORY_MAX_TOKENS, now=NOW, tokens=tokens, config=config
-        )
+    texts = queries if queries is not None else [question.text for question in asked]
+    for question, hits, text in zip(asked, pool, texts, strict=True):
+        packed = assemble(hits, text, MEMORY_MAX_TOKENS, now=NOW, tokens=tokens, config=config)
         pairs.append((question.category, carried(question, packed.memories)))
         sizes.append(packed.rendered_tokens)
     row: dict[str, Any] = {k: 100 * v for k, v in mean_by_category(pairs).items()}
