@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import statistics
 import sys
 import tempfile
@@ -48,17 +47,24 @@ from bench.lib import query_variants as qv
 from bench.lib import stats
 from bench.lib.locomo_data import CATEGORIES, mean_by_category, questions
 from bench.locomo import DEFAULT_DATA
-from bench.locomo_replay import ENCODING, TENANT, carried, imported, numbers, replay
+from bench.locomo_replay import (
+    ENCODING,
+    TENANT,
+    carried,
+    conversations,
+    imported,
+    neighbours,
+    numbers,
+    replay,
+)
 from bench.store import NOW
 from proxy.context.assembler import AssemblerConfig, assemble
-from proxy.context.neighbours import adjacent_turns
 from proxy.context.records import Candidate
 from proxy.context.render import BlockTokens
-from proxy.defaults import MEMORY_MAX_TOKENS, NEIGHBOUR_CANDIDATES, NEIGHBOUR_WINDOW_S
-from proxy.memory.edge import EdgeStore
+from proxy.defaults import MEMORY_MAX_TOKENS, NEIGHBOUR_CANDIDATES
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.retriever import ranked
-from proxy.memory.store import SearchQuery, TurnsQuery
+from proxy.memory.store import SearchQuery
 from proxy.tokenizer import tiktoken_tokenizer
 
 TOP_K = 50  # memory.top_k's default (proxy/settings.py)
@@ -75,19 +81,6 @@ class Variant:
     found: list[list[Candidate]] = field(default_factory=list)
     queries: list[str] = field(default_factory=list)
     extra: list[float] = field(default_factory=list)
-
-
-async def neighbours(
-    store: EdgeStore, query: SearchQuery, hits: list[Candidate], seeds: list[Candidate]
-) -> list[Candidate]:
-    """``hits`` and the turns beside ``seeds`` (the retriever's adr/0122 step)."""
-    if not seeds:
-        return hits
-    times = tuple(seed.record.created_at for seed in seeds)
-    turns = TurnsQuery(query.user, query.vector, times, NEIGHBOUR_WINDOW_S, NOW)
-    near = await store.turns_near(TENANT, turns)
-    have = {hit.record.id for hit in hits}
-    return [*hits, *adjacent_turns(seeds, near, have, window=NEIGHBOUR_WINDOW_S)]
 
 
 class WordVectors:
@@ -203,12 +196,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     unknown = sorted(set(wanted) - set(VARIANTS))
     if unknown:
         raise SystemExit(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
-    if not args.data.is_file():
-        if args.smoke:  # the data set is external (never in the repo)
-            print(f"locomo variants smoke SKIPPED (no LoCoMo data at {args.data})")
-            return
-        raise SystemExit(f"LoCoMo data not found at {args.data}")
-    samples = json.loads(args.data.read_text())
+    samples = conversations(args.data, smoke=args.smoke, name="locomo variants")
+    if samples is None:
+        return
     prices = numbers(args.prices, float)
     if args.smoke:
         samples, prices = samples[:1], prices[:1]
