@@ -121,6 +121,7 @@ async def collect(
                 query = SearchQuery(vector, question.text, question.sample_id, None, TOP_K)
                 found = await store.search(TENANT, query)
                 hits = ranked(found)
+                # The first dialog hits of ``hits``, which is by similarity: the product's seeds.
                 seeds = qv.fused_seeds(hits, query.user, NEIGHBOUR_CANDIDATES)
                 base = await neighbours(store, query, hits, seeds)
                 for name, variant in out.items():
