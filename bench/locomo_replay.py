@@ -106,13 +106,30 @@ async def with_neighbours(store: EdgeStore, query: SearchQuery, seeds: int) -> l
     chat pipeline's retriever gets them (``store.turns_near``, ``adjacent_turns``)."""
     hits = ranked(await store.search(TENANT, query))
     first = [hit for hit in hits if hit.record.source == DIALOG][:seeds]
-    if not first:
+    return await neighbours(store, query, hits, first)
+
+
+async def neighbours(
+    store: EdgeStore, query: SearchQuery, hits: list[Candidate], seeds: list[Candidate]
+) -> list[Candidate]:
+    """``hits`` and the turns beside ``seeds`` (the retriever's adr/0122 step)."""
+    if not seeds:
         return hits
-    times = tuple(hit.record.created_at for hit in first)
+    times = tuple(seed.record.created_at for seed in seeds)
     turns = TurnsQuery(query.user, query.vector, times, NEIGHBOUR_WINDOW_S, NOW)
     near = await store.turns_near(TENANT, turns)
     have = {hit.record.id for hit in hits}
-    return [*hits, *adjacent_turns(first, near, have, window=NEIGHBOUR_WINDOW_S)]
+    return [*hits, *adjacent_turns(seeds, near, have, window=NEIGHBOUR_WINDOW_S)]
+
+
+async def imported(path: str, samples: Sequence[dict[str, Any]], model: SyncEmbedder) -> EdgeStore:
+    """A new embedded store at ``path`` holding every memory of ``samples`` (the caller closes
+    it)."""
+    store = await EdgeStore.open(path, dimensions=model.dimensions, optimize_after=None)
+    for sample in samples:
+        records = locomo_records(sample)
+        await store.add(records, model.embed_sync([r.content for r in records]))
+    return store
 
 
 @dataclass
@@ -136,11 +153,8 @@ async def candidates(
     vectors = model.embed_sync([q.text for q in asked])
     found: dict[tuple[int, int], list[list[Candidate]]] = {}
     with tempfile.TemporaryDirectory(prefix="memproxy-replay-") as tmp:
-        store = await EdgeStore.open(tmp, dimensions=model.dimensions, optimize_after=None)
+        store = await imported(tmp, samples, model)
         try:
-            for sample in samples:
-                records = locomo_records(sample)
-                await store.add(records, model.embed_sync([r.content for r in records]))
             for pool in pools:
                 for count in seeds:
                     found[pool, count] = [
@@ -160,14 +174,18 @@ def carried(question: Any, memories: Sequence[Candidate]) -> float:
 
 
 def replay(
-    asked: Sequence[Any], pool: list[list[Candidate]], config: AssemblerConfig, tokens: BlockTokens
+    asked: Sequence[Any],
+    pool: list[list[Candidate]],
+    config: AssemblerConfig,
+    tokens: BlockTokens,
+    queries: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Recall per category (%) and block tokens of ``config`` on every question's ``pool``."""
+    """Recall per category (%) and block tokens of ``config`` on every question's ``pool``;
+    ``queries``: the text each question is assembled for (default: the question's)."""
     pairs, sizes = [], []
-    for question, hits in zip(asked, pool, strict=True):
-        packed = assemble(
-            hits, question.text, MEMORY_MAX_TOKENS, now=NOW, tokens=tokens, config=config
-        )
+    texts = queries if queries is not None else [question.text for question in asked]
+    for question, hits, text in zip(asked, pool, texts, strict=True):
+        packed = assemble(hits, text, MEMORY_MAX_TOKENS, now=NOW, tokens=tokens, config=config)
         pairs.append((question.category, carried(question, packed.memories)))
         sizes.append(packed.rendered_tokens)
     row: dict[str, Any] = {k: 100 * v for k, v in mean_by_category(pairs).items()}
@@ -200,6 +218,18 @@ def numbers(text: str, kind: Callable[[str], Any]) -> list[Any]:
     return [kind(item) for item in text.split(",") if item]
 
 
+def conversations(path: Path, *, smoke: bool, name: str) -> list[dict[str, Any]] | None:
+    """The LoCoMo conversations at ``path``; ``None`` for a smoke run without them (printed as
+    SKIPPED: the data set is external, never in the repo)."""
+    if not path.is_file():
+        if smoke:
+            print(f"{name} smoke SKIPPED (no LoCoMo data at {path})")
+            return None
+        raise SystemExit(f"LoCoMo data not found at {path}")
+    samples: list[dict[str, Any]] = json.loads(path.read_text())
+    return samples
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Collect candidates once per embedder, then print one row per (embedder, pool, seeds,
     price, neighbour gains)."""
@@ -213,12 +243,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--smoke", action="store_true", help="one conversation, one pool, one price"
     )
     args = parser.parse_args(argv)
-    if not args.data.is_file():
-        if args.smoke:  # the data set is external (never in the repo)
-            print(f"locomo replay smoke SKIPPED (no LoCoMo data at {args.data})")
-            return
-        raise SystemExit(f"LoCoMo data not found at {args.data}")
-    samples = json.loads(args.data.read_text())
+    samples = conversations(args.data, smoke=args.smoke, name="locomo replay")
+    if samples is None:
+        return
     pools, prices = numbers(args.pools, int), numbers(args.prices, float)
     seeds = numbers(args.seeds, int) or [0]
     if args.smoke:
