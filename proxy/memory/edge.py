@@ -54,6 +54,7 @@ from proxy.memory.edge_query import (
     uuid_of,
 )
 from proxy.memory.edge_shard import open_shard
+from proxy.memory.near import near_turns, ranked, turns_failed, turns_query
 from proxy.memory.points import (
     COUNT_FIELDS,
     DENSE_VECTOR,
@@ -71,6 +72,7 @@ from proxy.memory.points import (
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
 from proxy.memory.store import (
     NEAR_TURNS,
+    Found,
     Page,
     RepeatKey,
     SearchQuery,
@@ -308,6 +310,32 @@ class EdgeStore:
             return found
         self._lifecycle.note([tenant])
         return self._search_once(tenant, query, vector)
+
+    async def search_near(
+        self, tenant: str, query: SearchQuery, seeds: int, window_s: float
+    ) -> Found:
+        """The ranked hits and the dialog turns beside the first ``seeds`` dialog hits, in one
+        thread hop: the lookup runs in the search's own call, seeded by its hits (a second hop
+        cost ~0.13 ms of each chat request's search stage; docs/benchmarks.md)."""
+        require_tenant(tenant)
+        vector = check_query(query, self.dimensions)
+        if query.top_k <= 0:
+            return Found([], [])
+        return await self._run(self._search_near_sync, tenant, query, vector, seeds, window_s)
+
+    def _search_near_sync(
+        self, tenant: str, query: SearchQuery, vector: np.ndarray, seeds: int, window_s: float
+    ) -> Found:
+        hits = ranked(self.search_sync(tenant, query, vector))
+        chosen, turns = turns_query(query, hits, seeds, window_s)
+        if turns is None:
+            return Found(hits, [])
+        try:
+            near = self._turns_near_sync(tenant, turns, vector)
+        except Exception as exc:  # the hits stand without their neighbours
+            turns_failed(exc)
+            return Found(hits, None)
+        return Found(hits, near_turns(hits, chosen, near, window_s))
 
     def _holds_lifecycle(self, tenant: str) -> bool:
         """Whether the shard holds a memory of ``tenant`` with an expiry or a successor."""
