@@ -49,6 +49,7 @@ from proxy.memory.edge_query import (
     lifecycle_filters,
     list_filter,
     repeat_filter,
+    scored,
     search_hits,
     tenant_filter,
     turns_filter,
@@ -510,7 +511,7 @@ class EdgeStore:
                 params=DENSE_PARAMS,
             )
         )
-        return self._candidates(tenant, [(key_of(point.id), point.score) for point in found])
+        return self._candidates(tenant, list(scored(found).items()))
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory expired at or before ``before``; return how many."""

@@ -15,7 +15,7 @@ back as ``uuid.UUID`` objects, whose ``__hash__`` is Python code; a search hashe
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -65,9 +65,17 @@ def key_of(pid: int | UUID | str) -> int:
     return pid if isinstance(pid, int) else UUID(pid).int
 
 
-def id_of(key: int) -> UUID:
-    """The point id of a key, as the shard takes it."""
-    return UUID(int=key)
+def id_of(key: int) -> str:
+    """The point id of a key, as the shard takes it: the UUID's 32 hex digits (a quarter of
+    the time of building a ``uuid.UUID``)."""
+    return f"{key:032x}"
+
+
+def scored(found: Sequence[Any]) -> dict[int, float]:
+    """{point key: score} of a query's points, in their order. The store writes UUID ids only,
+    so ``.int`` is read directly: ``key_of`` per point cost more than the hashing it saves
+    (12.5 against 2.6 us for 50 points; UUID-keyed: 10.3)."""
+    return {point.id.int: point.score for point in found}
 
 
 def to_filter(conditions: list[Condition], live: Liveness | None = None) -> qe.Filter:
@@ -151,7 +159,7 @@ def search_hits(
                 params=DENSE_PARAMS,
             )
         )
-        return [(key_of(p.id), p.score) for p in found]
+        return list(scored(found).items())
     branch = query.top_k * HYBRID_OVERSAMPLE
     lexical_query = qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_VECTOR)
     # Both requests built first: the two engine calls run back to back.
@@ -162,9 +170,9 @@ def search_hits(
         limit=branch, query=lexical_query, filter=scope, with_payload=False
     )
     dense_found = shard.query(dense_request)
-    lexical_found = shard.query(lexical_request)
-    cosine = {key_of(p.id): p.score for p in dense_found}
-    lexical_ids = {key_of(p.id): p.id for p in lexical_found}
+    lexical_found: list[Any] = shard.query(lexical_request)  # ids: UUIDs, as the store writes
+    cosine = scored(dense_found)
+    lexical_ids = {point.id.int: point.id for point in lexical_found}
     fused = fuse_ranks([list(cosine), list(lexical_ids)], k=RRF_K, limit=query.top_k)
     keys = [key for key, _ in fused]
     missing = [lexical_ids[key] for key in keys if key not in cosine]
@@ -179,5 +187,5 @@ def search_hits(
                 params=DENSE_PARAMS,
             )
         )
-        cosine.update((key_of(p.id), p.score) for p in rescored)
+        cosine.update(scored(rescored))
     return [(key, cosine.get(key, 0.0)) for key in keys]

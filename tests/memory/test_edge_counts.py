@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -100,7 +101,7 @@ class ReadSpy:
         self.reads: list[set[str]] = []
 
     def retrieve(self, ids: list[object], *args: object) -> object:
-        self.reads.append({str(i) for i in ids})
+        self.reads.append({str(uuid.UUID(str(i))) for i in ids})  # any spelling of a UUID
         return self.shard.retrieve(ids, *args)
 
     def __getattr__(self, name: str) -> object:
