@@ -54,7 +54,7 @@ from proxy.context.render import BlockTokens
 from proxy.defaults import MEMORY_MAX_TOKENS, NEIGHBOUR_WINDOW_S
 from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder, normalise_rows
-from proxy.memory.retriever import ranked
+from proxy.memory.near import ranked
 from proxy.memory.store import SearchQuery, TurnsQuery
 from proxy.tokenizer import tiktoken_tokenizer
 

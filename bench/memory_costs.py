@@ -76,7 +76,7 @@ from proxy.context.words import (
 from proxy.context.words import query_matcher as plain_query_matcher
 from proxy.memory import lexical
 from proxy.memory.edge import EdgeStore
-from proxy.memory.edge_query import DENSE_PARAMS, scope_filter, uuid_of
+from proxy.memory.edge_query import DENSE_PARAMS, key_of, scope_filter
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.fusion import RRF_K, fuse_ranks
 from proxy.memory.points import DENSE_VECTOR, SPARSE_VECTOR
@@ -163,18 +163,18 @@ def search_parts(
         )
     )
     t = timed(parts, "dense", t)
-    cosine = {uuid_of(p.id): p.score for p in dense_found}
-    lexical_ids = []
+    cosine = {key_of(p.id): p.score for p in dense_found}
+    lexical_ids: dict[int, Any] = {}
     if indices:
         sparse = qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_VECTOR)
         found = shard.query(
             qe.QueryRequest(limit=top_k, query=sparse, filter=scope_f, with_payload=False)
         )
-        lexical_ids = [uuid_of(p.id) for p in found]
+        lexical_ids = {key_of(p.id): p.id for p in found}
     t = timed(parts, "sparse", t)
-    fused = fuse_ranks([list(cosine), lexical_ids], k=RRF_K, limit=top_k)
+    fused = fuse_ranks([list(cosine), list(lexical_ids)], k=RRF_K, limit=top_k)
     ids = [pid for pid, _ in fused]
-    missing = [pid for pid in ids if pid not in cosine]
+    missing = [lexical_ids[pid] for pid in ids if pid not in cosine]
     if missing:
         rescored = shard.query(
             qe.QueryRequest(
@@ -185,7 +185,7 @@ def search_parts(
                 params=DENSE_PARAMS,
             )
         )
-        cosine.update((uuid_of(p.id), p.score) for p in rescored)
+        cosine.update((key_of(p.id), p.score) for p in rescored)
     t = timed(parts, "fuse_rescore", t)
     records = store._records_of(tenant, ids)
     hits = [Candidate(records[p], clip_similarity(cosine.get(p, 0.0))) for p in ids if p in records]

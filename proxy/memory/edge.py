@@ -25,7 +25,6 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
-from uuid import UUID
 
 import numpy as np
 import qdrant_edge as qe
@@ -45,15 +44,18 @@ from proxy.memory.edge_maintenance import (
 from proxy.memory.edge_query import (
     DENSE_PARAMS,
     expired_filter,
+    id_of,
+    key_of,
     lifecycle_filters,
     list_filter,
     repeat_filter,
+    scored,
     search_hits,
     tenant_filter,
     turns_filter,
-    uuid_of,
 )
 from proxy.memory.edge_shard import open_shard
+from proxy.memory.near import near_turns, ranked, turns_failed, turns_query
 from proxy.memory.points import (
     COUNT_FIELDS,
     DENSE_VECTOR,
@@ -64,13 +66,14 @@ from proxy.memory.points import (
     owned,
     owned_or_fail,
     point_id,
-    point_uuid,
+    point_key,
     repeats_among,
     to_payload,
 )
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES, RecordCache
 from proxy.memory.store import (
     NEAR_TURNS,
+    Found,
     Page,
     RepeatKey,
     SearchQuery,
@@ -204,7 +207,7 @@ class EdgeStore:
             r.tenant for r in records if r.expires_at is not None or r.superseded_by is not None
         )
         self._shard.update(qe.UpdateOperation.upsert_points(points))
-        written = [point_uuid(r.tenant, r.id) for r in records]
+        written = [point_key(r.tenant, r.id) for r in records]
         self._counts.drop(written)  # the payload carries the record's own count again
         self._records.invalidate(written)
         self._maintenance.after_write(len(points))
@@ -225,7 +228,7 @@ class EdgeStore:
     def _owned(self, point: Any, tenant: str) -> MemoryRecord | None:
         """The tenant's record of a retrieved point, with its current retrieval count."""
         record = owned(point.payload, tenant)
-        return None if record is None else self._counts.merged(uuid_of(point.id), record)
+        return None if record is None else self._counts.merged(key_of(point.id), record)
 
     async def list(
         self, tenant: str, *, user: str | None, source: str | None, limit: int, after: str | None
@@ -271,8 +274,8 @@ class EdgeStore:
             if not found or owned(found[0].payload, tenant) is None:
                 return False
             self._shard.update(qe.UpdateOperation.delete_points([pid]))
-            self._counts.drop([uuid_of(pid)])
-            self._records.invalidate([uuid_of(pid)])
+            self._counts.drop([key_of(pid)])
+            self._records.invalidate([key_of(pid)])
         return True
 
     async def delete_user(self, tenant: str, user: str) -> int:
@@ -309,6 +312,32 @@ class EdgeStore:
         self._lifecycle.note([tenant])
         return self._search_once(tenant, query, vector)
 
+    async def search_near(
+        self, tenant: str, query: SearchQuery, seeds: int, window_s: float
+    ) -> Found:
+        """The ranked hits and the dialog turns beside the first ``seeds`` dialog hits, in one
+        thread hop: the lookup runs in the search's own call, seeded by its hits (a second hop
+        cost ~0.13 ms of each chat request's search stage; docs/benchmarks.md)."""
+        require_tenant(tenant)
+        vector = check_query(query, self.dimensions)
+        if query.top_k <= 0:
+            return Found([], [])
+        return await self._run(self._search_near_sync, tenant, query, vector, seeds, window_s)
+
+    def _search_near_sync(
+        self, tenant: str, query: SearchQuery, vector: np.ndarray, seeds: int, window_s: float
+    ) -> Found:
+        hits = ranked(self.search_sync(tenant, query, vector))
+        chosen, turns = turns_query(query, hits, seeds, window_s)
+        if turns is None:
+            return Found(hits, [])
+        try:
+            near = self._turns_near_sync(tenant, turns, vector)
+        except Exception as exc:  # the hits stand without their neighbours
+            turns_failed(exc)
+            return Found(hits, None)
+        return Found(hits, near_turns(hits, chosen, near, window_s))
+
     def _holds_lifecycle(self, tenant: str) -> bool:
         """Whether the shard holds a memory of ``tenant`` with an expiry or a successor."""
         return any(
@@ -324,23 +353,23 @@ class EdgeStore:
         )
 
     def _candidates(
-        self, tenant: str, hits: builtins.list[tuple[UUID, float]]
+        self, tenant: str, hits: builtins.list[tuple[int, float]]
     ) -> builtins.list[Candidate]:
-        """(point id, cosine) pairs as candidates with their records."""
-        records = self._records_of(tenant, [pid for pid, _ in hits])
+        """(point key, cosine) pairs as candidates with their records."""
+        records = self._records_of(tenant, [key for key, _ in hits])
         # A hit deleted between the search and the payload read is simply gone.
         return [
-            Candidate(records[pid], clip_similarity(score)) for pid, score in hits if pid in records
+            Candidate(records[key], clip_similarity(score)) for key, score in hits if key in records
         ]
 
-    def _records_of(self, tenant: str, pids: builtins.list[UUID]) -> dict[UUID, MemoryRecord]:
-        """The records of ``pids``: cached ones, the rest read from the shard (then cached)."""
-        found, generation = self._records.lookup(pids)
-        missing: builtins.list[Any] = [pid for pid in pids if pid not in found]
+    def _records_of(self, tenant: str, keys: builtins.list[int]) -> dict[int, MemoryRecord]:
+        """The records of ``keys``: cached ones, the rest read from the shard (then cached)."""
+        found, generation = self._records.lookup(keys)
+        missing: builtins.list[Any] = [id_of(key) for key in keys if key not in found]
         if missing:
             merged = self._counts.merged
             fetched = {
-                (pid := uuid_of(point.id)): merged(pid, owned_or_fail(point.payload, tenant))
+                (key := key_of(point.id)): merged(key, owned_or_fail(point.payload, tenant))
                 for point in self._shard.retrieve(missing, True, False)
             }
             self._records.store(fetched, generation)
@@ -354,31 +383,31 @@ class EdgeStore:
         """Add one to a memory's retrieval count per occurrence of its id in ``ids``."""
         require_tenant(tenant)
         if ids:
-            deltas = Counter(point_uuid(tenant, i) for i in ids)
+            deltas = Counter(point_key(tenant, i) for i in ids)
             await self._run(self._increment_sync, tenant, deltas)
 
-    def _increment_sync(self, tenant: str, deltas: Counter[UUID]) -> None:
+    def _increment_sync(self, tenant: str, deltas: Counter[int]) -> None:
         # Never a shard write (adr/0103): new counts go to the table beside the shard. An id in
         # the table is a point of this tenant that exists (point ids derive from the tenant, the
         # table only takes ids read as the tenant's, and every delete or rewrite drops its entry
         # under this lock), so only ids not counted yet are read, for whether they exist in the
         # tenant and the counts they were written with. Most ids of a busy store are counted.
         with self._rmw_lock:
-            counts: dict[UUID, int] = {}
+            counts: dict[int, int] = {}
             unread: builtins.list[Any] = []  # UUIDs; the shard takes a list of ids of any kind
-            for pid, delta in deltas.items():
-                current = self._counts.get(pid)
+            for key, delta in deltas.items():
+                current = self._counts.get(key)
                 if current is None:
-                    unread.append(pid)
+                    unread.append(id_of(key))
                 else:
-                    counts[pid] = current + delta
+                    counts[key] = current + delta
             found = self._shard.retrieve(unread, list(COUNT_FIELDS), False) if unread else []
             for point in found:
                 payload = point.payload
                 if not payload or payload.get(TENANT_KEY) != tenant:
                     continue
-                pid = uuid_of(point.id)
-                counts[pid] = int(payload.get(RETRIEVAL_COUNT_KEY) or 0) + deltas[pid]
+                key = key_of(point.id)
+                counts[key] = int(payload.get(RETRIEVAL_COUNT_KEY) or 0) + deltas[key]
             self._counts.set_many(counts)
             self._records.update_counts(counts)
         try:
@@ -410,7 +439,7 @@ class EdgeStore:
                 return None
             value = update(current.usefulness)
             self._shard.update(qe.UpdateOperation.set_payload([pid], {"usefulness": value}))
-            self._records.invalidate([uuid_of(pid)])
+            self._records.invalidate([key_of(pid)])
             after = self._shard.retrieve([pid], True, False)
         return self._owned(after[0], tenant)
 
@@ -430,7 +459,7 @@ class EdgeStore:
             # Before the write is visible, as ``add`` does: a superseded memory is dead.
             self._lifecycle.note([tenant])
             self._shard.update(qe.UpdateOperation.set_payload([pid], {SUPERSEDED_KEY: by}))
-            self._records.invalidate([uuid_of(pid)])
+            self._records.invalidate([key_of(pid)])
             after = self._shard.retrieve([pid], True, False)
         return self._owned(after[0], tenant)
 
@@ -482,7 +511,7 @@ class EdgeStore:
                 params=DENSE_PARAMS,
             )
         )
-        return self._candidates(tenant, [(uuid_of(point.id), point.score) for point in found])
+        return self._candidates(tenant, list(scored(found).items()))
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory expired at or before ``before``; return how many."""
@@ -502,7 +531,7 @@ class EdgeStore:
         if len(self._counts):
             # The increments trust the table to hold only live points: forget these first.
             matching = self._scrolled(scope, page=DELETE_PAGE, with_payload=False)
-            self._counts.drop([uuid_of(point.id) for point in matching])
+            self._counts.drop([key_of(point.id) for point in matching])
         self._shard.update(qe.UpdateOperation.delete_points_by_filter(scope))
         self._records.clear()
         return count

@@ -4,7 +4,8 @@ Every injected memory gets ``retrieval_count += 1``. Written as shard payload up
 counts were the largest cost of the memory path on real text (adr/0103): Qdrant copies every
 point whose payload changes out of its indexed segment into the appendable, unindexed one, and
 the writes ran on the store's threads while requests searched. So the embedded store keeps a
-memory's count here once it has been retrieved: a dict of point id to count, overriding the
+memory's count here once it has been retrieved: a dict of point key (the integer of the point's
+UUID, ``edge_query.key_of``) to count, overriding the
 payload's (which stays the count the memory was written with), merged into records as they are
 read. The table is saved to one small file next to the shard when it changed, at most every
 ``SAVE_INTERVAL_S`` and on close; a process killed in between loses the counts of that window,
@@ -24,7 +25,6 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from uuid import UUID
 
 from proxy.context.records import MemoryRecord
 
@@ -36,11 +36,11 @@ LOGGER = logging.getLogger("memproxy.store")
 
 
 class RetrievalCounts:
-    """Thread-safe point id -> retrieval count, persisted to ``path`` (``None``: memory only)."""
+    """Thread-safe point key -> retrieval count, persisted to ``path`` (``None``: memory only)."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
-        self._counts: dict[UUID, int] = {}
+        self._counts: dict[int, int] = {}
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()
         self._dirty = False
@@ -60,29 +60,29 @@ class RetrievalCounts:
             # Counts only nudge a score: a damaged file costs them, never the store.
             LOGGER.warning("ignoring a damaged retrieval count file at %s", path)
             return table
-        table._counts = {UUID(bytes=key): count for key, count in ENTRY.iter_unpack(body)}
+        table._counts = {int.from_bytes(key): count for key, count in ENTRY.iter_unpack(body)}
         return table
 
     def __len__(self) -> int:
         return len(self._counts)
 
-    def get(self, pid: UUID) -> int | None:
+    def get(self, pid: int) -> int | None:
         """The count of ``pid`` if it was retrieved since it was written, else ``None``."""
         return self._counts.get(pid)
 
-    def merged(self, pid: UUID, record: MemoryRecord) -> MemoryRecord:
+    def merged(self, pid: int, record: MemoryRecord) -> MemoryRecord:
         """``record`` (read from ``pid``'s payload) with its current retrieval count."""
         count = self._counts.get(pid)
         return record if count is None else replace(record, retrieval_count=count)
 
-    def set_many(self, counts: Mapping[UUID, int]) -> None:
+    def set_many(self, counts: Mapping[int, int]) -> None:
         """Record new counts (the caller serialises read-modify-write rounds)."""
         if counts:
             with self._lock:
                 self._counts.update(counts)
                 self._dirty = True
 
-    def drop(self, pids: Iterable[UUID]) -> None:
+    def drop(self, pids: Iterable[int]) -> None:
         """Forget ``pids``: they were rewritten (their payload carries the count again) or
         deleted."""
         with self._lock:
@@ -106,7 +106,7 @@ class RetrievalCounts:
                 items = list(self._counts.items())
                 self._dirty = False
                 self._saved_at = time.monotonic()
-            body = b"".join(ENTRY.pack(pid.bytes, count) for pid, count in items)
+            body = b"".join(ENTRY.pack(pid.to_bytes(16), count) for pid, count in items)
             temp = self.path.with_suffix(".tmp")
             try:
                 with open(temp, "wb") as out:

@@ -57,6 +57,11 @@ def point_uuid(tenant: str, memory_id: str) -> uuid.UUID:
     return uuid.uuid5(POINT_NAMESPACE, f"{len(tenant)}:{tenant}:{memory_id}")
 
 
+def point_key(tenant: str, memory_id: str) -> int:
+    """Return ``point_uuid`` as the integer the embedded store keys its tables by."""
+    return point_uuid(tenant, memory_id).int
+
+
 def point_id(tenant: str, memory_id: str) -> str:
     """Return ``point_uuid`` as the string the backends take."""
     return str(point_uuid(tenant, memory_id))

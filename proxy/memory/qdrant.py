@@ -39,6 +39,7 @@ from proxy.memory.filters import (
     windows,
 )
 from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K
+from proxy.memory.near import search_then_turns
 from proxy.memory.points import (
     COUNT_FIELDS,
     CREATED_TS_KEY,
@@ -59,6 +60,7 @@ from proxy.memory.points import (
 )
 from proxy.memory.store import (
     NEAR_TURNS,
+    Found,
     Page,
     RepeatKey,
     SearchQuery,
@@ -375,6 +377,13 @@ class QdrantStore:
             Candidate(owned_or_fail(p.payload, tenant), sim)
             for p, sim in zip(fused.points, sims, strict=True)
         ]
+
+    async def search_near(
+        self, tenant: str, query: SearchQuery, seeds: int, window_s: float
+    ) -> Found:
+        """``search``, then ``turns_near`` for the seeds among its hits: two round trips (a
+        server's queries cannot be seeded by each other's results in one)."""
+        return await search_then_turns(self, tenant, query, seeds, window_s)
 
     @store_errors
     async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:

@@ -1,4 +1,4 @@
-"""``RecordCache``: decoded memory records by point UUID, so a search skips payloads it has seen.
+"""``RecordCache``: decoded memory records by point key, so a search skips payloads it has seen.
 
 Reading 50 payloads from the shard and decoding them cost 0.4 ms of a 10k-memory search; a
 cache hit costs a dict lookup (adr/0082). Only a store that sees every write may keep one: the
@@ -7,8 +7,9 @@ bumps a generation; a reader that fetched records from the shard keeps them only
 happened since it looked (``lookup`` returns the generation), so a slow reader never puts back
 a record a concurrent write replaced.
 
-Bounded: least recently used entries go first. ``max_entries`` 0 disables the cache. Safe to
-share between the store's threads.
+Keys are the integers of the points' UUIDs (``edge_query.key_of``): hashing an int is a fraction
+of a ``uuid.UUID``'s Python ``__hash__``. Bounded: least recently used entries go first.
+``max_entries`` 0 disables the cache. Safe to share between the store's threads.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from uuid import UUID
 
 from proxy.context.records import MemoryRecord
 from proxy.defaults import RECORD_CACHE_ENTRIES
@@ -27,7 +27,7 @@ DEFAULT_MAX_ENTRIES = RECORD_CACHE_ENTRIES  # ~1 KB each decoded: ~20 MB
 
 
 class RecordCache:
-    """A thread-safe LRU of ``MemoryRecord`` by point id with write generations."""
+    """A thread-safe LRU of ``MemoryRecord`` by point key with write generations."""
 
     def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         if max_entries < 0:
@@ -36,16 +36,16 @@ class RecordCache:
                 param="store.record_cache_entries",
             )
         self.max_entries = max_entries
-        self._entries: OrderedDict[UUID, MemoryRecord] = OrderedDict()
+        self._entries: OrderedDict[int, MemoryRecord] = OrderedDict()
         self._lock = threading.Lock()
         self._generation = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, keys: Iterable[UUID]) -> tuple[dict[UUID, MemoryRecord], int]:
+    def lookup(self, keys: Iterable[int]) -> tuple[dict[int, MemoryRecord], int]:
         """Return the cached records among ``keys`` and the generation to pass to ``store``."""
-        found: dict[UUID, MemoryRecord] = {}
+        found: dict[int, MemoryRecord] = {}
         with self._lock:
             entries = self._entries
             for key in keys:
@@ -55,7 +55,7 @@ class RecordCache:
                     found[key] = record
             return found, self._generation
 
-    def store(self, records: Mapping[UUID, MemoryRecord], generation: int) -> bool:
+    def store(self, records: Mapping[int, MemoryRecord], generation: int) -> bool:
         """Keep ``records`` unless a write happened since ``generation``; True if kept."""
         if not self.max_entries or not records:
             return False
@@ -70,14 +70,14 @@ class RecordCache:
                 entries.popitem(last=False)
             return True
 
-    def invalidate(self, keys: Iterable[UUID]) -> None:
+    def invalidate(self, keys: Iterable[int]) -> None:
         """Drop ``keys`` (they were written or deleted); readers in flight keep nothing."""
         with self._lock:
             self._generation += 1
             for key in keys:
                 self._entries.pop(key, None)
 
-    def update_counts(self, counts: Mapping[UUID, int]) -> None:
+    def update_counts(self, counts: Mapping[int, int]) -> None:
         """Apply new retrieval counts the store just recorded to the cached copies."""
         with self._lock:
             self._generation += 1

@@ -28,7 +28,7 @@ import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import ConfigError, StoreError
-from proxy.memory.store import MemoryStore, Page, RepeatKey, SearchQuery, TurnsQuery
+from proxy.memory.store import Found, MemoryStore, Page, RepeatKey, SearchQuery, TurnsQuery
 
 LOGGER = logging.getLogger("memproxy.store")
 BACKEND = "store"
@@ -174,6 +174,12 @@ class ReopeningStore:
     async def search(self, tenant: str, query: SearchQuery) -> builtins.list[Candidate]:
         """See ``MemoryStore``."""
         return await self._live().search(tenant, query)
+
+    async def search_near(
+        self, tenant: str, query: SearchQuery, seeds: int, window_s: float
+    ) -> Found:
+        """See ``MemoryStore``."""
+        return await self._live().search_near(tenant, query, seeds, window_s)
 
     async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:
         """See ``MemoryStore``."""

@@ -42,6 +42,7 @@ from proxy.memory.edge_counts import COUNTS_FILE
 from proxy.memory.edge_maintenance import building
 from proxy.memory.edge_shard import CONFIG_FILE
 from proxy.memory.store import (
+    Found,
     Page,
     RepeatKey,
     SearchQuery,
@@ -379,6 +380,14 @@ class ReplicaStore:
         require_tenant(tenant)
         await self.sync()
         return await self._replica.search(tenant, query)
+
+    async def search_near(
+        self, tenant: str, query: SearchQuery, seeds: int, window_s: float
+    ) -> Found:
+        """The ranked hits and the turns beside the best of them, in one call of the replica."""
+        require_tenant(tenant)
+        await self.sync()
+        return await self._replica.search_near(tenant, query, seeds, window_s)
 
     async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:
         """Add one to a memory's retrieval count per occurrence of its id."""

@@ -19,15 +19,15 @@ candidates again itself, and a larger pool would cost every request search time)
 
 With ``neighbours`` (the chat pipeline's ``memory.neighbour_candidates``) the dialog turns just
 before and after the user's first ``neighbours`` dialog hits follow the ``top_k`` (adr/0122):
-one more store call (``turns_near``) inside the search stage, cached with the hits. If that call
-fails, the hits go on without neighbours (logged, and not cached): the neighbours are extras.
+the store's ``search_near`` looks them up with the search (the embedded store in the same thread
+hop), and they are cached with the hits. If that lookup fails, the hits go on without
+neighbours (logged, and not cached): the neighbours are extras.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, TypeVar
@@ -36,17 +36,15 @@ import numpy as np
 
 from proxy.background import Job
 from proxy.cache.protocol import MemoryCache
-from proxy.context.neighbours import adjacent_turns
 from proxy.context.records import SOURCES, Candidate
 from proxy.defaults import NEIGHBOUR_WINDOW_S
 from proxy.memory.embedders import Embedder
 from proxy.memory.filters import DIALOG_SOURCE
-from proxy.memory.store import MemoryStore, SearchQuery, TurnsQuery
+from proxy.memory.store import MemoryStore, SearchQuery
 
 T = TypeVar("T")
 Write = Callable[[], Job]  # a cache write, started when its time comes
 ALL_SOURCES = frozenset(SOURCES)
-LOGGER = logging.getLogger("memproxy.store")
 # The stages a retrieval may go through, in order (``Server-Timing`` names).
 CACHE, EMBED, SEARCH = "cache", "embed", "search"
 
@@ -104,11 +102,6 @@ class Direct:
 
 
 DIRECT = Direct()
-
-
-def ranked(hits: Sequence[Candidate]) -> list[Candidate]:
-    """``hits`` by similarity descending, ties by id: the order every search result has."""
-    return sorted(hits, key=lambda hit: (-hit.similarity, hit.record.id))
 
 
 class Retriever:
@@ -169,25 +162,12 @@ class Retriever:
         self, tenant: str, search: SearchQuery, neighbours: int
     ) -> tuple[list[Candidate], bool]:
         """The ranked hits, and with ``neighbours`` the turns beside the first that many dialog
-        turns of the user (one more store call; adr/0122); ``False``: that call failed, the
-        hits come without them."""
-        hits = ranked(await self.store.search(tenant, search))
-        seeds = [
-            hit
-            for hit in hits
-            if hit.record.source == DIALOG_SOURCE and hit.record.user == search.user
-        ][:neighbours]
-        if not seeds or search.live_at is None:
-            return hits, True
-        times = tuple(seed.record.created_at for seed in seeds)
-        turns = TurnsQuery(search.user, search.vector, times, NEIGHBOUR_WINDOW_S, search.live_at)
-        try:
-            near = await self.store.turns_near(tenant, turns)
-        except Exception as exc:  # the hits stand without their neighbours
-            LOGGER.warning("neighbour turns failed, hits go without them: %s", exc)
-            return hits, False
-        have = {hit.record.id for hit in hits}
-        return [*hits, *adjacent_turns(seeds, near, have, window=NEIGHBOUR_WINDOW_S)], True
+        turns of the user (adr/0122); ``False``: their lookup failed, the hits come without
+        them."""
+        found = await self.store.search_near(tenant, search, neighbours, NEIGHBOUR_WINDOW_S)
+        if found.turns is None:
+            return found.hits, False
+        return [*found.hits, *found.turns] if found.turns else found.hits, True
 
     async def _embed(self, tenant: str, text: str) -> np.ndarray:
         if self.cache is not None:

@@ -65,6 +65,16 @@ class TurnsQuery:
 
 
 @dataclass(frozen=True)
+class Found:
+    """What ``search_near`` found: the search's hits, ranked (``ranked``), and the dialog turns
+    beside the best of them, in the order ``adjacent_turns`` gives; ``turns`` is ``None`` when
+    the neighbour lookup failed (the hits stand without them, adr/0122)."""
+
+    hits: builtins.list[Candidate]
+    turns: builtins.list[Candidate] | None
+
+
+@dataclass(frozen=True)
 class Page:
     """One page of ``list``: pass ``last_id`` as ``after`` to get the next page."""
 
@@ -100,6 +110,15 @@ class MemoryStore(Protocol):
 
     async def search(self, tenant: str, query: SearchQuery) -> builtins.list[Candidate]:
         """Return the best ``top_k`` memories of the user and the tenant-shared ones."""
+        ...
+
+    async def search_near(
+        self, tenant: str, query: SearchQuery, seeds: int, window_s: float
+    ) -> Found:
+        """``search`` ranked, and the dialog turns within ``window_s`` seconds just before and
+        after its first ``seeds`` dialog hits of ``query.user`` (adr/0122): what
+        ``near.search_then_turns`` makes of ``search`` and ``turns_near``. A store may answer
+        in one call (the embedded store: one thread hop for both)."""
         ...
 
     async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:

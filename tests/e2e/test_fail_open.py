@@ -31,12 +31,19 @@ class FlakyStore:
         self.searches = 0
 
     async def search(self, tenant: str, query: Any) -> Any:
+        await self._fail()
+        return await self.store.search(tenant, query)
+
+    async def search_near(self, tenant: str, query: Any, seeds: int, window_s: float) -> Any:
+        await self._fail()
+        return await self.store.search_near(tenant, query, seeds, window_s)
+
+    async def _fail(self) -> None:
         self.searches += 1
         if self.mode == "raise":
             raise RuntimeError("qdrant is down")
         if self.mode == "hang":
             await asyncio.sleep(30)
-        return await self.store.search(tenant, query)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)

@@ -19,6 +19,7 @@ import numpy as np
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import StoreError
 from proxy.memory.filters import DIALOG_SOURCE
+from proxy.memory.near import search_then_turns
 from proxy.memory.points import (
     SOURCE_KEY,
     SUPERSEDED_KEY,
@@ -30,6 +31,7 @@ from proxy.memory.points import (
 from proxy.memory.store import (
     NEAR_TURNS,
     SHARED_USER,
+    Found,
     Page,
     RepeatKey,
     SearchQuery,
@@ -140,6 +142,11 @@ class FakeStore:
         ]
         hits.sort(key=lambda hit: (-hit.similarity, hit.record.id))
         return hits[: query.top_k]
+
+    async def search_near(
+        self, tenant: str, query: SearchQuery, seeds: int, window_s: float
+    ) -> Found:
+        return await search_then_turns(self, tenant, query, seeds, window_s)
 
     async def increment_retrievals(self, tenant: str, ids: Sequence[str]) -> None:
         require_tenant(tenant)

@@ -15,6 +15,7 @@ from proxy.context.records import MemoryRecord
 from proxy.errors import ConfigError, RequestError, StoreError
 from proxy.memory import edge, qdrant
 from proxy.memory.duplicates import words_key
+from proxy.memory.near import ranked, search_then_turns
 from proxy.memory.retriever import Retrieval, Retriever
 from proxy.memory.store import MemoryStore, SearchQuery, TurnsQuery
 from proxy.tokenizer import count_all
@@ -236,6 +237,42 @@ async def test_retrieval_adds_the_turns_beside_the_first_dialog_hits(
     assert await ids(neighbours=1) == ["t2", "t1", "t3"]  # cached apart from the one without
     assert await ids(neighbours=1, pool=5) == ["t2"]  # the memories API's pool: none
     assert await ids(neighbours=1, sources=("learnings",)) == []
+
+
+# Turns sharing words but of different lengths: no two score alike in either branch, so the
+# engine's order among equal scores (which its internal state may change) never decides a hit.
+NEAR_CONTENTS = [f"we talked about the weather {'again ' * i}on day {i}" for i in range(30)]
+NEAR_QUERIES = ["weather on day 7", "again and again", "we talked about day 3", "unrelated"]
+
+
+def dialog() -> list[MemoryRecord]:
+    """Dialog turns of ``u1`` a minute apart, a learning and another user's turn."""
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    turns = [
+        replace(
+            record(f"t{i:02d}", source="conversation", content=content),
+            created_at=at + timedelta(minutes=i),
+        )
+        for i, content in enumerate(NEAR_CONTENTS)
+    ]
+    return [*turns, record("learned", content="we talked about tea"), record("x", user="u2")]
+
+
+@pytest.mark.parametrize("seeds", [0, 1, 3])
+async def test_search_near_is_the_search_then_the_turns_beside_it(
+    store: MemoryStore, seeds: int
+) -> None:
+    """One call gives what the two calls it stands for give (``near.search_then_turns``): the
+    ranked hits, then the turns beside the first ``seeds`` dialog hits, same order (adr/0122)."""
+    await put(store, *dialog())
+    for text in NEAR_QUERIES:
+        query = replace(query_for(text, top_k=4), live_at=LIVE_AT)
+        found = await store.search_near("t1", query, seeds, 90.0)
+        assert found == await search_then_turns(store, "t1", query, seeds, 90.0)
+        assert found.hits == ranked(await store.search("t1", query))
+        assert found.turns is not None
+        assert bool(found.turns) == bool(seeds)
+        assert not {c.record.id for c in found.turns} & {c.record.id for c in found.hits}
 
 
 async def test_search_with_zero_top_k_is_empty(store: MemoryStore) -> None:

@@ -8,7 +8,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -366,5 +367,66 @@ async def test_a_store_grown_over_several_opens_gets_its_index(tmp_path: Path) -
         await asyncio.to_thread(edge_maintenance.wait_for_build, tmp_path / edge.SHARD_DIR)
         assert edge_maintenance.unindexed_points(store._shard) == 0
         assert quantized_scores_differ(store, vector_for("probe", dims))
+    finally:
+        await store.close()
+
+
+async def dialog_store(tmp_path: Path) -> tuple[EdgeStore, SearchQuery]:
+    """A store of ten dialog turns a minute apart, and a live query whose best hit is t5."""
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    turns = [
+        replace(record(f"t{i}", source="conversation"), created_at=at + timedelta(minutes=i))
+        for i in range(10)
+    ]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    await store.add(turns, vectors_for(turns, DIM))
+    text = turns[5].content
+    return store, SearchQuery(vector_for(text, DIM), text, "u1", None, 1, live_at=at)
+
+
+async def test_a_search_with_its_neighbour_turns_takes_one_thread_hop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The neighbour lookup runs in the search's own call on the store's threads: a second
+    hop cost ~0.13 ms of every chat request's search stage (docs/benchmarks.md)."""
+    store, query = await dialog_store(tmp_path)
+    hops: list[str] = []
+    run = store._run
+
+    async def counted(func: Any, *args: Any) -> Any:
+        hops.append(func.__name__)
+        return await run(func, *args)
+
+    monkeypatch.setattr(store, "_run", counted)
+    try:
+        found = await store.search_near("t1", query, 1, 90.0)
+        assert [hit.record.id for hit in found.hits] == ["t5"]
+        assert found.turns is not None
+        assert [turn.record.id for turn in found.turns] == ["t4", "t6"]
+        assert len(hops) == 1
+    finally:
+        await store.close()
+
+
+async def test_a_failing_neighbour_lookup_in_the_search_keeps_the_hits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lookup's failure leaves the hits and says the turns are missing (``None``), so the
+    retriever does not cache the result; the search's own failures still raise."""
+    store, query = await dialog_store(tmp_path)
+
+    def failing(*args: Any) -> Any:
+        raise Exception("Service runtime error: timed out")  # the engine's own error type
+
+    monkeypatch.setattr(store, "_turns_near_sync", failing)
+    try:
+        found = await store.search_near("t1", query, 1, 90.0)
+        assert [hit.record.id for hit in found.hits] == ["t5"]
+        assert found.turns is None
+        assert "neighbour turns failed" in caplog.text
+        assert await store.search_near("t1", query, 0, 90.0) == edge.Found(found.hits, [])
+        monkeypatch.setattr(store, "_search_once", failing)
+        with pytest.raises(StoreError):
+            await store.search_near("t1", query, 1, 90.0)
     finally:
         await store.close()

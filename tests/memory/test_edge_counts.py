@@ -12,14 +12,14 @@ import qdrant_edge as qe
 from proxy.memory import edge_counts
 from proxy.memory.edge import EdgeStore
 from proxy.memory.edge_counts import COUNTS_FILE, MAGIC, RetrievalCounts
-from proxy.memory.points import RETRIEVAL_COUNT_KEY, point_id
+from proxy.memory.points import RETRIEVAL_COUNT_KEY, point_id, point_key, point_uuid
 from tests.memory.support import record, vectors_for
 
 DIM = 32
 
 
-def pid(n: int) -> uuid.UUID:
-    return uuid.UUID(int=n)
+def pid(n: int) -> int:
+    return n
 
 
 def test_saved_counts_load_back(tmp_path: Path) -> None:
@@ -31,6 +31,20 @@ def test_saved_counts_load_back(tmp_path: Path) -> None:
     loaded = RetrievalCounts.load(path)
     assert (loaded.get(pid(1)), loaded.get(pid(2)), loaded.get(pid(3))) == (3, 2**40, None)
     assert len(loaded) == 2
+
+
+def test_a_file_is_keyed_by_point_uuid_bytes(tmp_path: Path) -> None:
+    """The file holds each point's 16 UUID bytes, as tables saved before the store keyed
+    points by integer did: such a file loads, and a saved one reads back as UUIDs."""
+    path = tmp_path / COUNTS_FILE
+    older = point_uuid("t1", "m1")
+    path.write_bytes(MAGIC + edge_counts.ENTRY.pack(older.bytes, 7))
+    loaded = RetrievalCounts.load(path)
+    assert loaded.get(point_key("t1", "m1")) == 7
+    loaded.set_many({point_key("t1", "m2"): 1})
+    loaded.save()
+    saved = dict(edge_counts.ENTRY.iter_unpack(path.read_bytes()[len(MAGIC) :]))
+    assert saved == {older.bytes: 7, point_uuid("t1", "m2").bytes: 1}
 
 
 def test_a_missing_or_damaged_file_is_an_empty_table(tmp_path: Path) -> None:
@@ -76,7 +90,7 @@ async def test_increments_never_write_the_shard(tmp_path: Path) -> None:
         assert raw[0].payload[RETRIEVAL_COUNT_KEY] == 0
     finally:
         await store.close()
-    assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(uuid.UUID(point_id("t1", "m1"))) == 2
+    assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(point_key("t1", "m1")) == 2
 
 
 class ReadSpy:
@@ -87,7 +101,7 @@ class ReadSpy:
         self.reads: list[set[str]] = []
 
     def retrieve(self, ids: list[object], *args: object) -> object:
-        self.reads.append({str(i) for i in ids})
+        self.reads.append({str(uuid.UUID(str(i))) for i in ids})  # any spelling of a UUID
         return self.shard.retrieve(ids, *args)
 
     def __getattr__(self, name: str) -> object:
@@ -126,8 +140,8 @@ async def test_deleting_by_filter_drops_the_counts(tmp_path: Path, how: str) -> 
         else:
             assert await store.purge_expired(datetime.now(UTC)) == 1
         await store.increment_retrievals("t1", ["m1", "m2"])
-        assert store._counts.get(uuid.UUID(point_id("t1", "m1"))) is None
-        assert store._counts.get(uuid.UUID(point_id("t1", "m2"))) == 2
+        assert store._counts.get(point_key("t1", "m1")) is None
+        assert store._counts.get(point_key("t1", "m2")) == 2
     finally:
         await store.close()
-    assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(uuid.UUID(point_id("t1", "m1"))) is None
+    assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(point_key("t1", "m1")) is None

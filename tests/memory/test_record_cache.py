@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from uuid import NAMESPACE_URL, UUID, uuid5
+from uuid import NAMESPACE_URL, uuid5
 
 import pytest
 from hypothesis import given
@@ -13,9 +13,9 @@ from proxy.memory.record_cache import RecordCache
 from tests.memory.support import record
 
 
-def key(name: str) -> UUID:
-    """A point UUID per short name."""
-    return uuid5(NAMESPACE_URL, name)
+def key(name: str) -> int:
+    """A point key (the integer of a point UUID) per short name."""
+    return uuid5(NAMESPACE_URL, name).int
 
 
 def test_lookup_returns_hits_only_and_the_generation() -> None:

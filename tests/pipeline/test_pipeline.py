@@ -30,7 +30,9 @@ from proxy.context.budget import MODEL_OVERRIDES, ModelLimit, ModelLimits, Token
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 from proxy.defaults import NEIGHBOUR_WINDOW_S
+from proxy.memory.near import ranked
 from proxy.memory.retriever import Retriever
+from proxy.memory.store import Found
 from proxy.metrics import Metrics
 from proxy.pipeline.capture import FactRequest
 from proxy.pipeline.contract import Completion
@@ -270,6 +272,9 @@ class ContentStore:
             )
             for i, text in enumerate(self.contents)
         ]
+
+    async def search_near(self, tenant: str, query: Any, seeds: int, window_s: float) -> Found:
+        return Found(ranked(await self.search(tenant, query)), [])
 
 
 @settings(max_examples=40)
