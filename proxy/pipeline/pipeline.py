@@ -137,9 +137,10 @@ class Run:
     placement: Placement | None = None  # where the blocks go (set once the budget is known)
     reasons: list[str] = field(default_factory=list)
     cache: CacheOutcome = field(default_factory=CacheOutcome)  # this request's cache calls
-    # Cache writes wait until the response is out: they cost CPU (encoding) the client would
-    # otherwise wait for when the upstream answers fast.
-    # Thunks, not coroutines: a hook that never runs (upstream refused) leaves nothing unawaited.
+    # Cache writes (search results, token counts, the turn's block) wait until the request has
+    # gone upstream: they cost CPU (encoding) the client would otherwise wait for, and run
+    # while the upstream answers (``Prepared.on_sent``, adr/0128).
+    # Thunks, not coroutines: writes that never start leave nothing unawaited.
     deferred: list[Write] = field(default_factory=list)
     facts: FactRequest | None = None  # X-Memory-Capture: facts
 
@@ -183,7 +184,7 @@ class Run:
         self.clock.mark(stage)
 
     async def keep(self, write: Write) -> None:
-        """Write to the cache after the response."""
+        """Write to the cache once the request has gone upstream."""
         self.deferred.append(write)
 
 
@@ -319,7 +320,8 @@ class Pipeline:
             run.degrade(ENCODE)
             return self._finish(run, body, DEGRADED)
         if injected.held and placement.key and assembly is not None and self.blocks:
-            self.spawn(self.blocks.remember(placement.key, remembered(placement, assembly)))
+            shown_block = remembered(placement, assembly)
+            run.deferred.append(functools.partial(self.blocks.remember, placement.key, shown_block))
         status = INJECTED if injected.held else EMPTY
         return self._finish(run, forwarded, DEGRADED if run.reasons else status, encoded)
 
@@ -604,6 +606,7 @@ class Pipeline:
             body=body,
             response_headers=headers,
             on_complete=self._hook(run, status),
+            on_sent=self._sent(run),
             encoded=encoded,
         )
 
@@ -626,6 +629,18 @@ class Pipeline:
     def _record(self, run: Run, status: str) -> None:
         self.metrics.count_memory_request(status, run.reasons)
 
+    def _sent(self, run: Run) -> Callable[[], Job] | None:
+        """The request's cache writes, for once it has gone upstream; ``None`` when none."""
+        writes = run.deferred
+        if not writes:
+            return None
+
+        async def on_sent() -> None:
+            for write in writes:
+                await write()
+
+        return on_sent
+
     def _hook(self, run: Run, status: str) -> Callable[[Completion], Job] | None:
         """The after-response work: retrieval counts and capture; ``None`` when there is none."""
         assembly = run.assembly
@@ -635,13 +650,11 @@ class Pipeline:
             else []
         )
         writer = self.writer if run.options.capture not in ("off", "facts") else None
-        deferred, facts = run.deferred, run.facts
-        if not ids and writer is None and not deferred and facts is None:
+        facts = run.facts
+        if not ids and writer is None and facts is None:
             return None
 
         async def on_complete(completion: Completion) -> None:
-            for write in deferred:
-                await write()
             if ids and self.counter is not None and completion.status < 400:
                 self.counter.add(run.tenant.id, ids)
             if writer is not None:
