@@ -38,6 +38,7 @@ from proxy.background import Job, Spawner
 from proxy.cache.blocks import Recalled, TurnBlocks, prefix_keys
 from proxy.cache.outcome import CacheOutcome, cache_outcome
 from proxy.cache.protocol import MemoryCache
+from proxy.cache.read_ahead import read_ahead
 from proxy.context.allocation import BudgetCalculator, TokenBudget
 from proxy.context.assembler import AssemblerConfig, Assembly, assemble
 from proxy.context.billing import EXACT, message_key, walk_size
@@ -289,7 +290,7 @@ class Pipeline:
         if conversation.messages:
             run.deadline_at = asyncio.get_running_loop().time() + self.deadline_s
             try:
-                with cache_outcome() as run.cache:
+                with cache_outcome() as run.cache, read_ahead():
                     async with asyncio.timeout_at(run.deadline_at):
                         await self._retrieve(run)
             except TimeoutError:
@@ -340,7 +341,8 @@ class Pipeline:
         recall is a cache round trip (Redis across workers) the search does not depend on, so
         a request waits for the longer of the two, not both. Only what is done with the hits
         (the room, a reused block) waits for the recall. The tenant's forget stamp is read
-        before the search starts (``proxy/cache/blocks.py``).
+        before the search starts (``proxy/cache/blocks.py``), in the round trip that reads the
+        generation for the search's cache key (``proxy/cache/read_ahead.py``).
         """
         options = run.options
         budget = run.budget = await self._budget(run)

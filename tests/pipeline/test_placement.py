@@ -14,7 +14,15 @@ import pytest
 
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.apis.openai_responses import RESPONSES
-from proxy.cache.blocks import CachedTurnBlocks, Recalled, Remembered, TurnBlocks, prefix_keys
+from proxy.cache import keys
+from proxy.cache.blocks import (
+    CachedTurnBlocks,
+    Recalled,
+    Remembered,
+    TurnBlocks,
+    prefix_keys,
+    stamp_key,
+)
 from proxy.cache.local import LocalCache
 from proxy.cache.outcome import record_unserved
 from proxy.cache.request_cache import RequestCache
@@ -304,6 +312,47 @@ async def test_a_delete_between_the_search_and_the_recall_keeps_no_block_showing
     later = await pipeline.prepare(TENANT, headers, chat("dog?", "Biscuit.", "tea?"), OPENAI_CHAT)
     assert later.body["messages"][1] == {"role": "user", "content": "dog?"}  # not put back
     assert all(fact not in str(m["content"]) for m in later.body["messages"] for fact in FACTS)
+
+
+class Reads(LocalCache):
+    """The in-process cache, noting the keys of each read (one entry a round trip)."""
+
+    def __init__(self) -> None:
+        super().__init__(1000)
+        self.reads: list[list[str]] = []
+
+    async def get(self, key: str) -> bytes | None:
+        self.reads.append([key])
+        return await super().get(key)
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        self.reads.append(list(keys))
+        return await super().get_many(keys)
+
+
+async def test_the_forget_stamp_costs_no_round_trip_of_its_own() -> None:
+    """The stamp read before the search brings the generation the search's cache key needs
+    (with Redis: one round trip before the search, as without the stamp)."""
+    raw = Reads()
+    cache = RequestCache(raw)
+    pipeline = Pipeline(
+        MemorySettings(deadline_ms=2000.0),
+        calculator=TokenBudgetCalculator(memory_cap=None),
+        retriever=Retriever(FakeStore(records(FACTS), dimensions=DIMS), FakeEmbedder(DIMS), cache),
+        metrics=Metrics(),
+        spawn=Spawned(),
+        clock=lambda: NOW,
+        blocks=CachedTurnBlocks(raw, ttl_s=60),
+    )
+    headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
+    await pipeline.prepare(TENANT, headers, chat("cat?"), OPENAI_CHAT)  # the counters start
+    for turns in (("dog?",), ("dog?", "Biscuit.", "tea?")):
+        raw.reads.clear()
+        prepared = await pipeline.prepare(TENANT, headers, chat(*turns), OPENAI_CHAT)
+        assert prepared.response_headers["X-Memory-Status"] == "injected"
+        generation, stamp = keys.generation_key("t1"), stamp_key("t1")
+        assert sorted([generation, stamp]) in [sorted(keys) for keys in raw.reads]
+        assert [generation] not in raw.reads  # never read on its own
 
 
 class Failing:
