@@ -3,8 +3,8 @@
 A chat request with position ``turn`` reads the tenant's forget stamp before its search
 (``blocks.py``), and its retrieval key then reads the tenant's generation (``generations.py``):
 with Redis, two round trips in series before the search can start. The stamp's read fetches the
-generation in the same round trip instead and leaves it here; the generation's read takes it
-(adr/0128). Both values are still read before the search, which is all either needs.
+generation in the same round trip instead and leaves it here; the generation's read takes it.
+Both values are still read before the search, which is all either needs.
 
 Like ``outcome.py``, the scope travels in a ``ContextVar``: the caller opens ``read_ahead()``
 around one request's work, and the tasks it starts (the search) share its values. A value is
