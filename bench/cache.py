@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,7 +39,7 @@ if __package__ in (None, ""):
 import numpy as np
 
 from bench.lib.report import save_results
-from bench.lib.servers import free_port
+from bench.lib.servers import start_redis
 from bench.lib.stats import format_table, summarize_ms
 from proxy.cache import Cache, LocalCache, RedisCache, RequestCache, RetrievalKey
 from proxy.cache.redis_cache import connect
@@ -52,25 +51,6 @@ CONCURRENCY = 50
 DEADLINES_MS = (2.0, 5.0, 10.0, 20.0)
 CANDIDATES = 50  # the default top_k
 MESSAGES = 50
-
-
-def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``redis-server`` on a free port and return the process and its URL."""
-    if shutil.which("redis-server") is None:
-        raise SystemExit("redis-server is not installed: apt-get install -y redis-server")
-    port = free_port()
-    args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)]
-    args += ["--save", "", "--appendonly", "no"]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    deadline = time.monotonic() + 10
-    while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout != (
-        b"PONG\n"
-    ):
-        if time.monotonic() > deadline:
-            raise SystemExit("redis-server did not start")
-        time.sleep(0.02)
-    return process, url
 
 
 async def timed(fn: Callable[[], Awaitable[Any]], n: int) -> dict[str, float]:

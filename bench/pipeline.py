@@ -25,6 +25,7 @@ with 10k real-text memories.
     .venv/bin/python bench/pipeline.py --text both --sizes 10000
     .venv/bin/python bench/pipeline.py --variant-config counts-off.yaml   # A/B a setting
     .venv/bin/python bench/pipeline.py --baseline-tree /tmp/main-tree    # A/B another commit
+    .venv/bin/python bench/pipeline.py --redis --baseline-tree /tmp/main-tree  # ... over Redis
     .venv/bin/python bench/pipeline.py --smoke          # seconds, for CI
 """
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import subprocess
@@ -50,7 +52,7 @@ if __package__ in (None, ""):
 
 from bench.lib import loadgen, realtext, stats
 from bench.lib.memories import synthetic_memories
-from bench.lib.servers import fake_upstream, memproxy, served_from
+from bench.lib.servers import fake_upstream, memproxy, served_from, start_redis
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
@@ -142,6 +144,8 @@ def end_to_end(
     ``--baseline-tree`` (another commit's source, e.g. ``git archive``) adds a process run from
     that tree serving ``{text}-off@base`` and ``{text}-on@base``, compared with its own off cells;
     every cell of every process is interleaved in one run, so the trees meet the same load.
+    With ``--redis`` every process caches in one ``redis-server`` started here, each in a
+    database of its own (their keys would otherwise meet: the same tenant and questions).
     """
     seconds, rounds = (0.5, 1) if args.smoke else (args.seconds, args.rounds)
     count = 300 if args.smoke else args.memories
@@ -153,6 +157,13 @@ def end_to_end(
         configs.append((BASE, None, args.baseline_tree, True))
     with contextlib.ExitStack() as stack:
         fake = stack.enter_context(fake_upstream())
+        redis_url = None
+        if args.redis:
+            redis_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-redis-"))
+            redis, redis_url = start_redis(Path(redis_dir))
+            stack.callback(redis.wait)
+            stack.callback(redis.kill)
+        databases = itertools.count()
         targets, bodies = [], {}
         for text in texts:
             for suffix, config, tree, with_off in configs:
@@ -174,6 +185,9 @@ def end_to_end(
                 )
                 print(f"seeded {count} {text} memories in {took:.1f} s", file=sys.stderr)
                 extra = {"MEMPROXY_ACCESS_LOG": "false"}
+                if redis_url is not None:
+                    database = next(databases)
+                    extra["MEMPROXY_REDIS_URL"] = f"{redis_url.removesuffix('/0')}/{database}"
                 if config is not None:
                     extra["MEMPROXY_CONFIG"] = str(config)
                 server = memproxy(fake.base_url + "/v1", Path(data_dir), extra_env=extra)
@@ -399,6 +413,11 @@ def main() -> None:
         "--baseline-tree",
         type=Path,
         help="end to end: also serve memory off and on from this source tree (git archive)",
+    )
+    parser.add_argument(
+        "--redis",
+        action="store_true",
+        help="end to end: the processes cache in a redis-server (started here), not in-process",
     )
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--json", action="store_true")

@@ -15,6 +15,10 @@
 - The relay reads nothing of the answer: once it is done, an ``on_answer`` hook gets the bytes
   as relayed and the upstream's headers (``proxy.apis.answer.Answer``); the route's API module
   reads them (``proxy/apis/``). Errors of ours are written in the route's ``ErrorShape``.
+- Work that needs no answer (``on_sent``: the memory pipeline's cache writes) starts once the
+  transport has handed the request to its connection, and runs while the upstream answers
+  (adr/0128): after the answer, at concurrency 1 it held up the client's next request on the
+  connection instead. A request that never went out starts none of it.
 """
 
 from __future__ import annotations
@@ -22,16 +26,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from proxy.apis.answer import CONTENT_ENCODING, Answer, AnswerHook
+from proxy.background import Job, Spawner
 from proxy.content_encoding import is_identity
 from proxy.error_responses import OPENAI, ErrorShape, send_error
 from proxy.errors import MemproxyError, UpstreamTimeout
+from proxy.transport import Written
 from proxy.upstream import UpstreamClient, UpstreamResponse, response_headers
 
 if TYPE_CHECKING:
@@ -60,6 +66,7 @@ class Relay(Response):
         errors: ErrorShape = OPENAI,
         started: float | None = None,
         client: UpstreamClient | None = None,
+        on_sent: Callable[[], Job] | None = None,
     ) -> None:
         self.services = services
         # The upstream ``url`` belongs to: the OpenAI-compatible one unless told otherwise.
@@ -72,6 +79,7 @@ class Relay(Response):
         self.extra_headers = extra_headers
         self.extra = [(k.lower().encode(), v.encode()) for k, v in (extra_headers or {}).items()]
         self.on_answer = on_answer
+        self.on_sent = on_sent
         self.errors = errors
         self.started = started if started is not None else time.perf_counter()
         self.status_code = 0
@@ -148,7 +156,11 @@ class Relay(Response):
 
     async def _open(self) -> UpstreamResponse:
         sent = time.perf_counter()
-        response = await self.client.send(self.method, self.url, self.headers_out, self.body_out)
+        on_sent, self.on_sent = self.on_sent, None  # once, even if the relay is run again
+        written = None if on_sent is None else starter(self.services.spawn, on_sent)
+        response = await self.client.send(
+            self.method, self.url, self.headers_out, self.body_out, written
+        )
         self.services.metrics.upstream_latency_for(self.route).observe(time.perf_counter() - sent)
         return response
 
@@ -232,3 +244,16 @@ class Relay(Response):
     ) -> None:
         """Answer an error of ours (nothing was sent yet), with the route's extra headers."""
         await send_error(exc, scope, receive, send, self.extra_headers, shape=self.errors)
+
+
+def starter(spawn: Spawner, work: Callable[[], Job]) -> Written:
+    """A callback that starts ``work`` in the background when the request has gone out."""
+    return lambda: spawn(quietly(work))
+
+
+async def quietly(work: Callable[[], Job]) -> None:
+    """Run ``work`` (background work of a request); a failure is logged, never raised."""
+    try:
+        await work()
+    except Exception:
+        LOGGER.exception("work after sending the request failed")

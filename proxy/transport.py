@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +33,7 @@ from proxy.errors import ConfigError, UpstreamError
 from proxy.settings import UpstreamSettings, UpstreamTlsSettings
 
 Headers = list[tuple[bytes, bytes]]
+Written = Callable[[], None]  # told that a request has been handed to its connection
 
 # Bounds on a response head: bytes a line, header lines. aiohttp's defaults, pinned here so a
 # change of library default cannot unbound us: a head is at most ~1 MiB.
@@ -79,11 +80,14 @@ class Transport(Protocol):
     def ready(self) -> bool:
         """Whether the pool is open."""
 
-    async def send(self, method: str, url: str, headers: Headers, body: bytes) -> TransportResponse:
+    async def send(
+        self, method: str, url: str, headers: Headers, body: bytes, written: Written | None = None
+    ) -> TransportResponse:
         """Send a request (already checked by ``check_wire``) and wait for the response head.
 
-        ``UpstreamTimeout`` when the connection is not made within ``timeouts.connect``,
-        ``UpstreamError`` for any other failure before the head is complete.
+        ``written()`` is called once the whole request has been handed to the connection (never
+        if it fails before). ``UpstreamTimeout`` when the connection is not made within
+        ``timeouts.connect``, ``UpstreamError`` for any other failure before the head is complete.
         """
 
 

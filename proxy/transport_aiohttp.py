@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import aiohttp
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.payload import BytesPayload
 from yarl import URL
 
 from proxy.errors import UpstreamError, UpstreamTimeout
@@ -19,6 +21,7 @@ from proxy.transport import (
     Headers,
     TransportConfig,
     TransportResponse,
+    Written,
     tls_context,
 )
 
@@ -39,6 +42,26 @@ def header_text(value: bytes) -> str:
         return value.decode("utf-8")
     except UnicodeDecodeError:
         return value.decode("latin-1")
+
+
+class WrittenBody(BytesPayload):
+    """A request body that calls ``written`` once aiohttp has handed it to the connection.
+
+    aiohttp writes a body in a task of its own after ``request`` has started waiting, so the
+    caller cannot tell from its side when the request went out (adr/0128).
+    """
+
+    def __init__(self, body: bytes, written: Written) -> None:
+        # Its type header is never sent (``SKIP_AUTO_HEADERS``): the client's own goes instead.
+        super().__init__(body)
+        self._written = written
+
+    async def write_with_length(
+        self, writer: AbstractStreamWriter, content_length: int | None
+    ) -> None:
+        """Write the body (headers go with it), then tell."""
+        await super().write_with_length(writer, content_length)
+        self._written()
 
 
 def broken(exc: BaseException) -> UpstreamError:
@@ -117,17 +140,20 @@ class AiohttpTransport:
         """Whether the session is open."""
         return self._session is not None and not self._session.closed
 
-    async def send(self, method: str, url: str, headers: Headers, body: bytes) -> TransportResponse:
+    async def send(
+        self, method: str, url: str, headers: Headers, body: bytes, written: Written | None = None
+    ) -> TransportResponse:
         """Send the request and wait for the response head."""
         if self._session is None:
             raise UpstreamError("The upstream client is not started.")
+        data = None if not body else body if written is None else WrittenBody(body, written)
         try:
             response = await self._session.request(
                 method,
                 # encoded=True: the target goes byte for byte as checked, never re-quoted.
                 URL(url, encoded=True),
                 headers=[(k.decode("ascii"), header_text(v)) for k, v in headers],
-                data=body or None,
+                data=data,
                 allow_redirects=False,
             )
         except TimeoutError as exc:
@@ -138,6 +164,8 @@ class AiohttpTransport:
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             where = URL(url, encoded=True).host_port_subcomponent or "?"
             raise UpstreamError(f"Cannot reach the upstream {where}: {why(exc)}.") from exc
+        if written is not None and data is None:
+            written()  # no body to carry the call: the head's answer shows the request went
         return AiohttpResponse(response)
 
 

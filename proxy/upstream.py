@@ -27,6 +27,7 @@ from proxy.transport import (
     Transport,
     TransportConfig,
     TransportResponse,
+    Written,
     check_wire,
     env_proxy,
     valid_fields,
@@ -286,14 +287,16 @@ class UpstreamClient:
         """The upstream URL for the client's raw path and query; 400 if they may not go."""
         return self.join(forward_target(scope))
 
-    async def send(self, method: str, url: str, headers: Headers, body: bytes) -> UpstreamResponse:
-        """Send a request and wait for the response headers."""
+    async def send(
+        self, method: str, url: str, headers: Headers, body: bytes, written: Written | None = None
+    ) -> UpstreamResponse:
+        """Send a request and wait for the response headers (``Transport.send``: ``written``)."""
         check_wire(url, headers)
         timeouts = self.settings.timeouts
         deadline = asyncio.get_running_loop().time() + timeouts.total
         try:
             async with asyncio.timeout(min(timeouts.first_byte, timeouts.total)):
-                raw = await self.transport.send(method, url, headers, body)
+                raw = await self.transport.send(method, url, headers, body, written)
         except TimeoutError as exc:
             self.last_outcome = HEADER_TIMEOUT_MESSAGE
             raise UpstreamTimeout(HEADER_TIMEOUT_MESSAGE) from exc

@@ -163,6 +163,30 @@ async def test_request_goes_on_the_wire_byte_for_byte(kind: str) -> None:
     assert sent - {b"", b"host"} <= LIBRARY_HEADERS[kind]
 
 
+async def test_written_is_told_once_per_request_that_went_out(kind: str) -> None:
+    """``written`` (the relay's start of work that needs no answer) comes once per request
+    handed to the connection, before its answer, changes nothing on the wire, and never comes
+    for a request that could not go."""
+    told: list[int] = []
+    async with serving(keep_alive_json) as server, opened(server.origin, kind) as client:
+        for method, body in (("POST", b"abc"), ("GET", b"")):
+            response = await client.send(
+                method, client.join("/chat/completions"), [], body, lambda: told.append(1)
+            )
+            assert len(told) == len(server.requests)  # told before the answer reached us
+            await response.read()
+            response.close()
+    assert told == [1, 1]
+    head, body = server.requests[0]
+    assert body == b"abc"
+    sent = {line.split(b":", 1)[0] for line in head.lower().split(b"\r\n")[1:]}
+    assert sent - {b"", b"host", b"content-length"} <= LIBRARY_HEADERS[kind]
+    async with opened(server.origin, kind) as client:  # the server is gone: refused
+        with pytest.raises(UpstreamError):
+            await client.send("POST", client.join("/x"), [], b"abc", lambda: told.append(1))
+    assert told == [1, 1]
+
+
 async def test_compressed_body_passes_untouched(kind: str) -> None:
     packed = gzip.compress(b'{"object": "list"}')
 

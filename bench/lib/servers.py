@@ -7,6 +7,7 @@ still ends everything it started (and nothing else).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -198,3 +199,22 @@ def served_from(server: ServerProcess, tree: Path, name: str) -> ServerProcess:
     server.name, server.cwd = name, tree.resolve()
     server.env["PYTHONPATH"] = str(server.cwd)
     return server
+
+
+def start_redis(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``redis-server`` on a free port and return the process and its URL."""
+    if shutil.which("redis-server") is None:
+        raise SystemExit("redis-server is not installed: apt-get install -y redis-server")
+    port = free_port()
+    args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)]
+    args += ["--save", "", "--appendonly", "no"]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + 10
+    while subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).stdout != (
+        b"PONG\n"
+    ):
+        if time.monotonic() > deadline:
+            raise SystemExit("redis-server did not start")
+        time.sleep(0.02)
+    return process, url

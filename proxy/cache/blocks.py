@@ -23,7 +23,9 @@ moves the stamp, so every conversation of the tenant loses its earlier blocks on
 diverges there once) instead of showing a deleted memory until the TTL. A request that searches
 before its recall answers reads the stamp first (``stamp``): the block it keeps must carry the
 stamp from before its search read the store, or a delete landing between the search and the
-recall would be remembered as seen. The stamp is a counter
+recall would be remembered as seen. That read fetches the tenant's generation too, which the
+search's retrieval key reads next (``read_ahead.py``): the stamp costs no round trip of its own.
+The stamp is a counter
 like the tenants' generations (ADR 0031): a missing one (never set, evicted) restarts at the
 wall clock in microseconds, so it never meets a value an earlier one had. Without Redis each
 worker has its own cache: a delete then reaches the blocks of the worker that served it only.
@@ -39,8 +41,9 @@ from typing import Any, Protocol
 
 import orjson
 
+from proxy.cache import read_ahead
 from proxy.cache.codec import CacheDecodeError, decode_count
-from proxy.cache.keys import DIGEST_BYTES, tenant_prefix
+from proxy.cache.keys import DIGEST_BYTES, generation_key, tenant_prefix
 from proxy.cache.protocol import Cache
 from proxy.context.position import BREAKPOINT
 
@@ -108,10 +111,14 @@ class CachedTurnBlocks:
         return Recalled([b if b is not None and b.stamp == stamp else None for b in blocks], stamp)
 
     async def stamp(self, tenant: str) -> int | None:
-        """The tenant's forget stamp now (one round trip; two when it is missing)."""
+        """The tenant's forget stamp now (one round trip; two when it is missing), and the
+        tenant's generation read ahead for this request's search."""
         if self.ttl_s <= 0:
             return None
-        return await self._stamp(tenant, await self.cache.get(stamp_key(tenant)))
+        generation = generation_key(tenant)
+        data, ahead = await self.cache.get_many([stamp_key(tenant), generation])
+        read_ahead.offer(generation, ahead)
+        return await self._stamp(tenant, data)
 
     async def _stamp(self, tenant: str, data: bytes | None) -> int | None:
         """The stamp stored as ``data``; a missing one is seeded (see above)."""

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from proxy.cache import codec, keys
+from proxy.cache import codec, keys, read_ahead
 from proxy.cache.protocol import Cache
 
 MICROS = 1_000_000
@@ -39,9 +39,11 @@ class Generations:
         self._wall_clock = wall_clock
 
     async def current(self, tenant: str) -> int | None:
-        """Return the tenant's generation, creating it if absent."""
+        """Return the tenant's generation, creating it if absent (read ahead: ``read_ahead``)."""
         key = keys.generation_key(tenant)
-        data = await self.cache.get(key)
+        data = read_ahead.take(key)
+        if data is None:
+            data = await self.cache.get(key)
         if data is None:
             return await self.cache.incr(key, self._seed())
         try:

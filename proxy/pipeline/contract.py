@@ -2,10 +2,13 @@
 
 A route with memory (``proxy/routes/with_memory.py``) calls ``MemoryPipeline.prepare`` exactly
 once per request, before forwarding, with the ``ApiAdapter`` of its API (``proxy/apis/``): the
-one pipeline reads any API's body through it. If the returned ``Prepared`` has an
+one pipeline reads any API's body through it. Work of the request that needs no answer (cache
+writes: the turn's block, search results, token counts) comes as ``on_sent``: the route starts
+it once the request is on its way upstream, so it runs while the upstream answers instead of
+delaying the next request on the connection (adr/0128). If the returned ``Prepared`` has an
 ``on_complete`` hook, the route calls it once after the response has gone to the client (for a
-stream: after the last event, with the assembled answer text, read by the same adapter). The
-hook runs after the client has its answer, so it never adds latency; it must not raise.
+stream: after the last event, with the assembled answer text, read by the same adapter). Both
+run as background work, never before the client's request is sent; neither may raise.
 
 ``prepare`` must never fail the chat request for a backend problem: it degrades instead
 (``X-Memory-Status: degraded``). It may raise a ``proxy.errors.RequestError`` for a bad
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from starlette.responses import Response
 
+from proxy.background import Job
 from proxy.tenancy import Tenant
 
 if TYPE_CHECKING:  # the adapters read answers into a ``Completion``: imported both ways
@@ -49,6 +53,9 @@ class Prepared:
     body: dict[str, object]
     response_headers: Mapping[str, str] = field(default_factory=dict)
     on_complete: Callable[[Completion], Awaitable[None]] | None = None
+    # Work that needs no answer, started once the request has gone upstream (never when it
+    # could not go); called at most once.
+    on_sent: Callable[[], Job] | None = None
     reply: Response | None = None  # answer without calling the upstream (explain mode)
     encoded: bytes | None = None  # ``body`` already encoded, when the pipeline had to check it
 

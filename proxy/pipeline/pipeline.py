@@ -38,6 +38,7 @@ from proxy.background import Job, Spawner
 from proxy.cache.blocks import Recalled, TurnBlocks, prefix_keys
 from proxy.cache.outcome import CacheOutcome, cache_outcome
 from proxy.cache.protocol import MemoryCache
+from proxy.cache.read_ahead import read_ahead
 from proxy.context.allocation import BudgetCalculator, TokenBudget
 from proxy.context.assembler import AssemblerConfig, Assembly, assemble
 from proxy.context.billing import EXACT, message_key, walk_size
@@ -137,9 +138,10 @@ class Run:
     placement: Placement | None = None  # where the blocks go (set once the budget is known)
     reasons: list[str] = field(default_factory=list)
     cache: CacheOutcome = field(default_factory=CacheOutcome)  # this request's cache calls
-    # Cache writes wait until the response is out: they cost CPU (encoding) the client would
-    # otherwise wait for when the upstream answers fast.
-    # Thunks, not coroutines: a hook that never runs (upstream refused) leaves nothing unawaited.
+    # Cache writes (search results, token counts, the turn's block) wait until the request has
+    # gone upstream: they cost CPU (encoding) the client would otherwise wait for, and run
+    # while the upstream answers (``Prepared.on_sent``, adr/0128).
+    # Thunks, not coroutines: writes that never start leave nothing unawaited.
     deferred: list[Write] = field(default_factory=list)
     facts: FactRequest | None = None  # X-Memory-Capture: facts
 
@@ -183,7 +185,7 @@ class Run:
         self.clock.mark(stage)
 
     async def keep(self, write: Write) -> None:
-        """Write to the cache after the response."""
+        """Write to the cache once the request has gone upstream."""
         self.deferred.append(write)
 
 
@@ -288,7 +290,7 @@ class Pipeline:
         if conversation.messages:
             run.deadline_at = asyncio.get_running_loop().time() + self.deadline_s
             try:
-                with cache_outcome() as run.cache:
+                with cache_outcome() as run.cache, read_ahead():
                     async with asyncio.timeout_at(run.deadline_at):
                         await self._retrieve(run)
             except TimeoutError:
@@ -319,7 +321,8 @@ class Pipeline:
             run.degrade(ENCODE)
             return self._finish(run, body, DEGRADED)
         if injected.held and placement.key and assembly is not None and self.blocks:
-            self.spawn(self.blocks.remember(placement.key, remembered(placement, assembly)))
+            shown_block = remembered(placement, assembly)
+            run.deferred.append(functools.partial(self.blocks.remember, placement.key, shown_block))
         status = INJECTED if injected.held else EMPTY
         return self._finish(run, forwarded, DEGRADED if run.reasons else status, encoded)
 
@@ -338,7 +341,8 @@ class Pipeline:
         recall is a cache round trip (Redis across workers) the search does not depend on, so
         a request waits for the longer of the two, not both. Only what is done with the hits
         (the room, a reused block) waits for the recall. The tenant's forget stamp is read
-        before the search starts (``proxy/cache/blocks.py``).
+        before the search starts (``proxy/cache/blocks.py``), in the round trip that reads the
+        generation for the search's cache key (``proxy/cache/read_ahead.py``).
         """
         options = run.options
         budget = run.budget = await self._budget(run)
@@ -604,6 +608,7 @@ class Pipeline:
             body=body,
             response_headers=headers,
             on_complete=self._hook(run, status),
+            on_sent=self._sent(run),
             encoded=encoded,
         )
 
@@ -626,6 +631,18 @@ class Pipeline:
     def _record(self, run: Run, status: str) -> None:
         self.metrics.count_memory_request(status, run.reasons)
 
+    def _sent(self, run: Run) -> Callable[[], Job] | None:
+        """The request's cache writes, for once it has gone upstream; ``None`` when none."""
+        writes = run.deferred
+        if not writes:
+            return None
+
+        async def on_sent() -> None:
+            for write in writes:
+                await write()
+
+        return on_sent
+
     def _hook(self, run: Run, status: str) -> Callable[[Completion], Job] | None:
         """The after-response work: retrieval counts and capture; ``None`` when there is none."""
         assembly = run.assembly
@@ -635,13 +652,11 @@ class Pipeline:
             else []
         )
         writer = self.writer if run.options.capture not in ("off", "facts") else None
-        deferred, facts = run.deferred, run.facts
-        if not ids and writer is None and not deferred and facts is None:
+        facts = run.facts
+        if not ids and writer is None and facts is None:
             return None
 
         async def on_complete(completion: Completion) -> None:
-            for write in deferred:
-                await write()
             if ids and self.counter is not None and completion.status < 400:
                 self.counter.add(run.tenant.id, ids)
             if writer is not None:

@@ -94,6 +94,7 @@ async def forward_with_memory(
         on_answer=on_answer,
         errors=api.errors,
         started=started,
+        on_sent=prepared.on_sent,
     )
     await relay(scope, receive, send)
 

@@ -178,8 +178,8 @@ async def test_a_conversation_counts_only_its_new_messages() -> None:
     lookups: list[tuple[str, int, int]] = []
     pipeline = build(biscuit_store(), FakeEmbedder(DIMS), lookups)
     first = await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?"), OPENAI_CHAT)
-    assert first.on_complete is not None
-    await first.on_complete(Completion(200, False, True, "ok"))  # deferred cache writes
+    assert first.on_sent is not None
+    await first.on_sent()  # the cache writes, started once the request has gone upstream
     lookups.clear()
     await pipeline.prepare(TENANT, {}, long_body("a", "b", "dog?", "and the cat?"), OPENAI_CHAT)
     tokens = [(hits, misses) for kind, hits, misses in lookups if kind == "tokens"]

@@ -14,7 +14,15 @@ import pytest
 
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.apis.openai_responses import RESPONSES
-from proxy.cache.blocks import CachedTurnBlocks, Recalled, Remembered, TurnBlocks, prefix_keys
+from proxy.cache import keys
+from proxy.cache.blocks import (
+    CachedTurnBlocks,
+    Recalled,
+    Remembered,
+    TurnBlocks,
+    prefix_keys,
+    stamp_key,
+)
 from proxy.cache.local import LocalCache
 from proxy.cache.outcome import record_unserved
 from proxy.cache.request_cache import RequestCache
@@ -26,6 +34,7 @@ from proxy.memory.retriever import Retriever
 from proxy.memory.service import MemoryService
 from proxy.memory.store import SearchQuery
 from proxy.metrics import Metrics
+from proxy.pipeline.contract import Prepared
 from proxy.pipeline.pipeline import Pipeline
 from proxy.pipeline.placement import Placement, recalled
 from proxy.settings import MemorySettings
@@ -60,6 +69,12 @@ class Spawned:
         await asyncio.gather(*self.tasks)
 
 
+async def gone_upstream(prepared: Prepared) -> None:
+    """What the route starts once the request has gone upstream: the turn's block is kept."""
+    if prepared.on_sent is not None:
+        await prepared.on_sent()
+
+
 def build(
     blocks: Callable[[CachedTurnBlocks], TurnBlocks] = lambda kept: kept,
     store: FakeStore | None = None,
@@ -91,14 +106,14 @@ def chat(*turns: str) -> dict[str, Any]:
 
 
 async def test_the_block_goes_in_the_latest_turn_and_comes_back_next_turn() -> None:
-    pipeline, spawned, _ = build()
+    pipeline, _, _ = build()
     first = await pipeline.prepare(
         TENANT,
         {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"},
         chat("dog?"),
         OPENAI_CHAT,
     )
-    await spawned.run()
+    await gone_upstream(first)
     sent = first.body["messages"]
     assert sent[0] == SYSTEM
     assert sent[1]["content"].startswith(BLOCK_OPEN)
@@ -167,10 +182,10 @@ def test_recalled_reuses_the_latest_turns_block_and_keeps_the_earliest_that_fit(
 
 
 async def test_a_tool_round_trip_reuses_the_turns_block() -> None:
-    pipeline, spawned, _ = build()
+    pipeline, _, _ = build()
     request = chat("dog?")
     first = await pipeline.prepare(TENANT, {}, request, OPENAI_CHAT)
-    await spawned.run()
+    await gone_upstream(first)
     call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function"}]}
     result = {"role": "tool", "tool_call_id": "c", "content": "42"}
     again = {**request, "messages": [*request["messages"], call, result]}
@@ -220,11 +235,11 @@ async def test_the_recall_of_earlier_blocks_runs_alongside_the_search() -> None:
     search runs (a Redis recall no longer adds its round trip to the request)."""
     searched = asyncio.Event()
     headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
-    pipeline, spawned, _ = build(
+    pipeline, _, _ = build(
         blocks=lambda kept: AfterSearch(kept, searched), store=SignallingStore(searched)
     )
     first = await pipeline.prepare(TENANT, headers, chat("dog?"), OPENAI_CHAT)
-    await spawned.run()
+    await gone_upstream(first)
     assert first.response_headers["X-Memory-Status"] == "injected"
     searched.clear()
     second = await pipeline.prepare(
@@ -244,11 +259,11 @@ async def test_the_recall_of_earlier_blocks_runs_alongside_the_search() -> None:
 
 async def test_a_deleted_memory_never_comes_back_in_an_earlier_block() -> None:
     store = FakeStore(records(FACTS), dimensions=DIMS)
-    pipeline, spawned, raw = build(store=store)
+    pipeline, _, raw = build(store=store)
     service = MemoryService(store, FakeEmbedder(DIMS), blocks=CachedTurnBlocks(raw, ttl_s=60))
     headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
     first = await pipeline.prepare(TENANT, headers, chat("dog?"), OPENAI_CHAT)
-    await spawned.run()
+    await gone_upstream(first)
     shown = first.body["messages"][1]["content"]
     assert shown.startswith(BLOCK_OPEN)
     deleted = next(i for i, fact in enumerate(FACTS) if fact in shown)
@@ -287,16 +302,57 @@ async def test_a_delete_between_the_search_and_the_recall_keeps_no_block_showing
     moved stamp: the block showing them must not be remembered as shown after the delete."""
     deleted = asyncio.Event()
     store = DeletedDuringSearch(deleted)
-    pipeline, spawned, raw = build(blocks=lambda kept: AfterDelete(kept, deleted), store=store)
+    pipeline, _, raw = build(blocks=lambda kept: AfterDelete(kept, deleted), store=store)
     store.service = MemoryService(store, FakeEmbedder(DIMS), blocks=CachedTurnBlocks(raw, 60))
     headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
     first = await pipeline.prepare(TENANT, headers, chat("dog?"), OPENAI_CHAT)
-    await spawned.run()
+    await gone_upstream(first)
     assert deleted.is_set()
     assert first.body["messages"][1]["content"].startswith(BLOCK_OPEN)  # shown this once
     later = await pipeline.prepare(TENANT, headers, chat("dog?", "Biscuit.", "tea?"), OPENAI_CHAT)
     assert later.body["messages"][1] == {"role": "user", "content": "dog?"}  # not put back
     assert all(fact not in str(m["content"]) for m in later.body["messages"] for fact in FACTS)
+
+
+class Reads(LocalCache):
+    """The in-process cache, noting the keys of each read (one entry a round trip)."""
+
+    def __init__(self) -> None:
+        super().__init__(1000)
+        self.reads: list[list[str]] = []
+
+    async def get(self, key: str) -> bytes | None:
+        self.reads.append([key])
+        return await super().get(key)
+
+    async def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        self.reads.append(list(keys))
+        return await super().get_many(keys)
+
+
+async def test_the_forget_stamp_costs_no_round_trip_of_its_own() -> None:
+    """The stamp read before the search brings the generation the search's cache key needs
+    (with Redis: one round trip before the search, as without the stamp)."""
+    raw = Reads()
+    cache = RequestCache(raw)
+    pipeline = Pipeline(
+        MemorySettings(deadline_ms=2000.0),
+        calculator=TokenBudgetCalculator(memory_cap=None),
+        retriever=Retriever(FakeStore(records(FACTS), dimensions=DIMS), FakeEmbedder(DIMS), cache),
+        metrics=Metrics(),
+        spawn=Spawned(),
+        clock=lambda: NOW,
+        blocks=CachedTurnBlocks(raw, ttl_s=60),
+    )
+    headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
+    await pipeline.prepare(TENANT, headers, chat("cat?"), OPENAI_CHAT)  # the counters start
+    for turns in (("dog?",), ("dog?", "Biscuit.", "tea?")):
+        raw.reads.clear()
+        prepared = await pipeline.prepare(TENANT, headers, chat(*turns), OPENAI_CHAT)
+        assert prepared.response_headers["X-Memory-Status"] == "injected"
+        generation, stamp = keys.generation_key("t1"), stamp_key("t1")
+        assert sorted([generation, stamp]) in [sorted(keys) for keys in raw.reads]
+        assert [generation] not in raw.reads  # never read on its own
 
 
 class Failing:
@@ -350,7 +406,7 @@ async def test_explain_shows_where_the_block_went() -> None:
 
 
 async def test_the_setting_chooses_the_position_and_the_header_overrides_it() -> None:
-    pipeline, spawned, _ = build()
+    pipeline, _, _ = build()
     tenant = Tenant("t1", MemorySettings(position="system"))
     prepared = await pipeline.prepare(tenant, {}, chat("dog?"), OPENAI_CHAT)
     assert BLOCK_OPEN in prepared.body["messages"][0]["content"]
@@ -358,7 +414,7 @@ async def test_the_setting_chooses_the_position_and_the_header_overrides_it() ->
         tenant, {"x-memory-position": "turn"}, chat("dog?"), OPENAI_CHAT
     )
     assert BLOCK_OPEN in prepared.body["messages"][1]["content"]
-    await spawned.run()
+    await gone_upstream(prepared)
 
 
 def responses(*turns: str, **fields: object) -> dict[str, Any]:
@@ -374,10 +430,10 @@ def responses(*turns: str, **fields: object) -> dict[str, Any]:
 
 
 async def test_responses_blocks_come_back_in_the_input_items_that_held_them() -> None:
-    pipeline, spawned, _ = build()
+    pipeline, _, _ = build()
     headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
     first = await pipeline.prepare(TENANT, headers, responses("dog?"), RESPONSES)
-    await spawned.run()
+    await gone_upstream(first)
     sent = first.body["input"]
     assert sent[0]["content"][0]["type"] == "input_text"
     assert sent[0]["content"][0]["text"].startswith(BLOCK_OPEN)
@@ -393,11 +449,11 @@ async def test_responses_blocks_come_back_in_the_input_items_that_held_them() ->
 async def test_a_continued_responses_request_gets_no_block_put_back() -> None:
     """With ``previous_response_id`` the earlier blocks are upstream already: the same input
     after another response is another conversation, and its block is not reused."""
-    pipeline, spawned, _ = build()
+    pipeline, _, _ = build()
     first = await pipeline.prepare(
         TENANT, {}, responses("dog?", previous_response_id="resp_1"), RESPONSES
     )
-    await spawned.run()
+    await gone_upstream(first)
     assert first.body["input"][0]["content"][0]["text"].startswith(BLOCK_OPEN)
     retried = await pipeline.prepare(
         TENANT, {}, responses("dog?", previous_response_id="resp_1"), RESPONSES

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import httpx
@@ -111,3 +112,72 @@ def test_noop_pipeline_forwards_the_original_bytes(proxy: ProxyServer, fake: Fak
     raw = b'{"messages": [ {"role":"user","content":"hi"} ],   "model":"m"}'
     httpx.post(f"{proxy.url}/chat/completions", content=raw)
     assert fake.fake.requests[0].body == raw
+
+
+UPSTREAM_LATENCY_S = 1.0
+
+
+class SendingPipeline(RecordingPipeline):
+    """Hands over work for once the request has gone upstream (``on_sent``), which notes
+    whether the upstream had the request by then, and when it ran."""
+
+    def __init__(self, fake: FakeServer, fails: bool = False) -> None:
+        super().__init__()
+        self.fake = fake
+        self.fails = fails
+        self.started = time.monotonic()
+        self.seen: list[tuple[bool, float]] = []  # (upstream had the request, seconds in)
+
+    async def prepare(
+        self, tenant: Tenant, headers: Headers, body: dict[str, Any], api: ApiAdapter
+    ) -> Prepared:
+        prepared = await super().prepare(tenant, headers, body, api)
+        return Prepared(
+            body=prepared.body,
+            response_headers=prepared.response_headers,
+            on_complete=prepared.on_complete,
+            on_sent=self.on_sent,
+        )
+
+    async def on_sent(self) -> None:
+        # Polls while holding the proxy's event loop: a request still waiting to be written
+        # behind this work could not reach the upstream meanwhile.
+        deadline = time.monotonic() + 2.0
+        while not self.fake.fake.requests and time.monotonic() < deadline:
+            time.sleep(0.005)  # noqa: ASYNC251 (holding the loop is the point)
+        self.seen.append((bool(self.fake.fake.requests), time.monotonic() - self.started))
+        if self.fails:
+            raise RuntimeError("a cache write went wrong")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_work_after_sending_runs_while_the_upstream_answers(fake: FakeServer, stream: bool) -> None:
+    """The cache writes of a request run once its request is upstream, before the answer:
+    at concurrency 1 they then no longer hold up the client's next request."""
+    pipeline = SendingPipeline(fake)
+    with ProxyServer(create_app(proxy_settings(fake.url), pipeline=pipeline)) as proxy:
+        pipeline.started = time.monotonic()
+        response = httpx.post(
+            f"{proxy.url}/chat/completions",
+            json={"model": "m", "messages": MESSAGES, "stream": stream},
+            headers={"X-Fake-Latency-Ms": str(UPSTREAM_LATENCY_S * 1000)},
+        )
+        assert pipeline.completed.wait(5)
+    assert response.status_code == 200
+    [(upstream_had_it, after_s)] = pipeline.seen  # once
+    assert upstream_had_it  # the request went before the work
+    assert after_s < UPSTREAM_LATENCY_S  # and the work did not wait for the answer
+
+
+def test_failing_work_after_sending_never_fails_the_request(
+    fake: FakeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    pipeline = SendingPipeline(fake, fails=True)
+    with ProxyServer(create_app(proxy_settings(fake.url), pipeline=pipeline)) as proxy:
+        client = openai.OpenAI(base_url=proxy.url, api_key="sk-1", max_retries=0)
+        reply = client.chat.completions.create(model="m", messages=MESSAGES)
+        assert pipeline.completed.wait(5)
+    assert reply.choices[0].message.content == "Hello from the fake upstream"
+    assert [had for had, _ in pipeline.seen] == [True]
+    failed = [r for r in caplog.records if r.name == "memproxy.relay" and r.exc_info]
+    assert [r.getMessage() for r in failed] == ["work after sending the request failed"]
