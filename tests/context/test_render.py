@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from proxy.bundled_data import claude_tokenizer_file
 from proxy.claude_tokenizer import CLAUDE, normalized
-from proxy.context.assembler import assemble
+from proxy.context.assembler import AssemblerConfig, assemble
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.context.render import (
     BLOCK_CLOSE,
@@ -187,3 +187,21 @@ def test_content_counts_of_an_encoding_memories_lack_are_memoised() -> None:
         assemble(pool, "painting", 500, now=NOW, tokens=tokens)
     contents = [c.record.content for c in pool]
     assert sorted(text for text in calls if text in contents) == sorted(contents)
+
+
+def test_packing_makes_room_for_the_labels_so_no_line_is_trimmed() -> None:
+    # Filling tight budgets with memories of three sources: packing takes the labels off the
+    # budget before it chooses, so the exact count never has to drop a chosen line.
+    sources = ["learnings", "conversation", "summaries"]
+    pool = [
+        cand(f"m{i}", f"Fact number {i} about the garden and its {i * 3} tomato plants.", 0.5, src)
+        for i, src in enumerate(sources * 4)
+    ]
+    fill = AssemblerConfig(token_price=0.0, absolute_overlap=False)
+    labels = set()
+    for limit in range(40, 320, 3):
+        result = assemble(pool, "garden tomato", limit, now=NOW, tokens=ENC_TOKENS, config=fill)
+        assert result.dropped["trimmed"] == (), limit
+        assert result.rendered_tokens == count_tokens(result.block, ENC) <= limit
+        labels.add(len({m.candidate.record.source for m in result.packed}))
+    assert labels >= {1, 2, 3}  # blocks of one, two and three groups were packed
