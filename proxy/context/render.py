@@ -4,7 +4,7 @@ The block is fenced by ``<memories>``/``</memories>`` with one line saying the c
 not instructions; below it the memories are grouped by source, each group under one
 ``[source]`` line, one memory a line (adr/0130). One label a group instead of one a line: on the
 LoCoMo dev conversations a block holds ~33 memories from at most three sources, and
-``[source] `` cost ~3 tokens a line (~10 % of the block). Groups come in the order of their best
+``[source] `` cost ~3 tokens a line (~8 % of the lines' tokens). Groups come in the order of their best
 memory, and memories within a group in the packer's order (best first). Contents are flattened
 to one line and anything looking like the fence is neutralised, so a memory cannot close the
 block; a memory line that starts with ``[`` (which could pass for a group label) or ``/``, or is
@@ -14,8 +14,9 @@ label's cost and each line's count, memoised per instance; ``render_within`` ren
 exactly and drops the lowest-value lines until the block fits.
 
 Exact counting by parts: the block is ``"\n".join`` of lines that never start with whitespace
-or ``/``, so tiktoken's pre-tokeniser (cl100k and o200k alike; o200k lets punctuation take
-newlines and slashes after it, hence the ``/`` rule) always splits right after each newline: no
+or ``/``, so tiktoken's pre-tokeniser (cl100k, o200k and the Claude tokenizer's GPT-2 pattern
+alike; o200k lets punctuation take newlines and slashes after it, hence the ``/`` rule) always
+splits right after each newline: no
 pre-token spans a newline and the next line's first character, and BPE merges never cross
 pre-tokens. The block's count is therefore the sum of ``line + "\n"`` counts over the memory
 lines and group labels plus the framing (property-tested against encoding the whole block).
