@@ -2,13 +2,13 @@
 
 The block is fenced by ``<memories>``/``</memories>`` with one line saying the content is data,
 not instructions; below it the memories are grouped by source, each group under one
-``[source]`` line, one memory a line (adr/0130). One label a group instead of one a line: on the
-LoCoMo dev conversations a block holds ~33 memories from at most three sources, and
-``[source] `` cost ~3 tokens a line (~8 % of the lines' tokens). Groups come in the order of their best
-memory, and memories within a group in the packer's order (best first). Contents are flattened
-to one line and anything looking like the fence is neutralised, so a memory cannot close the
-block; a memory line that starts with ``[`` (which could pass for a group label) or ``/``, or is
-empty, is written as a list item (``- ...``).
+``[source]`` line, one memory a line (adr/0130). One label a group instead of one a line: on
+the LoCoMo dev conversations a block holds ~33 memories from at most three sources, and
+``[source] `` cost ~3 tokens a line (~8 % of the lines' tokens). Groups come in the order of
+their best memory, memories within a group in the packer's order (best first). Contents are
+flattened to one line and anything looking like the fence is neutralised, so a memory cannot
+close the block; a memory line that starts with ``[`` (which could pass for a group label) or
+``/``, or is empty, is written as a list item (``- ...``).
 ``BlockTokens`` holds one encoding's token arithmetic of the block: the framing, each group
 label's cost and each line's count, memoised per instance; ``render_within`` renders, counts
 exactly and drops the lowest-value lines until the block fits.
