@@ -293,7 +293,7 @@ def token_figures(sizes: Sequence[int]) -> dict[str, float]:
 
 def recall_rows(summary: dict[str, Any], budgets: Sequence[int]) -> list[dict[str, Any]]:
     """Return printable rows: one per (budget, method), categories as columns, in percent, with
-    the block's median and p90 tokens where memproxy chose them."""
+    the block's median, p90 and mean tokens where memproxy chose them."""
     names = [*locomo_data.CATEGORIES.values(), "overall"]
     rows = []
     for key in budget_keys(budgets):
@@ -304,6 +304,8 @@ def recall_rows(summary: dict[str, Any], budgets: Sequence[int]) -> list[dict[st
             block = summary["block_tokens"].get(method, {}).get(key)
             row["median_tokens"] = block["median"] if block else ""
             row["p90_tokens"] = block["p90"] if block else ""
+            # What the user pays on average: the median alone hides a long tail.
+            row["mean_tokens"] = round(block["mean"]) if block else ""
             rows.append(row)
     return rows
 

@@ -213,9 +213,7 @@ def assemble_parts(
     weights = idf_weights(matches)
     mass = sum(weights.values()) or 1.0
     scored = [score_candidate(c, now) for c in hits]
-    costs = [
-        c.record.token_count(ENCODING, tokens.count) + tokens.label(c.record.source) for c in hits
-    ]
+    costs = [c.record.token_count(ENCODING, tokens.count) + tokens.newline for c in hits]
     values = [
         (
             0.2 * s.composite_score

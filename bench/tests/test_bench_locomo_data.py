@@ -204,9 +204,10 @@ def test_locomo_summarize_and_rows() -> None:
         "overall": 50.0,
         "median_tokens": 150.0,
         "p90_tokens": 300.0,
+        "mean_tokens": 150,
     }
     assert printed[2]["method"] == "topk"
-    assert printed[2]["median_tokens"] == ""
+    assert printed[2]["median_tokens"] == printed[2]["mean_tokens"] == ""
     lines = locomo.verdicts({**summary, "questions": 2}, [500])
     assert lines[0].startswith("default settings: recall 50.0 % in a median 150 block tokens")
     assert lines[1].startswith("memproxy - topk at 500 tokens, overall: +50.0 points")

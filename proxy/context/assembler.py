@@ -10,8 +10,9 @@ Integration contract (stable):
   ``now``: the request time (the engine never reads the clock). Memory token counts are the
   records' stored ones (``MemoryRecord.tokens``, written with the memory).
 - The rendered ``Assembly.block`` never exceeds ``min(budget, config.max_tokens)`` tokens counted
-  exactly with tiktoken (``rendered_tokens``): packing accounts for the fences, the notice line
-  and each line's ``[source] `` label and newline, then the block is counted and trimmed if over.
+  exactly with tiktoken (``rendered_tokens``): packing accounts for the fences, the notice line,
+  a ``[source]`` label line for each source it could pack and each line's newline, then the
+  block is counted and trimmed if over.
 - ``Assembly`` keeps every intermediate figure for explain mode: each candidate's score
   components, keyword overlap, final score and fate (``packed``, ``bundle``, ``duplicate``,
   ``floor``, ``packer``, ``trimmed``). The per-candidate objects (``candidates``, ``packed``,
@@ -70,6 +71,7 @@ from proxy.context.render import (
     BLOCK_NOTICE,
     BLOCK_OPEN,
     BlockTokens,
+    block_order,
     render_block,
     render_within,
     sanitise,
@@ -255,7 +257,7 @@ class Assembly:
     block: str
     rendered_tokens: int  # exact tiktoken count of ``block``
     packed_tokens: int  # estimated cost of the packed lines
-    fence_tokens: int  # fences and notice line
+    fence_tokens: int  # fences, notice and the labels packing made room for
     total_value: float
     upper_bound: float
     proven_optimal: bool
@@ -271,7 +273,7 @@ class Assembly:
 
     @property
     def packed(self) -> tuple[MemoryExplanation, ...]:
-        """The injected candidates' figures, in block order (final score, highest first)."""
+        """The injected candidates' figures, in block order (by source, best first within one)."""
         explained = self.candidates
         return tuple(explained[i] for i in self.packed_rows)
 
@@ -340,7 +342,7 @@ def assemble(
 ) -> Assembly:
     """Score, bundle, dedup, pack and render ``candidates`` within ``budget`` tokens."""
     cfg = config if config is not None else AssemblerConfig()
-    encoding, count, label = tokens.encoding, tokens.content, tokens.label
+    encoding, count, newline = tokens.encoding, tokens.content, tokens.newline
     limit = max(0, budget if cfg.max_tokens is None else min(budget, cfg.max_tokens))
     stopwords = STOPWORDS if cfg.drop_stopwords else frozenset()
     query_words = normalise_words(query, stopwords=stopwords, stemmed=cfg.stemmed)
@@ -394,7 +396,7 @@ def assemble(
     values_all = [final**exponent for final in saliences]
     prior_values = [priors[p] ** exponent for p in order]
     tokens_of = [content_tokens[p] for p in order]
-    costs = [n + label(record.source) for n, record in zip(tokens_of, records, strict=True)]
+    costs = [n + newline for n in tokens_of]  # a line's label is its group's (render.py)
 
     created = [record.created_at for record in records]
     picked = shortlist(saliences, priorities_of(saliences, created, cfg.bundle, now), cfg.bundle)
@@ -427,7 +429,9 @@ def assemble(
         if i not in net:
             status[i] = FLOOR
 
-    fence_tokens = tokens.fence if priced else 0
+    # Room for a label of every source that could be packed: the few tokens of a label not
+    # needed are less than the cost of trimming a line.
+    fence_tokens = tokens.framing([records[i].source for i in priced]) if priced else 0
     room = max(0, limit - fence_tokens)
     solve = select_optimal if cfg.packer == "optimal" else select_greedy
     solution = solve([net[i] for i in priced], [costs[i] for i in priced], room)
@@ -436,7 +440,7 @@ def assemble(
     block, rendered, trimmed = render_within(records, values_all, costs, chosen, limit, tokens)
     for i in chosen:
         status[i] = TRIMMED if i in trimmed else PACKED
-    rows = tuple(i for i in chosen if i not in trimmed)
+    rows = tuple(block_order([r.source for r in records], [i for i in chosen if i not in trimmed]))
     return Assembly(
         query=query,
         budget=budget,

@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
+from proxy.defaults import SOURCES
 from proxy.tokenizer import count_tokens, encoding_name_for_model
 from tests.e2e.conftest import API_KEY, MemoryProxy
 
@@ -74,7 +75,9 @@ def test_upstream_gets_the_block_in_its_position_within_budget(
     assert "Biscuit" in block
     tokens = count_tokens(block, encoding_name_for_model(MODEL))
     assert tokens == int(headers["x-memory-tokens"]) <= int(headers["x-memory-budget"]) == 200
-    assert int(headers["x-memory-injected"]) == block.count("\n[")
+    labels = {f"[{source}]" for source in SOURCES}  # one line above each source's memories
+    memory_lines = [line for line in block.split("\n")[2:-1] if line not in labels]
+    assert int(headers["x-memory-injected"]) == len(memory_lines)
     assert "embed;dur=" in headers["server-timing"]
     assert "search;dur=" in headers["server-timing"]
     assert float(headers["x-memory-overhead-ms"]) > 0

@@ -305,18 +305,18 @@ async def test_a_memory_line_is_rendered_once_across_requests(
 ) -> None:
     import proxy.context.render as module
 
-    rendered: list[tuple[str, str]] = []
+    rendered: list[str] = []
     plain = module.line_text
 
-    def spy(source: str, content: str) -> str:
-        rendered.append((source, content))
-        return plain(source, content)
+    def spy(content: str) -> str:
+        rendered.append(content)
+        return plain(content)
 
     monkeypatch.setattr(module, "line_text", spy)
     pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
     first = await pipeline.prepare(TENANT, {}, body("what is my dog called?"), OPENAI_CHAT)
     second = await pipeline.prepare(TENANT, {}, body("and what does my dog eat?"), OPENAI_CHAT)
-    assert rendered == [("learnings", "The user's dog is called Biscuit.")]
+    assert rendered == ["The user's dog is called Biscuit."]
     assert first.response_headers["X-Memory-Tokens"] == second.response_headers["X-Memory-Tokens"]
     content = second.body["messages"][-1]["content"]  # position turn: block, blank line, text
     block = content[: content.index(BLOCK_CLOSE) + len(BLOCK_CLOSE)]
