@@ -433,7 +433,9 @@ def assemble(
     solution = solve([net[i] for i in priced], [costs[i] for i in priced], room)
     chosen = [priced[j] for j in solution.indices]
 
-    block, rendered, trimmed = render_within(records, values_all, costs, chosen, limit, tokens)
+    block, rendered, trimmed = render_within(
+        records, tokens_of, values_all, costs, chosen, limit, tokens
+    )
     for i in chosen:
         status[i] = TRIMMED if i in trimmed else PACKED
     rows = tuple(i for i in chosen if i not in trimmed)
