@@ -178,21 +178,24 @@ def normalise_words(
     return words
 
 
-@functools.lru_cache(maxsize=TEXTS_MEMOISED)
-def dedup_words(text: str) -> frozenset[str]:
+def split_dedup_words(text: str) -> frozenset[str]:
     """Case-folded words split at whitespace and punctuation: the sets dedup compares.
 
     ``str.translate`` plus ``split`` run in C, several times faster than the word regex; they
     split at ASCII and common typographic punctuation only. ASCII text takes a byte table that
     folds case in the same pass, about twice as fast; most ASCII texts split the same way for
-    matching, and take that memoised set (``text_words``). Memoised: a memory is a candidate of
-    many requests.
+    matching, and take that memoised set (``text_words``). Not memoised itself: a caller that
+    keeps what it derives from the set (``dedup.text_signature``) would only fill a second memo.
     """
     if text.isascii():
         if ASCII_DEDUP_ONLY.search(text) is None:
             return text_words(text)
         return frozenset(text.encode().translate(ASCII_FOLD).decode().split())
     return frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
+
+
+# ``split_dedup_words`` memoised: a memory is a candidate of many requests.
+dedup_words = functools.lru_cache(maxsize=TEXTS_MEMOISED)(split_dedup_words)
 
 
 def keyword_overlap(query_words: frozenset[str], content_words: frozenset[str]) -> float:
