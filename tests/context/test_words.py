@@ -22,6 +22,7 @@ from proxy.context.words import (
     weighted_overlap,
     word_runs,
 )
+from proxy.defaults import RECORD_CACHE_ENTRIES
 
 
 @pytest.mark.parametrize(
@@ -132,3 +133,14 @@ def test_dedup_words_takes_the_match_set_of_ascii_text_without_control_character
 ) -> None:
     assert (dedup_words(text) is words.text_words(text)) is shared
     assert dedup_words(text) == frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
+
+
+def test_memoised_word_sets_share_their_words_and_last_as_long_as_cached_records() -> None:
+    # adr/0127: one copy of each word across the memo, and room for every record the store
+    # keeps decoded (a 10k-memory user's texts no longer cycle through 8,192 entries).
+    first = words.text_words("Melanie painted a sunrise over the lake last summer.")
+    second = words.text_words("The lake at sunrise: Melanie's favourite painting.")
+    assert first & second == {"melanie", "sunrise", "lake", "the"}
+    for word in first & second:
+        assert next(w for w in first if w == word) is next(w for w in second if w == word)
+    assert words.text_words.cache_info().maxsize == RECORD_CACHE_ENTRIES
