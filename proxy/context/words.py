@@ -25,16 +25,12 @@ from collections.abc import Callable, Sequence
 from proxy.defaults import RECORD_CACHE_ENTRIES
 
 WORD = re.compile(r"[^\W_]+")
-# Word sets kept per memory text (~1.8 KB with its signature, words interned): candidates recur
+# Word sets kept per memory text (~3 KB with its signature, ~60 MB when full): candidates recur
 # across requests, and on real text computing them was ~0.3 ms of a 10k-memory request's
 # assemble (docs/benchmarks.md). As many as the store keeps decoded records: a record served
 # from its cache finds its words here too; 8,192 left a 10k-memory user's texts cycling
 # through the memo (adr/0127).
 TEXTS_MEMOISED = RECORD_CACHE_ENTRIES
-# One copy of each word of the memoised sets (a real vocabulary is far smaller); emptied when
-# full, so text made of ever-new words cannot grow it without bound.
-WORDS_SHARED = 1 << 17
-SHARED_WORDS: dict[str, str] = {}
 # A stem of 3+ letters, then one suffix, at the end of a space-separated word.
 STEM = re.compile(r"\b([^\W_]{3,}?)(?:ing|ed|es|(?<!s)s)\b")
 # Function words carry no topic; dropping them keeps "how do I ..." from matching everything.
@@ -172,13 +168,10 @@ def word_runs(text: str) -> list[str]:
 def text_words(text: str) -> frozenset[str]:
     """The set of ``word_runs(text)``, memoised: a memory is a candidate of many requests.
 
-    Its words are shared: the memo's texts hold one copy of each word (``SHARED_WORDS``; 1.2 KB
-    less a real text, ~1 us more the first time).
+    Its words are not shared between texts: a shared copy (1.2 KB less a real text) cost ~2.5 us
+    more a text met for the first time, in a vocabulary-sized dict.
     """
-    if len(SHARED_WORDS) >= WORDS_SHARED:
-        SHARED_WORDS.clear()  # the sets keep their words; later ones share anew
-    runs = word_runs(text)
-    return frozenset(map(SHARED_WORDS.setdefault, runs, runs))
+    return frozenset(word_runs(text))
 
 
 def normalise_words(
