@@ -4,7 +4,8 @@ Two implementations of one ``Embedder`` protocol:
 
 - ``StaticEmbedder`` (default): a model2vec static model shipped inside the package under
   ``proxy/models/`` (distilled from all-MiniLM-L6-v2 by ``scripts/distill_model.py``; ADR 0020).
-  A sentence is the normalised mean of its token vectors: numpy only, offline, ~0.05 ms a query.
+  A sentence is the normalised mean of its token vectors: numpy only, offline, ~0.01 ms a query
+  (its words' pieces memoised, adr/0127).
 - ``OpenAIEmbedder``: any OpenAI-compatible ``POST {url}/embeddings`` over an injected
   ``httpx.AsyncClient`` (the app's lifespan owns it).
 
