@@ -300,18 +300,23 @@ async def test_a_memory_line_is_rendered_once_across_requests(
 ) -> None:
     import proxy.context.render as module
 
-    rendered: list[tuple[str, str]] = []
-    plain = module.line_text
+    rendered: list[str] = []
+    plain, clean = module.line_text, module.is_clean
 
     def spy(source: str, content: str) -> str:
-        rendered.append((source, content))
+        rendered.append(content)
         return plain(source, content)
 
+    def checked(content: str) -> bool:  # where a line is counted from its stored count first
+        rendered.append(content)
+        return clean(content)
+
     monkeypatch.setattr(module, "line_text", spy)
+    monkeypatch.setattr(module, "is_clean", checked)
     pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
     first = await pipeline.prepare(TENANT, {}, body("what is my dog called?"), OPENAI_CHAT)
     second = await pipeline.prepare(TENANT, {}, body("and what does my dog eat?"), OPENAI_CHAT)
-    assert rendered == [("learnings", "The user's dog is called Biscuit.")]
+    assert rendered == ["The user's dog is called Biscuit."]
     assert first.response_headers["X-Memory-Tokens"] == second.response_headers["X-Memory-Tokens"]
     content = second.body["messages"][-1]["content"]  # position turn: block, blank line, text
     block = content[: content.index(BLOCK_CLOSE) + len(BLOCK_CLOSE)]
