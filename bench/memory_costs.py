@@ -234,7 +234,8 @@ def assemble_parts(
     solution = select_optimal([values[i] for i in kept], [costs[i] for i in kept], BUDGET)
     chosen = [kept[j] for j in solution.indices]
     t = timed(parts, "pack", t)
-    render_within([c.record for c in hits], values, costs, chosen, BUDGET, tokens)
+    counts = [c.record.token_count(ENCODING, tokens.count) for c in hits]
+    render_within([c.record for c in hits], counts, values, costs, chosen, BUDGET, tokens)
     timed(parts, "render", t)
     words = [len(c.record.content.split()) for c in hits]
     facts = {

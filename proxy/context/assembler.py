@@ -60,8 +60,7 @@ from proxy.context.ranking import (
     OVERLAP_WEIGHT,
     WEIGHT_RELEVANCE,
     ScoredMemory,
-    components,
-    composite,
+    composites,
     fragment_score,
     score_candidate,
 )
@@ -361,29 +360,31 @@ def assemble(
     overlap_share = keyword_weight * OVERLAP_WEIGHT
     base_of = BASE_RELEVANCE.get
     # Per candidate, in the store's order: plain figures only (explanations are built on read).
-    finals: list[float] = []
-    priors: list[float] = []
-    overlaps: list[float] = []
-    synths: list[float] = []
-    content_tokens: list[int] = []
-    for candidate, found in zip(candidates, matches, strict=True):
-        record = candidate.record
-        parts = components(candidate, now)
-        if not idf:
-            overlap = len(found) / size
-        elif mass > 0:
-            overlap = sum(map(weight_of, found)) / mass
-        else:
-            overlap = 0.0
-        synth = fragment_score(base_of(record.source, DEFAULT_BASE_RELEVANCE), overlap)
-        final = composite_weight * composite(*parts) + keyword_weight * synth
-        finals.append(final)
-        query_part = similarity_share * parts[0] + overlap_share * overlap
-        priors.append(max(0.0, final - query_part))
-        overlaps.append(overlap)
-        synths.append(synth)
-        stored = record.tokens.get(encoding)  # ``token_count``, without the call
-        content_tokens.append(stored if stored is not None else count(record.content))
+    records_in = [candidate.record for candidate in candidates]
+    relevances, composite_scores = composites(candidates, now)
+    if not idf:
+        overlaps = [len(found) / size for found in matches]
+    elif mass > 0:
+        overlaps = [sum(map(weight_of, found)) / mass for found in matches]
+    else:
+        overlaps = [0.0] * len(matches)
+    synths = [
+        fragment_score(base_of(record.source, DEFAULT_BASE_RELEVANCE), overlap)
+        for record, overlap in zip(records_in, overlaps, strict=True)
+    ]
+    finals = [
+        composite_weight * score + keyword_weight * synth
+        for score, synth in zip(composite_scores, synths, strict=True)
+    ]
+    priors = [
+        max(0.0, final - (similarity_share * relevance + overlap_share * overlap))
+        for final, relevance, overlap in zip(finals, relevances, overlaps, strict=True)
+    ]
+    content_tokens = [
+        # ``token_count``, without the call
+        stored if (stored := record.tokens.get(encoding)) is not None else count(record.content)
+        for record in records_in
+    ]
     # Highest final score first; ties keep the store's order (the sort is stable, also reversed).
     # Every list below is in this order: a row is a position in it.
     order = sorted(range(len(finals)), key=finals.__getitem__, reverse=True)
@@ -437,7 +438,9 @@ def assemble(
     solution = solve([net[i] for i in priced], [costs[i] for i in priced], room)
     chosen = [priced[j] for j in solution.indices]
 
-    block, rendered, trimmed = render_within(records, values_all, costs, chosen, limit, tokens)
+    block, rendered, trimmed = render_within(
+        records, tokens_of, values_all, costs, chosen, limit, tokens
+    )
     for i in chosen:
         status[i] = TRIMMED if i in trimmed else PACKED
     rows = tuple(block_order([r.source for r in records], [i for i in chosen if i not in trimmed]))

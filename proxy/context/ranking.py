@@ -14,7 +14,7 @@ The synthesizer seed's score is ``base(source) * 0.5 + overlap * 0.5`` (``fragme
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
@@ -179,6 +179,41 @@ def components(candidate: Candidate, now: datetime) -> tuple[float, float, float
         unit(record.confidence, DEFAULT_CONFIDENCE),
         frequency(record.retrieval_count),
     )
+
+
+def composites(candidates: Sequence[Candidate], now: datetime) -> tuple[list[float], list[float]]:
+    """Each hit's relevance and composite at ``now``: ``components(c, now)[0]`` and
+    ``composite(*components(c, now))``, the same floats (property-tested), in one loop.
+
+    The assembler scores 50-100 hits a request; seven calls and a tuple per hit were a fifth of
+    its time once texts recur (docs/benchmarks.md). In-range values skip the clamps.
+    """
+    relevances: list[float] = []
+    totals: list[float] = []
+    exp = math.exp
+    for candidate in candidates:
+        record = candidate.record
+        rel = candidate.similarity
+        if not 0.0 <= rel <= 1.0:
+            rel = unit(rel, DEFAULT_RELEVANCE)
+        age = (now - record.created_at).total_seconds() / SECONDS_PER_DAY
+        use = record.usefulness
+        if not 0.0 <= use <= 1.0:
+            use = unit(use, DEFAULT_USEFULNESS)
+        conf = record.confidence
+        if not 0.0 <= conf <= 1.0:
+            conf = unit(conf, DEFAULT_CONFIDENCE)
+        relevances.append(rel)
+        totals.append(
+            rounded(
+                WEIGHT_RELEVANCE * rel
+                + WEIGHT_RECENCY * (1.0 if age <= 0 else exp(-RECENCY_DECAY_LAMBDA * age))
+                + WEIGHT_USEFULNESS * use
+                + WEIGHT_CONFIDENCE * conf
+                + WEIGHT_FREQUENCY * frequency(record.retrieval_count)
+            )
+        )
+    return relevances, totals
 
 
 def score_candidate(

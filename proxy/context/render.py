@@ -23,6 +23,17 @@ lines and group labels plus the framing (property-tested against encoding the wh
 That is the one way the block is counted: a caller serving many requests keeps one
 ``BlockTokens`` per encoding, so a memory injected again costs a dict lookup instead of
 encoding its line (the whole block took 0.3 ms at 50 memories).
+
+A memory line met for the first time is counted by parts too, from its content's stored count
+(adr/0127). In o200k and cl100k no pre-token holds a non-whitespace character and a space
+after it: a space is inside a pre-token only at its start, or in a run of whitespace alone. So
+in a clean content (one line, printable, single spaces, nothing the fence rule changes, not
+starting like a list item: ``line_text`` leaves it as it is) every space starts a pre-token,
+and with words ``W0 " W1" ... " Wn"`` the content counts ``c(W0) + c(" W1") + ... + c(" Wn")``;
+its line with the newline, ``"W0 ... Wn\n"``, counts the same but ``c(" Wn\n")`` for the last
+word: the stored count plus what a newline adds to the last word, memoised per word.
+Property-tested against encoding the line; any other content, or another encoding, is encoded
+whole.
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from proxy.context.records import MemoryRecord
-from proxy.context.tokens import Count
+from proxy.context.tokens import CL100K, O200K, Count
 
 BLOCK_OPEN = "<memories>"
 BLOCK_CLOSE = "</memories>"
@@ -45,10 +56,15 @@ ITEM_MARK = "- "
 MARKED_STARTS = ("[", "/")
 
 Line = tuple[str, int]  # a memory's rendered line, and the tokens of that line plus its newline
-LineRenderer = Callable[[str], Line]  # content -> Line; pure, so memoisable
+# (content, the content's tokens in this encoding) -> Line; pure, so memoisable
+LineRenderer = Callable[[str, int], Line]
 # The block by parts: these framing texts, and each label and line with its newline, in between.
 FRAME_PARTS = (f"{BLOCK_OPEN}\n", f"{BLOCK_NOTICE}\n", BLOCK_CLOSE)
 LABELS_KEPT = 256  # memoised label costs: one a source, and sources are few
+# Encodings whose pre-tokeniser never joins a non-whitespace character and the space after it
+# (module notes): a clean line's count follows from its content's count.
+SPACE_SPLIT_ENCODINGS = frozenset({O200K, CL100K})
+LAST_WORDS_KEPT = 16_384  # memoised last-word costs: real text ends alike
 
 
 def flatten(content: str) -> str:
@@ -75,6 +91,24 @@ def label_text(source: str) -> str:
     return f"[{sanitise(source)}]"
 
 
+def is_clean(content: str) -> bool:
+    """Whether ``line_text(content) == content`` for certain, without building it: non-empty,
+    printable (so its only whitespace is the ASCII space: every other whitespace character is
+    a control or separator), no space at either end or twice in a row, no fence, not starting
+    like a list item.
+
+    False may also mean a clean text this test does not recognise: it only costs a full count.
+    """
+    return (
+        content.isprintable()
+        and "  " not in content
+        and content[:1] != " "
+        and content[-1:] not in ("", " ")
+        and not content.startswith(MARKED_STARTS)
+        and FENCE_PATTERN.search(content) is None
+    )
+
+
 class BlockTokens:
     """The block's exact token arithmetic in one encoding, from that encoding's ``count``.
 
@@ -82,10 +116,11 @@ class BlockTokens:
     parts (what packing takes off the budget first); ``label(source)``: tokens of a group's
     ``[source]`` line with its newline; ``newline``: what a memory line adds over its content
     (its newline; an estimate, as the newline may merge with a closing mark);
-    ``line(content)``: a memory's line and the tokens of that line plus its newline, the last
-    ``lines_kept`` memoised; ``content(text)``: the tokens of a memory's content, for an
-    encoding memories do not store counts in (a Claude model's), the last ``lines_kept``
-    memoised likewise.
+    ``line(content, n)``: a memory's line and the tokens of that line plus its newline, given
+    ``n``, the content's tokens in this encoding (by parts where the module notes allow, else
+    encoded), the last ``lines_kept`` memoised; ``content(text)``: the tokens of a memory's
+    content, for an encoding memories do not store counts in (a Claude model's), the last
+    ``lines_kept`` memoised likewise.
     """
 
     def __init__(self, encoding: str, count: Count, *, lines_kept: int = 0) -> None:
@@ -97,9 +132,20 @@ class BlockTokens:
         def label(source: str) -> int:
             return count(label_text(source) + "\n")
 
-        def line(content: str) -> Line:
+        @functools.lru_cache(maxsize=LAST_WORDS_KEPT)
+        def last_word(word: str) -> int:
+            return count(f" {word}\n") - count(" " + word)
+
+        def line(content: str, content_tokens: int) -> Line:
+            if by_parts and is_clean(content):
+                tail = content.rfind(" ") + 1
+                if tail == 0:  # one word: cheaper to count than to correct
+                    return content, count(content + "\n")
+                return content, content_tokens + last_word(content[tail:])
             text = line_text(content)
             return text, count(text + "\n")
+
+        by_parts = encoding in SPACE_SPLIT_ENCODINGS
 
         self.label: Callable[[str], int] = functools.lru_cache(maxsize=LABELS_KEPT)(label)
         self.line: LineRenderer = (
@@ -146,6 +192,7 @@ def grouped_lines(sources: Sequence[str], texts: Sequence[str]) -> list[str]:
 
 def render_within(
     records: Sequence[MemoryRecord],
+    content_tokens: Sequence[int],
     values: Sequence[float],
     costs: Sequence[int],
     chosen: list[int],
@@ -155,11 +202,12 @@ def render_within(
     """Render ``chosen`` (in ``block_order``) and drop the lowest values until the exact count
     fits.
 
-    The count is the framing, the labels of the sources present and the lines' counts (module
+    ``content_tokens[i]``: the tokens of ``records[i]``'s content in ``tokens.encoding``. The
+    count is the framing, the labels of the sources present and the lines' counts (module
     notes). Returns (block, exact tokens, trimmed).
     """
     line = tokens.line
-    lines = {i: line(records[i].content) for i in chosen}
+    lines = {i: line(records[i].content, content_tokens[i]) for i in chosen}
     sources = [record.source for record in records]
     active = list(chosen)
     trimmed: set[int] = set()

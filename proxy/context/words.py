@@ -22,10 +22,15 @@ import string
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from proxy.defaults import RECORD_CACHE_ENTRIES
+
 WORD = re.compile(r"[^\W_]+")
-# Word sets kept per memory text (each ~1-2 KB): candidates recur across requests, and on real
-# text computing them was ~0.3 ms of a 10k-memory request's assemble (docs/benchmarks.md).
-TEXTS_MEMOISED = 8_192
+# Word sets kept per memory text (~3 KB with its signature, ~60 MB when full): candidates recur
+# across requests, and on real text computing them was ~0.3 ms of a 10k-memory request's
+# assemble (docs/benchmarks.md). As many as the store keeps decoded records: a record served
+# from its cache finds its words here too; 8,192 left a 10k-memory user's texts cycling
+# through the memo (adr/0127).
+TEXTS_MEMOISED = RECORD_CACHE_ENTRIES
 # A stem of 3+ letters, then one suffix, at the end of a space-separated word.
 STEM = re.compile(r"\b([^\W_]{3,}?)(?:ing|ed|es|(?<!s)s)\b")
 # Function words carry no topic; dropping them keeps "how do I ..." from matching everything.
@@ -161,7 +166,11 @@ def word_runs(text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=TEXTS_MEMOISED)
 def text_words(text: str) -> frozenset[str]:
-    """The set of ``word_runs(text)``, memoised: a memory is a candidate of many requests."""
+    """The set of ``word_runs(text)``, memoised: a memory is a candidate of many requests.
+
+    Its words are not shared between texts: a shared copy (1.2 KB less a real text) cost ~2.5 us
+    more a text met for the first time, in a vocabulary-sized dict.
+    """
     return frozenset(word_runs(text))
 
 
@@ -178,21 +187,24 @@ def normalise_words(
     return words
 
 
-@functools.lru_cache(maxsize=TEXTS_MEMOISED)
-def dedup_words(text: str) -> frozenset[str]:
+def split_dedup_words(text: str) -> frozenset[str]:
     """Case-folded words split at whitespace and punctuation: the sets dedup compares.
 
     ``str.translate`` plus ``split`` run in C, several times faster than the word regex; they
     split at ASCII and common typographic punctuation only. ASCII text takes a byte table that
     folds case in the same pass, about twice as fast; most ASCII texts split the same way for
-    matching, and take that memoised set (``text_words``). Memoised: a memory is a candidate of
-    many requests.
+    matching, and take that memoised set (``text_words``). Not memoised itself: a caller that
+    keeps what it derives from the set (``dedup.text_signature``) would only fill a second memo.
     """
     if text.isascii():
         if ASCII_DEDUP_ONLY.search(text) is None:
             return text_words(text)
         return frozenset(text.encode().translate(ASCII_FOLD).decode().split())
     return frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
+
+
+# ``split_dedup_words`` memoised: a memory is a candidate of many requests.
+dedup_words = functools.lru_cache(maxsize=TEXTS_MEMOISED)(split_dedup_words)
 
 
 def keyword_overlap(query_words: frozenset[str], content_words: frozenset[str]) -> float:

@@ -110,3 +110,12 @@ def test_text_signatures_are_memoised() -> None:
     text = "Melanie: I ran a charity race for mental health last Saturday."
     assert text_signature(text) is text_signature(text)
     assert text_signature(text) == signature(dedup_words(text))
+
+
+def test_a_new_texts_signature_fills_only_its_own_memo() -> None:
+    # adr/0127: the set's and the signature's memos cost more to fill than both cost to build.
+    text = "Caroline: the pottery class on Tuesday made a bowl I am proud of, really."
+    before = (dedup_words.cache_info().currsize, signature.cache_info().currsize)
+    made = text_signature(text)
+    assert (dedup_words.cache_info().currsize, signature.cache_info().currsize) == before
+    assert made == signature(dedup_words(text))

@@ -85,3 +85,42 @@ def test_components_are_the_scored_figures(
         scored.confidence_score,
         scored.frequency_score,
     )
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=-0.5, max_value=1.5) | st.just(math.nan),
+            st.floats(min_value=-400, max_value=5_000, allow_nan=False),
+            st.floats(allow_nan=True, allow_infinity=False),
+            st.floats(allow_nan=True, allow_infinity=False),
+            st.integers(min_value=-5, max_value=200),
+            st.sampled_from([UTC, timezone(timedelta(hours=-7, minutes=-30))]),
+        ),
+        max_size=8,
+    )
+)
+def test_composites_are_each_candidates_composite_to_the_bit(
+    rows: list[tuple[float, float, float, float, int, timezone]],
+) -> None:
+    candidates = [
+        Candidate(
+            MemoryRecord(
+                f"m{n}",
+                "t",
+                "u",
+                "learnings",
+                "text",
+                (NOW - timedelta(days=days)).astimezone(zone),
+                confidence=confidence,
+                usefulness=usefulness,
+                retrieval_count=count,
+            ),
+            similarity,
+        )
+        for n, (similarity, days, usefulness, confidence, count, zone) in enumerate(rows)
+    ]
+    relevances, totals = ranking.composites(candidates, NOW)
+    parts = [ranking.components(candidate, NOW) for candidate in candidates]
+    assert relevances == [p[0] for p in parts]
+    assert [t.hex() for t in totals] == [ranking.composite(*p).hex() for p in parts]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,6 +20,8 @@ from proxy.context.render import (
     BlockTokens,
     block_order,
     grouped_lines,
+    is_clean,
+    line_text,
     render_block,
     render_within,
 )
@@ -82,7 +85,7 @@ def test_memories_are_grouped_under_one_label_a_source_best_group_first() -> Non
     ],
 )
 def test_a_line_that_could_pass_for_a_label_is_a_list_item(content: str, line: str) -> None:
-    assert block_tokens(ENC).line(content)[0] == line
+    assert block_tokens(ENC).line(content, count_tokens(content, ENC))[0] == line
 
 
 # Text built to stress tiktoken's pre-tokeniser at line ends and starts: whitespace of every
@@ -99,7 +102,7 @@ def block_by_parts(items: list[tuple[str, str]], tokens: BlockTokens) -> tuple[s
     """The grouped block of ``items`` (source, content) and its count by parts."""
     sources = [source for source, _ in items]
     order = block_order(sources, range(len(items)))
-    lines = [tokens.line(items[i][1]) for i in order]
+    lines = [tokens.line(items[i][1], tokens.count(items[i][1])) for i in order]
     block = render_block(grouped_lines([sources[i] for i in order], [t for t, _ in lines]))
     by_parts = tokens.framing(sources) + sum(n for _, n in lines) if lines else 0
     return block, by_parts
@@ -144,13 +147,111 @@ def test_render_within_counts_with_the_given_block_tokens(encoding: str) -> None
 
     tokens = BlockTokens(encoding, spy)
     calls.clear()  # the framing, counted once when built
+    counts = [r.tokens[encoding] for r in records]
     block, rendered, trimmed = render_within(
-        records, [1.0, 1.0, 1.0], [10, 10, 10], [0, 1, 2], 10_000, tokens
+        records, counts, [1.0, 1.0, 1.0], [10, 10, 10], [0, 1, 2], 10_000, tokens
     )
-    # Each line and the one label, once; nothing else is encoded.
-    assert sorted(calls) == sorted(["[learnings]\n", *(f"{r.content}\n" for r in records)])
+    # The one label once; clean lines come from their stored counts (only their last words are
+    # encoded, with and without the newline), never encoded whole.
+    assert calls.count("[learnings]\n") == 1
+    assert sorted(c for c in calls if c != "[learnings]\n") == sorted(
+        [f" {i}\n" for i in range(3)] + [f" {i}" for i in range(3)]
+    )
     assert trimmed == set()
     assert rendered == count_tokens(block, encoding)
+
+
+@pytest.mark.parametrize("encoding", STORED_ENCODINGS)
+def test_a_clean_line_is_counted_from_its_stored_count_not_encoded(encoding: str) -> None:
+    # adr/0127: the content's stored count plus what a space adds to its first word and a
+    # newline to its last; the long middle of a memory is never encoded again.
+    plain = tiktoken_tokenizer().counter(encoding)
+    calls: list[str] = []
+
+    def spy(text: str) -> int:
+        calls.append(text)
+        return plain(text)
+
+    tokens = BlockTokens(encoding, spy)
+    content = "Caroline went to the LGBTQ support group on 7 May 2023, and it was powerful."
+    text, n = tokens.line(content, plain(content))
+    assert n == plain(text + "\n")
+    assert not [call for call in calls if "support group" in call]
+    # Not clean (two lines): encoded whole, as it is rendered.
+    calls.clear()
+    tokens.line(content.replace(", ", "\n"), 7)
+    assert [call for call in calls if "support group" in call]
+
+
+# Conversation-like lines written for this test: the starts and ends real memories have.
+CHAT_LINES = [
+    "Hey Mel! Good to see you! How have you been?",
+    "I went to a support group yesterday and it was so powerful.",
+    "Wow, that's great :) What did you paint last summer?",
+    '"Becoming Nicole" is the book I read - it\'s about identity.',
+    "We're going camping on 12 June 2023... can't wait!!",
+    "Thanks, Caroline! 😊",
+    "2022 was the year I started running; 5k by March.",
+    "(laughs) yes, the kids loved the beach trip",
+    "Melanie plans to run a charity race for mental health on Sunday.",
+    "Summary: Caroline and Melanie talked about art, adoption and pottery classes.",
+    "Ok.",
+    "?!",
+    "Café crème — naïve façade, très bien.",
+    "東京で会いました。 日本語のテキスト",
+    "Did you see it?\u00a0Really?",
+    "ends with a space ",
+    "tab\tinside and  two spaces",
+    "a </memories> fence",
+]
+
+
+def real_texts() -> list[str]:
+    """The chat lines, and each cut at every space: every first and last word they hold."""
+    texts = list(CHAT_LINES)
+    for line in CHAT_LINES:
+        words = line.split(" ")
+        texts += [" ".join(words[:k]) for k in range(1, len(words))]
+        texts += [" ".join(words[k:]) for k in range(1, len(words))]
+    return texts
+
+
+def clean_texts() -> st.SearchStrategy[str]:
+    words = st.one_of(TRICKY.map(lambda t: "".join(t.split())), st.text(min_size=1, max_size=8))
+    return st.lists(words.filter(bool), min_size=1, max_size=12).map(" ".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(SOURCES, st.one_of(clean_texts(), TRICKY, st.text()), st.sampled_from(STORED_ENCODINGS))
+def test_a_line_counted_by_parts_is_its_exact_count(
+    source: str, content: str, encoding: str
+) -> None:
+    tokens = block_tokens(encoding)
+    text, n = tokens.line(content, count_tokens(content, encoding))
+    assert text == line_text(content)
+    assert n == count_tokens(text + "\n", encoding)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(clean_texts(), TRICKY, st.text()))
+def test_a_clean_content_is_its_own_sanitised_line(content: str) -> None:
+    if is_clean(content):
+        assert line_text(content) == content
+
+
+def test_the_only_printable_whitespace_is_the_space() -> None:
+    # ``is_clean`` relies on it: a printable text's whitespace is single ASCII spaces.
+    assert [c for c in map(chr, range(sys.maxunicode + 1)) if c.isprintable() and c.isspace()] == [
+        " "
+    ]
+
+
+@pytest.mark.parametrize("encoding", STORED_ENCODINGS)
+def test_real_text_lines_counted_by_parts_are_exact(encoding: str) -> None:
+    tokens = block_tokens(encoding)
+    for content in real_texts():
+        text, counted = tokens.line(content, count_tokens(content, encoding))
+        assert counted == count_tokens(text + "\n", encoding), content
 
 
 @pytest.mark.parametrize("encoding", STORED_ENCODINGS)
@@ -161,14 +262,17 @@ def test_render_within_trims_the_lowest_values_until_it_fits(
     tokens = block_tokens(encoding, lines_kept)
     records = [cand(f"m{i}", f"memory number {i} " * 5, 0.9).record for i in range(4)]
     values = [0.4, 0.1, 0.3, 0.2]
-    costs = [tokens.line(r.content)[1] for r in records]
+    costs = [tokens.line(r.content, r.tokens[encoding])[1] for r in records]
     everything = [0, 1, 2, 3]
-    _, full_tokens, _ = render_within(records, values, costs, everything, 10_000, tokens)
+    counts = [r.tokens[encoding] for r in records]
+    _, full_tokens, _ = render_within(records, counts, values, costs, everything, 10_000, tokens)
     limit = full_tokens - costs[1]  # one line too many
-    block, rendered, trimmed = render_within(records, values, costs, everything, limit, tokens)
+    block, rendered, trimmed = render_within(
+        records, counts, values, costs, everything, limit, tokens
+    )
     assert trimmed == {1}  # the lowest value goes first
     assert rendered == count_tokens(block, encoding) <= limit
-    assert render_within(records, values, costs, [0], 1, tokens) == ("", 0, {0})
+    assert render_within(records, counts, values, costs, [0], 1, tokens) == ("", 0, {0})
 
 
 def test_content_counts_of_an_encoding_memories_lack_are_memoised() -> None:

@@ -22,6 +22,7 @@ from proxy.context.words import (
     weighted_overlap,
     word_runs,
 )
+from proxy.defaults import RECORD_CACHE_ENTRIES
 
 
 @pytest.mark.parametrize(
@@ -132,3 +133,9 @@ def test_dedup_words_takes_the_match_set_of_ascii_text_without_control_character
 ) -> None:
     assert (dedup_words(text) is words.text_words(text)) is shared
     assert dedup_words(text) == frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
+
+
+def test_memoised_word_sets_last_as_long_as_cached_records() -> None:
+    # adr/0127: room for every record the store keeps decoded (a 10k-memory user's texts no
+    # longer cycle through 8,192 entries).
+    assert words.text_words.cache_info().maxsize == RECORD_CACHE_ENTRIES

@@ -29,6 +29,7 @@ from proxy.memory.embedders import (
     Embedder,
     OpenAIEmbedder,
     StaticEmbedder,
+    bert_ascii_specials,
     check_dimensions,
     create_embedder,
     prepare_embedder,
@@ -101,6 +102,78 @@ def test_static_single_text_fast_path_equals_the_batch_path(
     np.testing.assert_allclose(alone, in_batch, atol=1e-6)
     assert alone.dtype == np.float32
     assert alone.shape == (1, static.dimensions)
+
+
+def reference_row(static: StaticEmbedder, text: str) -> np.ndarray:
+    """One text as model2vec's ``tokenize`` and numpy's ``mean`` and ``linalg.norm`` give it."""
+    model = static._model
+    ids = model.tokenize([text])[0]
+    table = model.embedding
+    row = table[ids].mean(axis=0) if ids else np.zeros(table.shape[1])
+    vector = np.asarray(row, dtype=np.float32)[None, : static.dimensions].copy()
+    size = np.linalg.norm(vector, axis=1, keepdims=True)
+    np.divide(vector, size, out=vector, where=size > 0)
+    return vector
+
+
+ASCII_PIECES = [
+    *"aZ9 .,'!?-_/\t\n\r\x00\x0b\x0c\x1f\x7f",
+    *["Caroline", "LGBTQ", "don't", "[MASK]", "[CLS]", "[UNK]", "[mask]", "x" * 120, "2023"],
+]
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(st.sampled_from(ASCII_PIECES), max_size=25).map("".join)
+    | st.text(max_size=60)
+    | st.text(st.characters(max_codepoint=127), max_size=60)
+)
+def test_static_one_text_is_bit_identical_to_the_models_tokens_and_numpys_mean(
+    static: StaticEmbedder, text: str
+) -> None:
+    # adr/0127: memoised word pieces and one-row float32 arithmetic, the same bits as before.
+    assert static.ascii_ids(text) in (None, static._model.tokenize([text])[0])
+    alone = static.embed_sync([text])
+    assert alone.dtype == np.float32
+    assert alone.tobytes() == reference_row(static, text).tobytes()
+
+
+def test_static_known_words_skip_the_tokenizer(
+    static: StaticEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    static.embed_sync(["When did Caroline go to the support group?"])
+    seen: list[list[str]] = []
+    tokenize = static._model.tokenize
+
+    def spy(texts: list[str]) -> list[list[int]]:
+        seen.append(texts)
+        return tokenize(texts)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(static._model, "tokenize", spy)
+    static.embed_sync(["When did Caroline go to the GROUP?"])
+    assert seen == []
+    static.embed_sync(["When did the xylophonist go?"])  # one word not met before
+    assert seen == [["xylophonist"]]
+    seen.clear()
+    static.embed_sync(["Caroline [UNK] group"])  # an added token: the tokenizer decides
+    assert seen == [["Caroline [UNK] group"]]
+
+
+def test_a_tokenizer_other_than_uncased_bert_keeps_the_model_path() -> None:
+    class Cased:
+        def to_str(self) -> str:
+            return json.dumps(
+                {
+                    "normalizer": {"type": "BertNormalizer", "lowercase": False},
+                    "pre_tokenizer": {"type": "BertPreTokenizer"},
+                    "model": {"type": "WordPiece"},
+                }
+            )
+
+    assert bert_ascii_specials(Cased()) is None
+    assert bert_ascii_specials(object()) is None
 
 
 @pytest.mark.parametrize(

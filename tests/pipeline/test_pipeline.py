@@ -306,13 +306,18 @@ async def test_a_memory_line_is_rendered_once_across_requests(
     import proxy.context.render as module
 
     rendered: list[str] = []
-    plain = module.line_text
+    plain, clean = module.line_text, module.is_clean
 
     def spy(content: str) -> str:
         rendered.append(content)
         return plain(content)
 
+    def checked(content: str) -> bool:  # where a line is counted from its stored count first
+        rendered.append(content)
+        return clean(content)
+
     monkeypatch.setattr(module, "line_text", spy)
+    monkeypatch.setattr(module, "is_clean", checked)
     pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
     first = await pipeline.prepare(TENANT, {}, body("what is my dog called?"), OPENAI_CHAT)
     second = await pipeline.prepare(TENANT, {}, body("and what does my dog eat?"), OPENAI_CHAT)
