@@ -22,7 +22,7 @@ On 50 real-text candidates (LoCoMo turns, observations, summaries) the band hold
 per item and the bound lets ~1 pair a request through to the exact test; the prefix-filter walk
 this replaces sorted every set by the request's word rarity (0.45 ms a request,
 docs/benchmarks.md). A signature costs one pass over a set's words; ``text_signature`` keeps
-it per memory text, as ``dedup_words`` keeps the set. With hundreds of items of like sizes the
+it per memory text (and not the set it came from). With hundreds of items of like sizes the
 bands grow with the items (500 sets: ~1.2x the prefix filter's time, once signatures are kept);
 the request path assembles 50 to 100.
 """
@@ -33,7 +33,7 @@ import functools
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
-from proxy.context.words import TEXTS_MEMOISED, split_dedup_words
+from proxy.context.words import TEXTS_MEMOISED, TextMemo, split_dedup_words
 from proxy.errors import ConfigError
 
 DUPLICATE_JACCARD = 0.8
@@ -65,12 +65,15 @@ def word_signature(words: frozenset[str]) -> Signature:
 signature = functools.lru_cache(maxsize=TEXTS_MEMOISED)(word_signature)
 
 
-@functools.lru_cache(maxsize=TEXTS_MEMOISED)
-def text_signature(text: str) -> Signature:
-    """The ``signature`` of ``dedup_words(text)``, memoised: a memory is a candidate of many
-    requests. Only this memo keeps it: for a text met for the first time, filling the set's
-    and the signature's memos as well cost more than computing both (adr/0127)."""
+def split_signature(text: str) -> Signature:
+    """The ``signature`` of ``dedup_words(text)``; ``text_signature`` memoises it: a memory is
+    a candidate of many requests. Only that memo keeps it: for a text met for the first time,
+    filling the set's and the signature's memos as well cost more than computing both
+    (adr/0127)."""
     return word_signature(split_dedup_words(text))
+
+
+text_signature = TextMemo(split_signature)
 
 
 def dedup_order(

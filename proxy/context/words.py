@@ -21,16 +21,36 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 from proxy.defaults import RECORD_CACHE_ENTRIES
 
+R = TypeVar("R")
+
+
+class TextMemo(Generic[R]):
+    """``func`` of a text, memoised for texts up to ``MEMO_TEXT_CHARS`` (the last
+    ``TEXTS_MEMOISED``), computed each time for longer ones."""
+
+    def __init__(self, func: Callable[[str], R]) -> None:
+        self.func = func
+        self.memo = functools.lru_cache(maxsize=TEXTS_MEMOISED)(func)
+        self.cache_info = self.memo.cache_info
+
+    def __call__(self, text: str) -> R:
+        return self.memo(text) if len(text) <= MEMO_TEXT_CHARS else self.func(text)
+
+
 WORD = re.compile(r"[^\W_]+")
-# Word sets kept per memory text (~3 KB with its signature, ~60 MB when full): candidates recur
-# across requests, and on real text computing them was ~0.3 ms of a 10k-memory request's
-# assemble (docs/benchmarks.md). As many as the store keeps decoded records: a record served
-# from its cache finds its words here too; 8,192 left a 10k-memory user's texts cycling
-# through the memo (adr/0127).
+# Word sets kept per memory text: candidates recur across requests, and on real text computing
+# them was ~0.3 ms of a 10k-memory request's assemble (docs/benchmarks.md). As many as the store
+# keeps decoded records by default: a record served from its cache finds its words here too;
+# 8,192 left a 10k-memory user's texts cycling through the memo (adr/0127). A real memory's
+# sets and signature take ~3 KB (~60 MB when full); a text of distinct words takes ~12 bytes a
+# character (ASCII; ~27 non-ASCII), so only texts up to ``MEMO_TEXT_CHARS`` are kept: at most
+# ~0.5 GB (ASCII) to ~1.1 GB when full of such texts, where 8,000-character ones reached 4.5 GB.
 TEXTS_MEMOISED = RECORD_CACHE_ENTRIES
+MEMO_TEXT_CHARS = 2_000
 # A stem of 3+ letters, then one suffix, at the end of a space-separated word.
 STEM = re.compile(r"\b([^\W_]{3,}?)(?:ing|ed|es|(?<!s)s)\b")
 # Function words carry no topic; dropping them keeps "how do I ..." from matching everything.
@@ -164,14 +184,17 @@ def word_runs(text: str) -> list[str]:
     return WORD.findall(text.casefold())
 
 
-@functools.lru_cache(maxsize=TEXTS_MEMOISED)
-def text_words(text: str) -> frozenset[str]:
-    """The set of ``word_runs(text)``, memoised: a memory is a candidate of many requests.
+def split_text_words(text: str) -> frozenset[str]:
+    """The set of ``word_runs(text)``; ``text_words`` memoises it: a memory is a candidate of
+    many requests.
 
     Its words are not shared between texts: a shared copy (1.2 KB less a real text) cost ~2.5 us
     more a text met for the first time, in a vocabulary-sized dict.
     """
     return frozenset(word_runs(text))
+
+
+text_words = TextMemo(split_text_words)
 
 
 def normalise_words(
@@ -204,7 +227,7 @@ def split_dedup_words(text: str) -> frozenset[str]:
 
 
 # ``split_dedup_words`` memoised: a memory is a candidate of many requests.
-dedup_words = functools.lru_cache(maxsize=TEXTS_MEMOISED)(split_dedup_words)
+dedup_words = TextMemo(split_dedup_words)
 
 
 def keyword_overlap(query_words: frozenset[str], content_words: frozenset[str]) -> float:

@@ -57,6 +57,10 @@ ASCII_DELETED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # splits.
 ASCII_PRE_TOKEN = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
 WORDS_KEPT = 65_536  # memoised word pieces (~100 bytes each); emptied when full
+# Word pieces come from the memo for texts up to this size (a question); a longer text (a memory
+# being written) goes to the tokenizer whole: its unseen words cost a tokenizer call each from
+# the memo, ~3x the whole text's call, and its long words would fill the memo.
+MEMO_TEXT_CHARS = 1_000
 WARM_UP_TEXT = "warm up"
 LOGGER = logging.getLogger(__name__)
 
@@ -183,6 +187,7 @@ class StaticEmbedder:
         pieces = self._pieces
         if (
             pieces is None
+            or len(text) > MEMO_TEXT_CHARS
             or not text.isascii()
             or ASCII_DELETED.search(text) is not None
             or any(special in text for special in self._specials)  # matched before splitting
@@ -225,7 +230,10 @@ def bert_ascii_specials(tokenizer: Any) -> tuple[str, ...] | None:
         and (config.get("model") or {}).get("type") == "WordPiece"
     ):
         return None
-    return tuple(str(token["content"]) for token in config.get("added_tokens") or [])
+    added = config.get("added_tokens") or []
+    if any(token.get("normalized") for token in added):
+        return None  # matched after lowercasing: a raw-text search would miss "[unk]"
+    return tuple(str(token["content"]) for token in added)
 
 
 class OpenAIEmbedder:

@@ -251,7 +251,23 @@ def test_real_text_lines_counted_by_parts_are_exact(encoding: str) -> None:
     tokens = block_tokens(encoding)
     for content in real_texts():
         text, counted = tokens.line(content, count_tokens(content, encoding))
+        assert text == line_text(content), content
         assert counted == count_tokens(text + "\n", encoding), content
+
+
+def test_a_line_in_an_encoding_without_the_space_rule_is_encoded_whole() -> None:
+    # A Claude count carries a margin per text (adr/0109): it does not add up by parts, so the
+    # stored count is not used and the line is encoded as rendered.
+    calls: list[str] = []
+
+    def spy(text: str) -> int:
+        calls.append(text)
+        return len(text)
+
+    tokens = BlockTokens(CLAUDE, spy)
+    content = "Caroline went to the support group."
+    assert tokens.line(content, 3) == (content, len(content) + 1)
+    assert calls[-1] == content + "\n"
 
 
 @pytest.mark.parametrize("encoding", STORED_ENCODINGS)

@@ -139,3 +139,15 @@ def test_memoised_word_sets_last_as_long_as_cached_records() -> None:
     # adr/0127: room for every record the store keeps decoded (a 10k-memory user's texts no
     # longer cycle through 8,192 entries).
     assert words.text_words.cache_info().maxsize == RECORD_CACHE_ENTRIES
+
+
+def test_a_text_longer_than_the_memo_bound_is_not_kept() -> None:
+    # A text of distinct words keeps ~12 bytes a character: long ones would fill GBs.
+    long_text = " ".join(f"w{i}" for i in range(words.MEMO_TEXT_CHARS))
+    size = words.text_words.cache_info().currsize
+    assert words.text_words(long_text) == frozenset(long_text.split())
+    assert dedup_words(long_text) == frozenset(long_text.split())
+    assert words.text_words.cache_info().currsize == size
+    short = "a short memory text kept in the memo"
+    words.text_words(short)
+    assert words.text_words.cache_info().currsize in (size + 1, words.TEXTS_MEMOISED)

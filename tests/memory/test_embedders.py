@@ -24,6 +24,7 @@ from proxy.errors import ConfigError, EmbedderError
 from proxy.memory.embedders import (
     DEFAULT_STATIC_MODEL,
     INLINE_MAX_CHARS,
+    MEMO_TEXT_CHARS,
     MODELS_DIR,
     STATIC_CHUNK_TEXTS,
     Embedder,
@@ -174,6 +175,44 @@ def test_a_tokenizer_other_than_uncased_bert_keeps_the_model_path() -> None:
 
     assert bert_ascii_specials(Cased()) is None
     assert bert_ascii_specials(object()) is None
+
+
+def test_added_tokens_matched_after_lowercasing_keep_the_model_path() -> None:
+    # A normalised added token matches "[unk]" too, which a search of the raw text would miss.
+    def bert(normalized: bool) -> object:
+        class Uncased:
+            def to_str(self) -> str:
+                return json.dumps(
+                    {
+                        "normalizer": {"type": "BertNormalizer", "lowercase": True},
+                        "pre_tokenizer": {"type": "BertPreTokenizer"},
+                        "model": {"type": "WordPiece"},
+                        "added_tokens": [{"content": "[UNK]", "normalized": normalized}],
+                    }
+                )
+
+        return Uncased()
+
+    assert bert_ascii_specials(bert(False)) == ("[UNK]",)
+    assert bert_ascii_specials(bert(True)) is None
+
+
+def test_a_long_text_goes_to_the_tokenizer_whole(
+    static: StaticEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A memory being written: its words would fill the memo and cost a call each.
+    seen: list[list[str]] = []
+    tokenize = static._model.tokenize
+
+    def spy(texts: list[str]) -> list[list[int]]:
+        seen.append(texts)
+        return tokenize(texts)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(static._model, "tokenize", spy)
+    long_text = " ".join(f"zqword{i}" for i in range(200))
+    assert len(long_text) > MEMO_TEXT_CHARS
+    static.embed_sync([long_text])
+    assert seen == [[long_text]]
 
 
 @pytest.mark.parametrize(
