@@ -80,6 +80,15 @@ def signal_if_alive(pid: int, signum: int) -> None:
         os.kill(pid, signum)
 
 
+LOOSE_DEADLINES_YAML = """\
+memory:
+  deadline_ms: 5000
+  stage_timeouts:
+    embed_ms: 5000
+    search_ms: 5000
+"""
+
+
 @pytest.fixture
 def served(fake: FakeServer, tmp_path: Path) -> Iterator[Served]:
     port = free_port()
@@ -89,7 +98,11 @@ def served(fake: FakeServer, tmp_path: Path) -> Iterator[Served]:
         "MEMPROXY_DATA_DIR": str(tmp_path),
         "MEMPROXY_LOG_FORMAT": "json",
     }
-    env.pop("MEMPROXY_CONFIG", None)
+    # These tests are about which worker sees what, not speed: on a loaded 2-core machine the
+    # default 50 ms deadline sent the surviving worker's first chat out without memory.
+    config = tmp_path / "memproxy.yaml"
+    config.write_text(LOOSE_DEADLINES_YAML)
+    env["MEMPROXY_CONFIG"] = str(config)
     argv = [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--workers", "2"]
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     server = Served(f"http://127.0.0.1:{port}", proc, tmp_path)
