@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -24,7 +23,6 @@ from proxy.context.records import Candidate
 from proxy.defaults import SEARCH_THREADS_MIN
 from proxy.errors import ConfigError
 from proxy.memory.edge import SHARD_DIR, EdgeStore
-from proxy.memory.edge_shard import CONFIG_FILE
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.reopening import ReopeningStore, StoreReopening
 from proxy.memory.replica import LOG_FILE, ReplicaStore
@@ -34,7 +32,7 @@ from proxy.pipeline.contract import NoopPipeline
 from proxy.pipeline.pipeline import Pipeline
 from proxy.services import Services
 from proxy.settings import Settings, StoreSettings, load_settings, replace
-from tests.memory.support import record, vector_for
+from tests.memory.support import record, stored_pool_size, vector_for
 
 
 def settings_for(tmp_path: Path, *, memory: bool = True, workers: int = 1) -> Settings:
@@ -193,11 +191,6 @@ async def test_the_primary_folds_the_workers_log_while_they_run(tmp_path: Path) 
         assert await primary.get("t1", "m1") is not None
 
 
-def pool_size(shard_dir: Path) -> int | None:
-    """The search pool size the shard was last opened with (loading writes it to the file)."""
-    return json.loads((shard_dir / CONFIG_FILE).read_text()).get("max_search_threads")
-
-
 @pytest.mark.parametrize(
     ("setting", "cpus", "workers", "expected"),
     [
@@ -225,12 +218,12 @@ async def test_each_embedded_store_opens_with_the_chosen_search_pool(
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
     single = await open_store(StoreSettings(data_dir=str(tmp_path / "one")), dimensions=8)
     await single.close()
-    assert pool_size(tmp_path / "one" / SHARD_DIR) == 6
+    assert stored_pool_size(tmp_path / "one" / SHARD_DIR) == 6
     settings = settings_for(tmp_path / "many", workers=3)
     async with AsyncExitStack() as stack:
         primary = await open_primary(settings, stack)
         assert primary is not None
-        assert pool_size(tmp_path / "many" / SHARD_DIR) == 2
+        assert stored_pool_size(tmp_path / "many" / SHARD_DIR) == 2
         worker = await open_store(
             replace(settings.store, search_threads=5),
             dimensions=primary.dimensions,
@@ -239,7 +232,7 @@ async def test_each_embedded_store_opens_with_the_chosen_search_pool(
         )
         stack.push_async_callback(worker.close)
         assert isinstance(worker, ReplicaStore)
-        assert pool_size(worker.directory / SHARD_DIR) == 5
+        assert stored_pool_size(worker.directory / SHARD_DIR) == 5
 
 
 async def test_the_served_store_shares_the_cpus_among_the_configured_workers(
@@ -250,7 +243,7 @@ async def test_the_served_store_shares_the_cpus_among_the_configured_workers(
         assert services.memories is not None
         replica = services.memories.store
         assert isinstance(replica, ReplicaStore)
-        assert pool_size(replica.directory / SHARD_DIR) == 4
+        assert stored_pool_size(replica.directory / SHARD_DIR) == 4
 
 
 async def test_a_store_written_before_the_pool_setting_serves_with_it(tmp_path: Path) -> None:
@@ -258,10 +251,10 @@ async def test_a_store_written_before_the_pool_setting_serves_with_it(tmp_path: 
     memory = record("m1", content="a note about tea")
     await old.add([memory], vector_for(memory.content, 8)[None, :])
     await old.close()
-    assert pool_size(tmp_path / SHARD_DIR) is None
+    assert stored_pool_size(tmp_path / SHARD_DIR) is None
     store = await open_store(StoreSettings(data_dir=str(tmp_path), search_threads=2), dimensions=8)
     try:
-        assert pool_size(tmp_path / SHARD_DIR) == 2
+        assert stored_pool_size(tmp_path / SHARD_DIR) == 2
         query = SearchQuery(vector_for(memory.content, 8), memory.content, "u1", None, 5)
         assert [hit.record.id for hit in await store.search("t1", query)] == ["m1"]
     finally:

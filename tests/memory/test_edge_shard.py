@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from proxy.memory.points import (
     INDEXED_KEYS,
     SUPERSEDED_KEY,
 )
+from tests.memory.support import stored_pool_size
 
 # Every search filters on liveness (adr/0113): unindexed, it read each candidate's payload; the
 # neighbour lookup filters on creation time (adr/0122).
@@ -51,11 +51,6 @@ def test_reopening_with_another_vector_size_names_the_setting(tmp_path: Path) ->
     with pytest.raises(ConfigError) as caught:
         open_shard(tmp_path, 16)
     assert caught.value.param == "store.data_dir"
-
-
-def stored_pool_size(path: Path) -> int | None:
-    """The search pool size the shard's config file holds (loading writes the given one)."""
-    return json.loads((path / CONFIG_FILE).read_text()).get("max_search_threads")
 
 
 SEARCH_THREADS_IN_A_FRESH_PROCESS = """
