@@ -26,6 +26,7 @@ on a 2-core machine.
 
     .venv/bin/python bench/workers.py                 # 10k memories, 5 rounds of 8 s (~3 min)
     .venv/bin/python bench/workers.py --rounds 9 --seconds 10
+    .venv/bin/python bench/workers.py --search-threads 1  # each process's search pool
     .venv/bin/python bench/workers.py --smoke         # seconds, for CI
 """
 
@@ -307,14 +308,17 @@ def start_servers(
     workers: Sequence[int],
     items: list[dict[str, Any]],
     info: dict[str, Any],
+    search_threads: str | None = None,
 ) -> dict[str, ServerProcess]:
     """One memproxy per name with the bench's config, each on its own copy of one data dir
     seeded with ``items`` through the memories API and then closed: both start from the same
     files, as a server restarted on its store does. (Measured: right after a bulk import, before
     a restart, the engine's threads spent 3.2-3.5 ms per search against 1.4 ms once the same
-    store was reopened; the bench measures the steady state, not the import's aftermath.)"""
+    store was reopened; the bench measures the steady state, not the import's aftermath.)
+    ``search_threads`` sets ``store.search_threads`` (adr/0131); ``None`` keeps its default."""
     config = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-wc-"))) / "m.yaml"
-    config.write_text(SERVER_CONFIG)
+    pool = "" if search_threads is None else f"store:\n  search_threads: {search_threads}\n"
+    config.write_text(SERVER_CONFIG + pool)
     env = {"MEMPROXY_CONFIG": str(config)}
     seeded = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-ws-"))) / "data"
     with memproxy(upstream.base_url + "/v1", seeded, extra_env=env) as seeder:
@@ -340,6 +344,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workers", type=int, default=2, help="workers of the scaled server")
+    parser.add_argument(
+        "--search-threads", help="store.search_threads of both servers (default: its default)"
+    )
     parser.add_argument("--smoke", action="store_true", help="a few seconds, for CI")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -348,9 +355,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     names = ["workers-1", f"workers-{args.workers}"]
     cells: dict[str, list[Cell]] = {name: [] for name in names}
     info: dict[str, Any] = {"memories": args.memories, "data": data, "c": CONCURRENCY}
+    info["search_threads"] = args.search_threads or "default"
     with ExitStack() as stack:
         upstream = stack.enter_context(fake_upstream())
-        servers = start_servers(stack, upstream, names, (1, args.workers), items, info)
+        servers = start_servers(
+            stack, upstream, names, (1, args.workers), items, info, args.search_threads
+        )
         for name in names:  # warm-up: connections, lazy imports, caches of the fixed prompt
             run_wrk(servers[name], upstream, questions, 1.0)
         for round_no in range(args.rounds):

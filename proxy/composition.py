@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ from proxy.cache.shared_generations import FILE_NAME as GENERATIONS_FILE
 from proxy.cache.shared_generations import SharedGenerations
 from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
+from proxy.defaults import SEARCH_THREADS_MIN
 from proxy.errors import ConfigError
 from proxy.memory.embedders import Embedder, create_embedder, prepare_embedder
 from proxy.memory.expiry import ExpiryPurger
@@ -190,8 +192,17 @@ async def open_embedder(settings: Settings, stack: AsyncExitStack) -> Embedder:
     return embedder
 
 
+def search_threads(settings: StoreSettings, workers: int) -> int:
+    """The embedded store's search pool size: the setting, or for ``auto`` the CPUs this
+    process may use shared among the workers, at least ``SEARCH_THREADS_MIN`` (adr/0131)."""
+    if settings.search_threads != "auto":
+        return settings.search_threads
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(SEARCH_THREADS_MIN, (cpus or 1) // workers)
+
+
 async def open_store(
-    settings: StoreSettings, *, dimensions: int, replica: bool = False
+    settings: StoreSettings, *, dimensions: int, replica: bool = False, workers: int = 1
 ) -> MemoryStore:
     """Open the configured store (the caller closes it).
 
@@ -199,6 +210,7 @@ async def open_store(
     ``ConfigError`` here, at start, instead of failing on the first search. ``replica``: this
     process is one of several workers, so the embedded store is this worker's replica; a single
     process opens the primary shard and first applies writes a multi-worker run left in the log.
+    ``workers`` processes share this machine's CPUs (``search_threads``).
     """
     if settings.kind == "qdrant":
         from proxy.memory.qdrant import QdrantStore
@@ -219,18 +231,21 @@ async def open_store(
     from proxy.memory.edge import EdgeStore
     from proxy.memory.replica import ReplicaStore, absorb_log
 
+    threads = search_threads(settings, workers)
     if replica:
         return await ReplicaStore.open(
             settings.data_dir,
             dimensions=dimensions,
             hybrid=settings.hybrid,
             record_cache_entries=settings.record_cache_entries,
+            search_threads=threads,
         )
     store = await EdgeStore.open(
         settings.data_dir,
         dimensions=dimensions,
         hybrid=settings.hybrid,
         record_cache_entries=settings.record_cache_entries,
+        search_threads=threads,
     )
     try:
         await absorb_log(store, settings.data_dir)
@@ -257,6 +272,7 @@ async def open_primary(settings: Settings, stack: AsyncExitStack) -> MemoryStore
         dimensions=embedder.dimensions,
         hybrid=settings.store.hybrid,
         optimize_after=None,
+        search_threads=search_threads(settings.store, settings.server.workers),
     )
     stack.push_async_callback(store.close)
     stack.push_async_callback(absorb_log, store, settings.store.data_dir)
@@ -280,6 +296,7 @@ async def open_memory_store(
             settings.store,
             dimensions=embedder.dimensions,
             replica=settings.server.workers > 1,
+            workers=settings.server.workers,
         )
 
     store: MemoryStore

@@ -72,3 +72,9 @@ RECORD_CACHE_ENTRIES = 20_000  # decoded records the embedded store keeps (~1 KB
 # every LOG_FOLD_CHECK_S; the log stays about this size however long the server runs.
 LOG_FOLD_BYTES = 8 << 20
 LOG_FOLD_CHECK_S = 1.0
+# The embedded store's search thread pool (adr/0131). ``auto``: the CPUs this process may use
+# divided among the server's workers, at least SEARCH_THREADS_MIN. Qdrant Edge's own default
+# (derived from the machine's CPUs) made 8 threads on a 2-core machine, whose idle spinning after
+# each search took the cores the event loop and the upstream needed; 1 thread was slower still.
+SEARCH_THREADS: Literal["auto"] = "auto"
+SEARCH_THREADS_MIN = 2

@@ -62,6 +62,7 @@ from proxy.defaults import (
     NEIGHBOUR_CANDIDATES,
     RECORD_CACHE_ENTRIES,
     RETRIEVAL_TTL_S,
+    SEARCH_THREADS,
     SOURCES,
     TOKEN_PRICE,
     TOKENS_TTL_S,
@@ -544,6 +545,9 @@ class StoreSettings(_Section):
     record_cache_entries: NonNegative = RECORD_CACHE_ENTRIES
     # workers > 1 on edge: fold the shared write log into the primary at this size (adr/0120).
     log_fold_bytes: Positive = LOG_FOLD_BYTES
+    # Edge: threads in each process's search pool; ``auto`` shares this process's CPUs among
+    # the workers, at least 2 (adr/0131).
+    search_threads: Positive | Literal["auto"] = SEARCH_THREADS
 
     @model_validator(mode="after")
     def _server_has_url(self) -> Self:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -16,19 +17,22 @@ from proxy.composition import (
     open_request_cache,
     open_services,
     open_store,
+    search_threads,
 )
 from proxy.context.records import Candidate
+from proxy.defaults import SEARCH_THREADS_MIN
 from proxy.errors import ConfigError
-from proxy.memory.edge import EdgeStore
+from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.reopening import ReopeningStore, StoreReopening
 from proxy.memory.replica import LOG_FILE, ReplicaStore
+from proxy.memory.store import SearchQuery
 from proxy.metrics import Metrics
 from proxy.pipeline.contract import NoopPipeline
 from proxy.pipeline.pipeline import Pipeline
 from proxy.services import Services
 from proxy.settings import Settings, StoreSettings, load_settings, replace
-from tests.memory.support import record, vector_for
+from tests.memory.support import record, stored_pool_size, vector_for
 
 
 def settings_for(tmp_path: Path, *, memory: bool = True, workers: int = 1) -> Settings:
@@ -185,3 +189,73 @@ async def test_the_primary_folds_the_workers_log_while_they_run(tmp_path: Path) 
             await asyncio.sleep(0.05)
         assert log.stat().st_size == 0
         assert await primary.get("t1", "m1") is not None
+
+
+@pytest.mark.parametrize(
+    ("setting", "cpus", "workers", "expected"),
+    [
+        ("auto", 8, 1, 8),
+        ("auto", 8, 2, 4),
+        ("auto", 8, 3, 2),
+        ("auto", 2, 1, 2),
+        ("auto", 2, 2, SEARCH_THREADS_MIN),  # one CPU each: the floor (adr/0131)
+        ("auto", 1, 1, SEARCH_THREADS_MIN),
+        (3, 8, 2, 3),  # a number is taken as it is
+        (1, 2, 1, 1),
+    ],
+)
+def test_the_search_pool_shares_the_usable_cpus_among_the_workers(
+    monkeypatch: pytest.MonkeyPatch, setting: int | str, cpus: int, workers: int, expected: int
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    assert search_threads(StoreSettings(search_threads=setting), workers) == expected
+
+
+async def test_each_embedded_store_opens_with_the_chosen_search_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The single process, each worker's replica and the supervisor's primary (adr/0131)."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    single = await open_store(StoreSettings(data_dir=str(tmp_path / "one")), dimensions=8)
+    await single.close()
+    assert stored_pool_size(tmp_path / "one" / SHARD_DIR) == 6
+    settings = settings_for(tmp_path / "many", workers=3)
+    async with AsyncExitStack() as stack:
+        primary = await open_primary(settings, stack)
+        assert primary is not None
+        assert stored_pool_size(tmp_path / "many" / SHARD_DIR) == 2
+        worker = await open_store(
+            replace(settings.store, search_threads=5),
+            dimensions=primary.dimensions,
+            replica=True,
+            workers=3,
+        )
+        stack.push_async_callback(worker.close)
+        assert isinstance(worker, ReplicaStore)
+        assert stored_pool_size(worker.directory / SHARD_DIR) == 5
+
+
+async def test_the_served_store_shares_the_cpus_among_the_configured_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    async with opened(settings_for(tmp_path, workers=2)) as services:
+        assert services.memories is not None
+        replica = services.memories.store
+        assert isinstance(replica, ReplicaStore)
+        assert stored_pool_size(replica.directory / SHARD_DIR) == 4
+
+
+async def test_a_store_written_before_the_pool_setting_serves_with_it(tmp_path: Path) -> None:
+    old = await EdgeStore.open(tmp_path, dimensions=8)  # no size: the file holds none
+    memory = record("m1", content="a note about tea")
+    await old.add([memory], vector_for(memory.content, 8)[None, :])
+    await old.close()
+    assert stored_pool_size(tmp_path / SHARD_DIR) is None
+    store = await open_store(StoreSettings(data_dir=str(tmp_path), search_threads=2), dimensions=8)
+    try:
+        assert stored_pool_size(tmp_path / SHARD_DIR) == 2
+        query = SearchQuery(vector_for(memory.content, 8), memory.content, "u1", None, 5)
+        assert [hit.record.id for hit in await store.search("t1", query)] == ["m1"]
+    finally:
+        await store.close()

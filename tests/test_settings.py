@@ -120,6 +120,9 @@ def test_qdrant_url_switches_to_server_store() -> None:
         ("upstream:\n  api_key: env:MEMPROXY_TEST_UNSET_VAR\n", "upstream.api_key"),
         ("store:\n  kind: qdrant\n", "store.qdrant_url"),
         ("store:\n  record_cache_entries: -1\n", "store.record_cache_entries"),
+        ("store:\n  search_threads: 0\n", "store.search_threads"),
+        ("store:\n  search_threads: many\n", "store.search_threads"),
+        ("store:\n  search_threads: '2'\n", "store.search_threads"),
         ("memory:\n  count_flush_s: -1\n", "memory.count_flush_s"),
         ("memory:\n  budget_rule: greedy\n", "memory.budget_rule"),
         ("memory:\n  token_price: -0.01\n", "memory.token_price"),
@@ -139,6 +142,15 @@ def test_bad_config_names_key_and_file(tmp_path: Path, yaml_text: str, key: str)
     assert str(path) in caught.value.message
     assert caught.value.param is not None
     assert caught.value.param.startswith(key)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("auto", "auto"), ("1", 1), ("6", 6)])
+def test_the_search_pool_is_auto_or_a_thread_count(
+    tmp_path: Path, value: str, expected: int | str
+) -> None:
+    assert Settings().store.search_threads == "auto"
+    loaded = load_settings(write(tmp_path, f"store:\n  search_threads: {value}\n"), env={})
+    assert loaded.store.search_threads == expected
 
 
 def test_bad_env_value_names_variable_key() -> None:

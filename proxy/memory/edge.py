@@ -140,13 +140,15 @@ class EdgeStore:
         workers: int = DEFAULT_WORKERS,
         optimize_after: int | None = OPTIMIZE_AFTER_POINTS,
         record_cache_entries: int = DEFAULT_MAX_ENTRIES,
+        search_threads: int | None = None,
     ) -> EdgeStore:
         """Open (or create) the store under ``data_dir``; loading runs off the event loop.
 
         ``hybrid`` fuses BM25 with dense results at search time (sparse vectors are always
         written, so it can be switched per process). ``optimize_after`` unindexed points (those
         found at open count too) start a background index build; ``None`` leaves it to explicit
-        ``optimize()`` calls (bulk loads).
+        ``optimize()`` calls (bulk loads). ``search_threads`` sizes the engine's search pool
+        (``edge_shard.shard_config``; the composition root picks it, adr/0131).
         """
         if dimensions <= 0:
             raise ConfigError(f"embedding dimensions must be positive, got {dimensions}")
@@ -156,7 +158,9 @@ class EdgeStore:
         try:
             # A build this process left running on these files (``close``) ends first.
             await loop.run_in_executor(executor, wait_for_build, path)
-            shard = await loop.run_in_executor(executor, open_shard, path, dimensions)
+            shard = await loop.run_in_executor(
+                executor, open_shard, path, dimensions, search_threads
+            )
             unindexed = await loop.run_in_executor(executor, unindexed_points, shard)
             counts = await loop.run_in_executor(
                 executor, RetrievalCounts.load, Path(data_dir) / COUNTS_FILE

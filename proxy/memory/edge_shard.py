@@ -33,7 +33,7 @@ FULL_SCAN_KB = 2_000
 INDEXING_THRESHOLD_KB = FULL_SCAN_KB
 
 
-def shard_config(dimensions: int) -> qe.EdgeConfig:
+def shard_config(dimensions: int, search_threads: int | None = None) -> qe.EdgeConfig:
     """Return the shard layout: a cosine dense vector and an IDF-weighted sparse text vector.
 
     Dense search (adr/0082, measured on synthetic memories, top-50 against an exact scan):
@@ -45,6 +45,10 @@ def shard_config(dimensions: int) -> qe.EdgeConfig:
     - Exact scans stop at ``FULL_SCAN_KB`` of vectors per filter (about 2,000 memories of 256
       dimensions) instead of Qdrant's 10 MB: at 10k memories the graph answers in 0.23 ms with
       99.6 % recall where the scan took 0.45 ms.
+
+    ``search_threads`` sizes the engine's search pool (adr/0131); ``None`` keeps what the shard
+    was last opened with, else the engine's CPU-derived default. Loading writes a given size
+    into the shard's config file, and a given size wins over the stored one.
     """
     return qe.EdgeConfig(
         vectors={DENSE_VECTOR: qe.EdgeVectorParams(size=dimensions, distance=qe.Distance.Cosine)},
@@ -54,12 +58,13 @@ def shard_config(dimensions: int) -> qe.EdgeConfig:
             m=HNSW_M, ef_construct=HNSW_EF_CONSTRUCT, full_scan_threshold=FULL_SCAN_KB
         ),
         optimizers=qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB),
+        max_search_threads=search_threads,
     )
 
 
-def open_shard(path: Path, dimensions: int) -> qe.EdgeShard:
+def open_shard(path: Path, dimensions: int, search_threads: int | None = None) -> qe.EdgeShard:
     """Open the shard at ``path`` (creating it if new); a different vector size is a ConfigError."""
-    config = shard_config(dimensions)
+    config = shard_config(dimensions, search_threads)
     if not (path / CONFIG_FILE).exists():
         shard = qe.EdgeShard.create(str(path), config)
         shard.update(

@@ -237,6 +237,7 @@ class ReplicaStore:
         dimensions: int,
         hybrid: bool,
         record_cache_entries: int,
+        search_threads: int | None = None,
     ) -> ReplicaStore:
         """Copy the primary shard under ``data_dir`` into a new replica and apply the log."""
         data = Path(data_dir)
@@ -251,6 +252,7 @@ class ReplicaStore:
                 dimensions=dimensions,
                 hybrid=hybrid,
                 record_cache_entries=record_cache_entries,
+                search_threads=search_threads,
             )
         except BaseException:
             if slot is not None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from proxy.context.records import MemoryRecord
+from proxy.memory.edge_shard import CONFIG_FILE
 from proxy.memory.store import MemoryStore
 
 DIM = 32
@@ -60,3 +63,9 @@ def record(
         created_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
         **extra,
     )
+
+
+def stored_pool_size(shard_dir: Path) -> int | None:
+    """The search pool size the shard was last opened with (loading writes it to its config
+    file; ``None``: never given, as in shards written before adr/0131)."""
+    return json.loads((shard_dir / CONFIG_FILE).read_text()).get("max_search_threads")

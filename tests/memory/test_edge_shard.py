@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,14 @@ import qdrant_edge as qe
 
 from proxy.errors import ConfigError
 from proxy.memory.edge_shard import CONFIG_FILE, open_shard, shard_config
-from proxy.memory.points import CREATED_TS_KEY, EXPIRES_TS_KEY, INDEXED_KEYS, SUPERSEDED_KEY
+from proxy.memory.points import (
+    CREATED_TS_KEY,
+    DENSE_VECTOR,
+    EXPIRES_TS_KEY,
+    INDEXED_KEYS,
+    SUPERSEDED_KEY,
+)
+from tests.memory.support import stored_pool_size
 
 # Every search filters on liveness (adr/0113): unindexed, it read each candidate's payload; the
 # neighbour lookup filters on creation time (adr/0122).
@@ -42,3 +51,44 @@ def test_reopening_with_another_vector_size_names_the_setting(tmp_path: Path) ->
     with pytest.raises(ConfigError) as caught:
         open_shard(tmp_path, 16)
     assert caught.value.param == "store.data_dir"
+
+
+SEARCH_THREADS_IN_A_FRESH_PROCESS = """
+import os, sys
+from pathlib import Path
+from proxy.memory.edge_shard import open_shard
+shard = open_shard(Path(sys.argv[1]), 8, int(sys.argv[2]))
+names = [open(f"/proc/self/task/{t}/comm").read() for t in os.listdir("/proc/self/task")]
+print(sum(name.startswith("edge-search") for name in names))
+shard.close()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_shard_runs_the_search_pool_it_is_opened_with(tmp_path: Path, threads: int) -> None:
+    """The engine's own default made 8 threads on a 2-core machine (adr/0131); in a fresh
+    process, where no other shard's threads linger, the pool has exactly the size given."""
+    open_shard(tmp_path, 8).close()  # an existing shard: the size given on load wins
+    argv = [sys.executable, "-c", SEARCH_THREADS_IN_A_FRESH_PROCESS, str(tmp_path), str(threads)]
+    done = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60)
+    assert int(done.stdout) == threads
+
+
+def test_a_store_written_without_a_pool_size_opens_with_one_and_keeps_its_data(
+    tmp_path: Path,
+) -> None:
+    """Shards written before adr/0131 hold no pool size in their config file."""
+    old = qe.EdgeShard.create(str(tmp_path), shard_config(8))
+    old.update(qe.UpdateOperation.upsert_points([qe.Point(7, {DENSE_VECTOR: [1.0] * 8}, {})]))
+    old.close()
+    assert stored_pool_size(tmp_path) is None
+    shard = open_shard(tmp_path, 8, 2)
+    try:
+        assert stored_pool_size(tmp_path) == 2
+        assert [p.id for p in shard.retrieve([7], False, False)] == [7]
+    finally:
+        shard.close()
+    # A later open without a size (an older memproxy) keeps the stored one.
+    open_shard(tmp_path, 8).close()
+    assert stored_pool_size(tmp_path) == 2
