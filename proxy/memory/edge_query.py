@@ -81,6 +81,12 @@ def scored(found: Sequence[Any]) -> dict[int, float]:
 def to_filter(conditions: list[Condition], live: Liveness | None = None) -> qe.Filter:
     """Return the shard filter requiring every condition (one value: equality, else any of),
     and, with ``live``, liveness."""
+    must, must_not = clauses(conditions, live)
+    return qe.Filter(must=must, must_not=must_not) if must_not else qe.Filter(must=must)
+
+
+def clauses(conditions: list[Condition], live: Liveness | None) -> tuple[list[Any], list[Any]]:
+    """The must and must-not clauses of ``to_filter``."""
     must: list[Any] = [
         qe.FieldCondition(key, match=qe.MatchValue(values[0]))
         if len(values) == 1
@@ -88,10 +94,10 @@ def to_filter(conditions: list[Condition], live: Liveness | None = None) -> qe.F
         for key, values in conditions
     ]
     if live is None:
-        return qe.Filter(must=must)
+        return must, []
     must.append(qe.IsEmptyCondition(live.superseded_key))
     expired = qe.FieldCondition(live.expires_key, range=qe.RangeFloat(lte=live.at))
-    return qe.Filter(must=must, must_not=[expired])
+    return must, [expired]
 
 
 def expired_filter(before: float) -> qe.Filter:
@@ -126,12 +132,16 @@ def repeat_filter(tenant: str, keys: Collection[RepeatKey], live_at: float) -> q
 
 def turns_filter(tenant: str, query: TurnsQuery) -> qe.Filter:
     """Return the filter of a neighbour lookup (``filters.turn_conditions``, live only)."""
-    scope = to_filter(turn_conditions(tenant, query.user), Liveness(query.live_at.timestamp()))
+    must, must_not = clauses(
+        turn_conditions(tenant, query.user), Liveness(query.live_at.timestamp())
+    )
     near: list[Any] = [
         qe.FieldCondition(CREATED_TS_KEY, range=qe.RangeFloat(gte=low, lte=high))
         for low, high in windows(query)
     ]
-    return qe.Filter(must=[scope, qe.Filter(should=near)])
+    # One flat filter (its clauses are ANDed, ``should`` needs any one window): the scope as a
+    # nested filter cost ~10 us more to build, a third of the lookup's Python.
+    return qe.Filter(must=must, must_not=must_not, should=near)
 
 
 def list_filter(tenant: str, user: str | None, source: str | None) -> qe.Filter:
