@@ -430,3 +430,54 @@ async def test_a_failing_neighbour_lookup_in_the_search_keeps_the_hits(
             await store.search_near("t1", query, 1, 90.0)
     finally:
         await store.close()
+
+
+class CountedPoint:
+    """A point the shard returned, counting reads of its ``id``: qdrant-edge builds a new
+    ``uuid.UUID`` on every read (~0.7 us), so a search reads each id once."""
+
+    def __init__(self, point: Any) -> None:
+        self._point = point
+        self.id_reads = 0
+
+    @property
+    def id(self) -> Any:
+        self.id_reads += 1
+        return self._point.id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._point, name)
+
+
+class CountingShard:
+    """The store's shard, handing out ``CountedPoint``s from its queries."""
+
+    def __init__(self, shard: qe.EdgeShard) -> None:
+        self._shard = shard
+        self.points: list[CountedPoint] = []
+
+    def query(self, request: qe.QueryRequest) -> list[CountedPoint]:
+        found = [CountedPoint(point) for point in self._shard.query(request)]
+        self.points.extend(found)
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+
+async def test_a_hybrid_search_reads_each_returned_id_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await EdgeStore.open(tmp_path, dimensions=DIM, hybrid=True)
+    try:
+        records = [record(f"m{i}", content=f"note {i} about item {i % 7}") for i in range(40)]
+        await store.add(records, vectors_for(records, DIM))
+        counting = CountingShard(store._shard)
+        monkeypatch.setattr(store, "_shard", counting)
+        query = SearchQuery(vector_for("item 3", DIM), "note about item 3", "u1", None, 10)
+        hits = await store.search("t1", query)
+        assert len(hits) == 10
+        assert len(counting.points) > len(hits)  # the lexical branch returned points too
+        assert max(point.id_reads for point in counting.points) == 1
+    finally:
+        await store.close()

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
+import numpy as np
 import pytest
+import qdrant_edge as qe
 
-from proxy.memory.edge_query import id_of, key_of
-from proxy.memory.points import point_id, point_key
+from proxy.memory.edge_query import id_of, key_of, turns_filter
+from proxy.memory.points import (
+    EXPIRES_TS_KEY,
+    SOURCE_KEY,
+    SUPERSEDED_KEY,
+    TENANT_KEY,
+    USER_KEY,
+    point_id,
+    point_key,
+)
+from proxy.memory.store import TurnsQuery
 
 PID = point_id("t1", "m1")
 
@@ -21,3 +33,18 @@ def test_key_of_gives_the_uuids_integer_for_every_spelling(given: str | UUID) ->
 def test_key_of_refuses_what_is_not_a_uuid() -> None:
     with pytest.raises(ValueError, match="hexadecimal"):
         key_of("not-a-uuid")
+
+
+def test_the_neighbour_filter_is_flat() -> None:
+    """The scope's clauses and the windows in one filter: nesting the scope cost ~15 us of
+    thread CPU per lookup (docs/benchmarks.md); the engine ANDs the clauses either way."""
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    times = (at - timedelta(hours=1), at - timedelta(hours=2))
+    found = turns_filter("t1", TurnsQuery("u1", np.zeros(4, dtype=np.float32), times, 60.0, at))
+    clauses = [*(found.must or []), *(found.must_not or []), *(found.should or [])]
+    assert not any(isinstance(clause, qe.Filter) for clause in clauses)
+    assert [c.key for c in found.must] == [TENANT_KEY, USER_KEY, SOURCE_KEY, SUPERSEDED_KEY]
+    assert [c.key for c in found.must_not] == [EXPIRES_TS_KEY]
+    assert [(c.range.gte, c.range.lte) for c in found.should or []] == [
+        (t.timestamp() - 60.0, t.timestamp() + 60.0) for t in times
+    ]
