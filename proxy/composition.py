@@ -70,6 +70,8 @@ from proxy.upstream import UpstreamClient
 LOGGER = logging.getLogger("memproxy.composition")
 EMBEDDER_HTTP_TIMEOUT_S = 10.0
 BACKGROUND_DRAIN_S = 10.0
+# cgroup v2: "QUOTA PERIOD" (or "max PERIOD") microseconds of CPU a period for this container.
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,8 +199,21 @@ def search_threads(settings: StoreSettings, workers: int) -> int:
     process may use shared among the workers, at least ``SEARCH_THREADS_MIN`` (adr/0131)."""
     if settings.search_threads != "auto":
         return settings.search_threads
+    return max(SEARCH_THREADS_MIN, usable_cpus() // workers)
+
+
+def usable_cpus(cpu_max: Path = CGROUP_CPU_MAX) -> int:
+    """The CPUs this process may use: its affinity, or fewer under a cgroup v2 CPU quota (a
+    container limited to 2 CPUs on a 64-core host sees 64 in its affinity)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(SEARCH_THREADS_MIN, (cpus or 1) // workers)
+    cpus = cpus or 1
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 file, or a form we do not read: the affinity stands
+    return cpus
 
 
 async def open_store(

@@ -78,3 +78,4 @@ LOG_FOLD_CHECK_S = 1.0
 # each search took the cores the event loop and the upstream needed; 1 thread was slower still.
 SEARCH_THREADS: Literal["auto"] = "auto"
 SEARCH_THREADS_MIN = 2
+SEARCH_THREADS_MAX = 256  # far above any measured gain; the value is written to the shard

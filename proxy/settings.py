@@ -63,6 +63,7 @@ from proxy.defaults import (
     RECORD_CACHE_ENTRIES,
     RETRIEVAL_TTL_S,
     SEARCH_THREADS,
+    SEARCH_THREADS_MAX,
     SOURCES,
     TOKEN_PRICE,
     TOKENS_TTL_S,
@@ -547,7 +548,9 @@ class StoreSettings(_Section):
     log_fold_bytes: Positive = LOG_FOLD_BYTES
     # Edge: threads in each process's search pool; ``auto`` shares this process's CPUs among
     # the workers, at least 2 (adr/0131).
-    search_threads: Positive | Literal["auto"] = SEARCH_THREADS
+    search_threads: (
+        Annotated[int, Strict(), Field(gt=0, le=SEARCH_THREADS_MAX)] | Literal["auto"]
+    ) = SEARCH_THREADS
 
     @model_validator(mode="after")
     def _server_has_url(self) -> Self:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import proxy.composition as composition
 from proxy.cache.blocks import CachedTurnBlocks
 from proxy.composition import (
     Provided,
@@ -207,15 +208,37 @@ async def test_the_primary_folds_the_workers_log_while_they_run(tmp_path: Path) 
 def test_the_search_pool_shares_the_usable_cpus_among_the_workers(
     monkeypatch: pytest.MonkeyPatch, setting: int | str, cpus: int, workers: int, expected: int
 ) -> None:
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    monkeypatch.setattr(composition, "usable_cpus", lambda: cpus)
     assert search_threads(StoreSettings(search_threads=setting), workers) == expected
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "expected"),
+    [
+        ("max 100000\n", 8),  # no quota: the affinity
+        ("200000 100000\n", 2),  # a 2-CPU container on an 8-CPU host
+        ("150000 100000\n", 2),  # a part CPU rounds up
+        ("50000 100000\n", 1),
+        ("1600000 100000\n", 8),  # a quota above the affinity: the affinity
+        ("garbage\n", 8),
+        (None, 8),  # no cgroup v2 file
+    ],
+)
+def test_usable_cpus_follow_a_cgroup_cpu_quota(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cpu_max: str | None, expected: int
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    path = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        path.write_text(cpu_max)
+    assert composition.usable_cpus(path) == expected
 
 
 async def test_each_embedded_store_opens_with_the_chosen_search_pool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The single process, each worker's replica and the supervisor's primary (adr/0131)."""
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    monkeypatch.setattr(composition, "usable_cpus", lambda: 6)
     single = await open_store(StoreSettings(data_dir=str(tmp_path / "one")), dimensions=8)
     await single.close()
     assert stored_pool_size(tmp_path / "one" / SHARD_DIR) == 6
@@ -238,7 +261,7 @@ async def test_each_embedded_store_opens_with_the_chosen_search_pool(
 async def test_the_served_store_shares_the_cpus_among_the_configured_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(composition, "usable_cpus", lambda: 8)
     async with opened(settings_for(tmp_path, workers=2)) as services:
         assert services.memories is not None
         replica = services.memories.store

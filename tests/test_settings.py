@@ -123,6 +123,7 @@ def test_qdrant_url_switches_to_server_store() -> None:
         ("store:\n  search_threads: 0\n", "store.search_threads"),
         ("store:\n  search_threads: many\n", "store.search_threads"),
         ("store:\n  search_threads: '2'\n", "store.search_threads"),
+        ("store:\n  search_threads: 100000\n", "store.search_threads"),
         ("memory:\n  count_flush_s: -1\n", "memory.count_flush_s"),
         ("memory:\n  budget_rule: greedy\n", "memory.budget_rule"),
         ("memory:\n  token_price: -0.01\n", "memory.token_price"),

@@ -58,8 +58,9 @@ DENSE_PARAMS = qe.SearchParams(
 
 
 def key_of(pid: int | UUID | str) -> int:
-    """The key of a point id: its UUID's integer (the store writes UUID strings, the shard
-    hands back UUIDs; an integer id, which the store never writes, would be its own key)."""
+    """The key of a point id: its UUID's integer. The store writes UUID strings only and the
+    shard hands back UUIDs; an ``int`` is taken as a key already (not as a Qdrant integer
+    point id, which the store never writes and ``id_of`` would not give back)."""
     if isinstance(pid, UUID):
         return pid.int
     return pid if isinstance(pid, int) else UUID(pid).int

@@ -53,8 +53,9 @@ class Prepared:
     body: dict[str, object]
     response_headers: Mapping[str, str] = field(default_factory=dict)
     on_complete: Callable[[Completion], Awaitable[None]] | None = None
-    # Work that needs no answer, started once the request has gone upstream (never when it
-    # could not go); called at most once.
+    # Work that needs no answer, started once the request body has been written upstream
+    # (never when the connection or the write failed; a failure after it, at end of body or
+    # in the answer, does not undo it: the writes are cache fills); called at most once.
     on_sent: Callable[[], Job] | None = None
     reply: Response | None = None  # answer without calling the upstream (explain mode)
     encoded: bytes | None = None  # ``body`` already encoded, when the pipeline had to check it

@@ -322,7 +322,11 @@ class Pipeline:
             return self._finish(run, body, DEGRADED)
         if injected.held and placement.key and assembly is not None and self.blocks:
             shown_block = remembered(placement, assembly)
-            run.deferred.append(functools.partial(self.blocks.remember, placement.key, shown_block))
+            # First of the request's writes: the next turn recalls it, and a fast upstream can
+            # answer before writes queued behind others land (the prefix stays cacheable).
+            run.deferred.insert(
+                0, functools.partial(self.blocks.remember, placement.key, shown_block)
+            )
         status = INJECTED if injected.held else EMPTY
         return self._finish(run, forwarded, DEGRADED if run.reasons else status, encoded)
 
