@@ -141,10 +141,8 @@ def test_static_one_text_is_bit_identical_to_the_models_tokens_and_numpys_mean(
     assert alone.tobytes() == reference_row(static, text).tobytes()
 
 
-def test_static_known_words_skip_the_tokenizer(
-    static: StaticEmbedder, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    static.embed_sync(["When did Caroline go to the support group?"])
+def tokenizer_calls(static: StaticEmbedder, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The texts ``static``'s tokenizer is given from now on, call by call."""
     seen: list[list[str]] = []
     tokenize = static._model.tokenize
 
@@ -153,6 +151,14 @@ def test_static_known_words_skip_the_tokenizer(
         return tokenize(texts)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(static._model, "tokenize", spy)
+    return seen
+
+
+def test_static_known_words_skip_the_tokenizer(
+    static: StaticEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    static.embed_sync(["When did Caroline go to the support group?"])
+    seen = tokenizer_calls(static, monkeypatch)
     static.embed_sync(["When did Caroline go to the GROUP?"])
     assert seen == []
     static.embed_sync(["When did the xylophonist go?"])  # one word not met before
@@ -201,14 +207,7 @@ def test_a_long_text_goes_to_the_tokenizer_whole(
     static: StaticEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A memory being written: its words would fill the memo and cost a call each.
-    seen: list[list[str]] = []
-    tokenize = static._model.tokenize
-
-    def spy(texts: list[str]) -> list[list[int]]:
-        seen.append(texts)
-        return tokenize(texts)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(static._model, "tokenize", spy)
+    seen = tokenizer_calls(static, monkeypatch)
     long_text = " ".join(f"zqword{i}" for i in range(200))
     assert len(long_text) > MEMO_TEXT_CHARS
     static.embed_sync([long_text])
