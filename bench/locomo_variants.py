@@ -63,7 +63,7 @@ from proxy.context.records import Candidate
 from proxy.context.render import BlockTokens
 from proxy.defaults import MEMORY_MAX_TOKENS, NEIGHBOUR_CANDIDATES
 from proxy.memory.embedders import StaticEmbedder
-from proxy.memory.retriever import ranked
+from proxy.memory.near import ranked
 from proxy.memory.store import SearchQuery
 from proxy.tokenizer import tiktoken_tokenizer
 
