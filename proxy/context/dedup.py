@@ -33,7 +33,7 @@ import functools
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
-from proxy.context.words import TEXTS_MEMOISED, TextMemo, split_dedup_words
+from proxy.context.words import TEXTS_MEMOISED, TextMemo, split_dedup_words, split_text_words
 from proxy.errors import ConfigError
 
 DUPLICATE_JACCARD = 0.8
@@ -74,6 +74,19 @@ def split_signature(text: str) -> Signature:
 
 
 text_signature = TextMemo(split_signature)
+
+# What the assembler derives from a memory text: its match set (``words.text_words``) and its
+# dedup signature, in one memo so a request looks a text up once, not twice.
+Profile = tuple[frozenset[str], Signature]
+
+
+def split_profile(text: str) -> Profile:
+    """``(split_text_words(text), split_signature(text))``; ``text_profile`` memoises it."""
+    words = split_text_words(text)
+    return words, word_signature(split_dedup_words(text, words))
+
+
+text_profile = TextMemo(split_profile)
 
 
 def dedup_order(
