@@ -121,7 +121,6 @@ def dedup_walk(
     kept: list[int] = []
     dropped: list[int] = []
     empty_kept = False
-    bit_count = int.bit_count
     for i in order:
         item = signatures[i]
         _, size, bits, lost = item
@@ -133,14 +132,21 @@ def dedup_walk(
         low = bisect_right(sizes, threshold * size)
         high = bisect_right(sizes, size / threshold, low) if threshold > 0 else len(sizes)
         if low < high:
-            most = max(map(bit_count, map(bits.__and__, bits_of[low:high]))) + lost
+            # A plain loop: ``max(map(bit_count, map(bits.__and__, ...)))`` over a band of ~5
+            # cost more in its method-wrapper calls than the ANDs (~1.3 vs ~0.9 us an item).
+            most = 0
+            for other in bits_of[low:high]:
+                shared = (bits & other).bit_count()
+                if shared > most:
+                    most = shared
+            most += lost
             if most / (size + sizes[low] - most) > threshold and duplicate_in(
                 item, band_sets[low:high], threshold
             ):
                 dropped.append(i)
                 continue
         kept.append(i)
-        at = bisect_right(sizes, size)
+        at = bisect_right(sizes, size, low, high)  # t * size <= size <= size / t
         band_sets.insert(at, item)
         sizes.insert(at, size)
         bits_of.insert(at, bits)
