@@ -22,8 +22,9 @@ On 50 real-text candidates (LoCoMo turns, observations, summaries) the band hold
 per item and the bound lets ~1 pair a request through to the exact test; the prefix-filter walk
 this replaces sorted every set by the request's word rarity (0.45 ms a request,
 docs/benchmarks.md). A signature costs one pass over a set's words; ``text_signature`` keeps
-it per memory text (and not the set it came from). With hundreds of items of like sizes the
-bands grow with the items (500 sets: ~1.2x the prefix filter's time, once signatures are kept);
+it per memory text (and not the set it came from), ``text_profile`` with the text's match set
+for the assembler. With hundreds of items of like sizes the bands grow with the items (500
+sets: ~1.2x the prefix filter's time, once signatures are kept);
 the request path assembles 50 to 100.
 """
 
@@ -133,7 +134,7 @@ def dedup_walk(
         high = bisect_right(sizes, size / threshold, low) if threshold > 0 else len(sizes)
         if low < high:
             # A plain loop: ``max(map(bit_count, map(bits.__and__, ...)))`` over a band of ~5
-            # cost more in its method-wrapper calls than the ANDs (~1.3 vs ~0.9 us an item).
+            # spent more in its method-wrapper calls than in the ANDs (the walk: 0.78x).
             most = 0
             for other in bits_of[low:high]:
                 shared = (bits & other).bit_count()
