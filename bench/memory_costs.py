@@ -55,7 +55,6 @@ import qdrant_edge as qe
 from bench import pipeline as bench_pipeline
 from bench.lib import loadgen, realtext, stats
 from proxy.apis.openai_chat import OPENAI_CHAT
-from proxy.context import assembler as assembler_module
 from proxy.context.assembler import AssemblerConfig, assemble
 from proxy.context.dedup import dedup_walk, text_signature
 from proxy.context.knapsack import select_optimal
@@ -207,7 +206,7 @@ def assemble_parts(
     now = datetime.now(UTC)
     t = time.perf_counter()
     query_words = normalise_words(question, stopwords=STOPWORDS, stemmed=True)
-    found_in = assembler_module.query_matcher(query_words, stemmed=True)
+    found_in = MATCHER["match"](query_words, stemmed=True)
     matches = [found_in(c.record.content) for c in hits]
     t = timed(parts, "match", t)
     weights = idf_weights(matches)
@@ -274,10 +273,15 @@ def memo_query_matcher(query_words: frozenset[str], *, stemmed: bool) -> Callabl
     return found
 
 
+# The matcher the ``match`` part times (``use_memo`` swaps it).
+MATCHER: dict[str, Callable[..., Callable[[str], set[str]]]] = {"match": plain_query_matcher}
+
+
 def use_memo(enabled: bool) -> None:
-    """Point the assembler at the memoised matcher (or back at the plain one); dedup word sets
-    and their signatures are memoised in the engine itself."""
-    assembler_module.query_matcher = memo_query_matcher if enabled else plain_query_matcher  # type: ignore[attr-defined]
+    """Time the ``match`` part with the memoised matcher (or the plain one). The engine's own
+    ``assemble`` keeps each text's match set and dedup signature in one memo
+    (``dedup.text_profile``), so the variant changes that part only."""
+    MATCHER["match"] = memo_query_matcher if enabled else plain_query_matcher
 
 
 # -- the run ------------------------------------------------------------------------------------

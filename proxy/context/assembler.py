@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from proxy.context.dedup import DUPLICATE_JACCARD, NO_SIGNATURE, dedup_walk, text_signature
+from proxy.context.dedup import DUPLICATE_JACCARD, NO_SIGNATURE, dedup_walk, text_profile
 from proxy.context.knapsack import PACKER_KINDS, PackerKind, select_greedy, select_optimal
 from proxy.context.neighbours import neighbour_gains
 from proxy.context.ranking import (
@@ -80,7 +80,7 @@ from proxy.context.words import (
     STOPWORDS,
     idf_weights,
     normalise_words,
-    query_matcher,
+    query_forms,
     unseen_weight,
 )
 from proxy.defaults import MEMORY_MAX_TOKENS as DEFAULT_MAX_TOKENS
@@ -345,8 +345,13 @@ def assemble(
     limit = max(0, budget if cfg.max_tokens is None else min(budget, cfg.max_tokens))
     stopwords = STOPWORDS if cfg.drop_stopwords else frozenset()
     query_words = normalise_words(query, stopwords=stopwords, stemmed=cfg.stemmed)
-    found_in = query_matcher(query_words, stemmed=cfg.stemmed)
-    matches = [found_in(candidate.record.content) for candidate in candidates]
+    # Per candidate, in the store's order: plain figures only (explanations are built on read).
+    records_in = [candidate.record for candidate in candidates]
+    # A text's match set and dedup signature, one memo lookup a candidate (computed when the
+    # text is first met); the found words are ``query_matcher``'s.
+    profiles = text_profile.each([record.content for record in records_in])
+    keys, lookup = query_forms(query_words, stemmed=cfg.stemmed)
+    matches = [set(map(lookup, keys & words)) for words, _ in profiles]
     idf = cfg.idf_overlap
     weights = idf_weights(matches) if idf else {}
     weight_of = weights.__getitem__
@@ -359,8 +364,6 @@ def assemble(
     similarity_share = composite_weight * WEIGHT_RELEVANCE
     overlap_share = keyword_weight * OVERLAP_WEIGHT
     base_of = BASE_RELEVANCE.get
-    # Per candidate, in the store's order: plain figures only (explanations are built on read).
-    records_in = [candidate.record for candidate in candidates]
     relevances, composite_scores = composites(candidates, now)
     if not idf:
         overlaps = [len(found) / size for found in matches]
@@ -410,7 +413,7 @@ def assemble(
 
     signatures = [NO_SIGNATURE] * len(order)
     for i in survivors:
-        signatures[i] = text_signature(records[i].content)
+        signatures[i] = profiles[order[i]][1]
     kept, duplicates = dedup_walk(signatures, survivors, cfg.dedup_threshold)
     for i in duplicates:
         status[i] = DUPLICATE
@@ -452,12 +455,12 @@ def assemble(
         packer=cfg.packer,
         block=block,
         rendered_tokens=rendered,
-        packed_tokens=sum(costs[i] for i in rows),
+        packed_tokens=sum(map(costs.__getitem__, rows)),
         fence_tokens=fence_tokens,
-        total_value=sum(values_all[i] for i in rows),
+        total_value=sum(map(values_all.__getitem__, rows)),
         upper_bound=solution.upper_bound,
         proven_optimal=solution.proven_optimal and not trimmed,
-        packed_ids=tuple(records[i].id for i in rows),
+        packed_ids=tuple([records[i].id for i in rows]),
         ranked=Ranked(
             ranked,
             [overlaps[p] for p in order],

@@ -25,6 +25,7 @@ MAX_CONSECUTIVE_SKIPS = 3
 NODE_LIMIT = 4_000  # branch-and-bound nodes before the DP fallback (a few ms in CPython)
 DP_CELLS = 1_024  # capacity grid of the fallback DP
 RELATIVE_EPSILON = 1e-12
+POSITIVE = (0.0).__lt__  # False for NaN, as ``v > 0`` is
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +75,15 @@ def dantzig_root_bound(values: Sequence[float], weights: Sequence[int], capacity
     """The fractional-knapsack optimum: no 0/1 packing can score more."""
     if capacity <= 0:  # no budget, no memories: not even zero-token ones
         return 0.0
-    items = sorted(
-        ((v, w) for v, w in zip(values, weights, strict=True) if v > 0),
-        key=lambda vw: vw[0] / vw[1] if vw[1] > 0 else math.inf,
-        reverse=True,
-    )
+    inf = math.inf
+    # Indices sorted by a list of ratios: no tuple and no key call an item (a stable sort, so
+    # equal ratios keep the input order either way).
+    ratios = [v / w if w > 0 else inf for v, w in zip(values, weights, strict=True)]
+    positive = [i for i, v in enumerate(values) if v > 0]
     room = float(capacity)
     total = 0.0
-    for value, weight in items:
+    for i in sorted(positive, key=ratios.__getitem__, reverse=True):
+        value, weight = values[i], weights[i]
         if weight <= room:
             total += value
             room -= weight
@@ -100,6 +102,14 @@ def select_optimal(
     dp_cells: int = DP_CELLS,
 ) -> KnapsackSolution:
     """Maximum total value within ``capacity``; exact unless the node budget runs out."""
+    if values and capacity > 0 and min(weights) > 0 and all(map(POSITIVE, values)):
+        weight = sum(weights)
+        if weight <= capacity:
+            # Everything fits (the common case of a priced block): the packing is every item,
+            # which the greedy finds too, proven optimal; no bound or search is needed.
+            chosen = tuple(range(len(values)))
+            value = total_value(values, chosen)
+            return KnapsackSolution(chosen, value, weight, True, value, 0, "greedy")
     greedy = select_greedy(values, weights, capacity)
     if capacity <= 0:
         return greedy
@@ -113,7 +123,7 @@ def select_optimal(
             values, greedy, KnapsackSolution(chosen, value, weight, True, value, 0, "all")
         )
     items.sort(key=lambda i: values[i] / weights[i], reverse=True)
-    bound = dantzig_root_bound(values, weights, capacity)
+    bound = greedy.upper_bound  # ``dantzig_root_bound(values, weights, capacity)``
     members = set(items)
     from_greedy = [i for i in greedy.indices if i in members]
     incumbent = max(

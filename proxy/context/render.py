@@ -213,7 +213,7 @@ def render_within(
     trimmed: set[int] = set()
     while active:
         rendered = tokens.framing([sources[i] for i in active])
-        rendered += sum(lines[i][1] for i in active)
+        rendered += sum([lines[i][1] for i in active])
         if rendered <= limit:
             order = block_order(sources, active)
             texts = grouped_lines([sources[i] for i in order], [lines[i][0] for i in order])

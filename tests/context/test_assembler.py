@@ -17,6 +17,7 @@ from proxy.context.assembler import (
     assemble,
 )
 from proxy.context.bundle import BundleConfig
+from proxy.context.dedup import text_profile
 from proxy.context.ranking import score_candidate
 from proxy.context.records import Candidate
 from proxy.errors import ConfigError
@@ -238,6 +239,17 @@ def test_ranking_matches_the_reference_formulas(
     expected.sort()
     got = [(-m.final_score, m.id, m.overlap, m.synth_score) for m in result.candidates]
     assert got == [(f, name, o, s) for f, _, name, o, s in expected]
+
+
+def test_each_candidate_text_is_looked_up_once() -> None:
+    # Its match set and dedup signature come from one memo entry (dedup.text_profile).
+    text_profile.memo.cache_clear()
+    assemble(CANDIDATES, "How do I fix Docker networking?", 500, now=NOW, tokens=TOKENS)
+    info = text_profile.cache_info()
+    assert (info.misses, info.hits) == (len(CANDIDATES), 0)
+    assemble(CANDIDATES, "Which config format does the user prefer?", 500, now=NOW, tokens=TOKENS)
+    info = text_profile.cache_info()
+    assert (info.misses, info.hits) == (len(CANDIDATES), len(CANDIDATES))
 
 
 def test_explanations_are_built_on_the_first_read_only() -> None:
