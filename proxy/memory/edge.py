@@ -407,15 +407,20 @@ class EdgeStore:
     ) -> builtins.list[Candidate]:
         """(point key, cosine) pairs as candidates with their records."""
         records = self._records_of(tenant, [key for key, _ in hits])
-        # A hit deleted between the search and the payload read is simply gone.
+        # A hit deleted between the search and the payload read is simply gone. Stored vectors
+        # are normalised, so a cosine is nearly always in range already: clipped only if not.
         return [
-            Candidate(records[key], clip_similarity(score)) for key, score in hits if key in records
+            Candidate(records[key], score if 0.0 <= score <= 1.0 else clip_similarity(score))
+            for key, score in hits
+            if key in records
         ]
 
     def _records_of(self, tenant: str, keys: builtins.list[int]) -> dict[int, MemoryRecord]:
         """The records of ``keys``: cached ones, the rest read from the shard (then cached)."""
         found, generation = self._records.lookup(keys)
-        missing: builtins.list[Any] = [id_of(key) for key in keys if key not in found]
+        missing: builtins.list[Any] = (
+            [] if len(found) == len(keys) else [id_of(key) for key in keys if key not in found]
+        )
         if missing:
             merged = self._counts.merged
             fetched = {
