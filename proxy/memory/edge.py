@@ -25,7 +25,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -138,7 +138,7 @@ class EdgeStore:
         self._records = RecordCache(record_cache_entries)
         self._counts = counts if counts is not None else RetrievalCounts()
         self._lifecycle = LifecycleTenants()
-        self._warming: asyncio.Future[int] | None = None
+        self._warming: Future[int] | None = None
 
     @classmethod
     async def open(
@@ -189,13 +189,16 @@ class EdgeStore:
             path=path,
             unindexed=unindexed,
         )
-        store._warming = loop.run_in_executor(executor, store._warm_sync)
+        # A thread's future, not the loop's: a store may be closed from another event loop.
+        store._warming = executor.submit(store._warm_sync)
         return store
 
     async def warmed(self) -> int:
         """Wait for the record cache's warm-up after ``open``; return how many memories it
         decoded (0: the store does not fit the cache, or the warm-up stopped)."""
-        return 0 if self._warming is None else await asyncio.shield(self._warming)
+        if self._warming is None:
+            return 0
+        return await asyncio.shield(asyncio.wrap_future(self._warming))
 
     def _warm_sync(self) -> int:
         """Decode every memory into the record cache if they all fit, a page at a time; each

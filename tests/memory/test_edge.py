@@ -572,3 +572,13 @@ async def test_closing_a_store_while_it_warms_up(tmp_path: Path) -> None:
         assert await store.count("t1") == 1_200
     finally:
         await store.close()
+
+
+def test_a_store_opened_in_one_event_loop_closes_in_another(tmp_path: Path) -> None:
+    """The warm-up is a thread's future, not one of the opening loop's: tools and tests open
+    a store under one ``asyncio.run`` and close it under another."""
+    store = asyncio.run(reopened(tmp_path, 30))
+    asyncio.run(store.close())
+    store = asyncio.run(EdgeStore.open(tmp_path, dimensions=DIM))
+    assert asyncio.run(store.warmed()) == 30
+    asyncio.run(store.close())
