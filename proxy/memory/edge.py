@@ -10,6 +10,11 @@ returned, i.e. the batch is in the WAL; that survives the process being killed (
 replayed on the next open. Flushes (in the background while writes come in, and on close) and
 index builds are ``edge_maintenance.ShardMaintenance``'s. See adr/0011. Retrieval counts are not
 payload updates: they live in ``edge_counts.RetrievalCounts`` beside the shard (adr/0103).
+
+A store that fits its record cache decodes every memory into it in the background after it
+opens (``_warm_sync``): a restarted process then searches as one that has run for a while. Cold,
+a quarter of a 10k-memory search's records were payload reads, ~0.3-0.5 ms a search for its
+first few hundred searches (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -63,6 +68,7 @@ from proxy.memory.points import (
     SPARSE_VECTOR,
     SUPERSEDED_KEY,
     TENANT_KEY,
+    from_payload,
     owned,
     owned_or_fail,
     point_id,
@@ -89,6 +95,9 @@ from proxy.memory.vectors import clip_similarity
 SHARD_DIR = "memories"
 REPEATS_PAGE = 1_024  # memories a repeat lookup reads a page at a time
 DELETE_PAGE = 4_096  # ids a delete by filter reads a page at a time, to drop their counts
+# Memories the record cache's warm-up decodes per shard read: ~7 ms of Python a page, so the
+# event loop gets the interpreter back often while a restarted store warms up.
+WARM_PAGE = 512
 DEFAULT_WORKERS = 2
 T = TypeVar("T")
 LOGGER = logging.getLogger("memproxy.store")
@@ -129,6 +138,7 @@ class EdgeStore:
         self._records = RecordCache(record_cache_entries)
         self._counts = counts if counts is not None else RetrievalCounts()
         self._lifecycle = LifecycleTenants()
+        self._warming: Future[int] | None = None
 
     @classmethod
     async def open(
@@ -168,7 +178,7 @@ class EdgeStore:
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(
+        store = cls(
             shard,
             executor,
             dimensions=dimensions,
@@ -179,6 +189,45 @@ class EdgeStore:
             path=path,
             unindexed=unindexed,
         )
+        # A thread's future, not the loop's: a store may be closed from another event loop.
+        store._warming = executor.submit(store._warm_sync)
+        return store
+
+    async def warmed(self) -> int:
+        """Wait for the record cache's warm-up after ``open``; return how many memories it
+        decoded (0: the store does not fit the cache, or the warm-up stopped)."""
+        if self._warming is None:
+            return 0
+        return await asyncio.shield(asyncio.wrap_future(self._warming))
+
+    def _warm_sync(self) -> int:
+        """Decode every memory into the record cache if they all fit, a page at a time; each
+        page is kept only if no write came while it was read (``RecordCache.store``). A store
+        larger than the cache is left to the searches: which records they need is theirs to
+        say. A failure here costs speed only: it is logged and the warm-up stops."""
+        cache, merged = self._records, self._counts.merged
+        kept = 0
+        try:
+            if not cache.max_entries or self._shard.info().points_count > cache.max_entries:
+                return 0
+            offset: Any = None
+            while not self._closed:
+                generation = cache.generation
+                request = qe.ScrollRequest(
+                    offset=offset, limit=WARM_PAGE, with_payload=True, with_vector=False
+                )
+                found, offset = self._shard.scroll(request)
+                page = {
+                    (key := key_of(point.id)): merged(key, from_payload(point.payload or {}))
+                    for point in found
+                }
+                if cache.store(page, generation):
+                    kept += len(page)
+                if offset is None:
+                    break
+        except Exception as exc:
+            LOGGER.warning("warming the record cache failed (searches read payloads): %s", exc)
+        return kept
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         """Run a blocking shard call on the store's threads; the engine's failures are
@@ -361,15 +410,20 @@ class EdgeStore:
     ) -> builtins.list[Candidate]:
         """(point key, cosine) pairs as candidates with their records."""
         records = self._records_of(tenant, [key for key, _ in hits])
-        # A hit deleted between the search and the payload read is simply gone.
+        # A hit deleted between the search and the payload read is simply gone. Stored vectors
+        # are normalised, so a cosine is nearly always in range already: clipped only if not.
         return [
-            Candidate(records[key], clip_similarity(score)) for key, score in hits if key in records
+            Candidate(records[key], score if 0.0 <= score <= 1.0 else clip_similarity(score))
+            for key, score in hits
+            if key in records
         ]
 
     def _records_of(self, tenant: str, keys: builtins.list[int]) -> dict[int, MemoryRecord]:
         """The records of ``keys``: cached ones, the rest read from the shard (then cached)."""
         found, generation = self._records.lookup(keys)
-        missing: builtins.list[Any] = [id_of(key) for key in keys if key not in found]
+        missing: builtins.list[Any] = (
+            [] if len(found) == len(keys) else [id_of(key) for key in keys if key not in found]
+        )
         if missing:
             merged = self._counts.merged
             fetched = {
@@ -578,6 +632,7 @@ class EdgeStore:
         if self._closed:
             return
         self._closed = True
+        await self.warmed()  # stops after the page it is reading
         await self._run(self._close_sync)
         self._executor.shutdown(wait=True)
 

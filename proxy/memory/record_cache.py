@@ -43,6 +43,11 @@ class RecordCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def generation(self) -> int:
+        """The write generation now, for a ``store`` of records read from here on."""
+        return self._generation
+
     def lookup(self, keys: Iterable[int]) -> tuple[dict[int, MemoryRecord], int]:
         """Return the cached records among ``keys`` and the generation to pass to ``store``."""
         found: dict[int, MemoryRecord] = {}

@@ -481,3 +481,104 @@ async def test_a_hybrid_search_reads_each_returned_id_once(
         assert max(point.id_reads for point in counting.points) == 1
     finally:
         await store.close()
+
+
+class ReadCountingShard:
+    """The store's shard, counting the payload reads of record-cache misses."""
+
+    def __init__(self, shard: qe.EdgeShard) -> None:
+        self._shard = shard
+        self.retrieved: list[Any] = []
+
+    def retrieve(self, ids: list[Any], *args: Any) -> Any:
+        self.retrieved.extend(ids)
+        return self._shard.retrieve(ids, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+
+async def reopened(tmp_path: Path, count: int, **options: Any) -> EdgeStore:
+    """A store of ``count`` memories, closed and opened again (a restart)."""
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    records = [record(f"m{i}", content=f"note {i}") for i in range(count)]
+    await store.add(records, vectors_for(records, DIM))
+    await store.close()
+    return await EdgeStore.open(tmp_path, dimensions=DIM, **options)
+
+
+async def test_a_reopened_store_that_fits_its_record_cache_searches_without_payload_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart the record cache is filled in the background, so the first searches do
+    not pay the payload reads a long-running process no longer pays (docs/benchmarks.md)."""
+    store = await reopened(tmp_path, 1_200)  # more than one warm-up page
+    try:
+        assert await store.warmed() == 1_200
+        counting = ReadCountingShard(store._shard)
+        monkeypatch.setattr(store, "_shard", counting)
+        query = SearchQuery(vector_for("note 7", DIM), "note 7", "u1", None, 20)
+        hits = await store.search("t1", query)
+        assert [hit.record.id for hit in hits][:1] == ["m7"]
+        assert len(hits) == 20
+        assert counting.retrieved == []
+    finally:
+        await store.close()
+
+
+async def test_a_store_larger_than_its_record_cache_is_left_to_the_searches(
+    tmp_path: Path,
+) -> None:
+    store = await reopened(tmp_path, 30, record_cache_entries=20)
+    try:
+        assert await store.warmed() == 0
+        assert len(store._records) == 0
+    finally:
+        await store.close()
+
+
+async def test_a_warm_up_page_read_while_a_write_came_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page read before a write and kept after it could put back a record the write
+    replaced: the warm-up keeps a page only under the generation it was read in."""
+    store = await reopened(tmp_path, 30)
+    try:
+        await store.warmed()
+        store._records.clear()
+        shard = store._shard
+
+        class WriteDuringScroll:
+            def scroll(self, request: qe.ScrollRequest) -> Any:
+                found = shard.scroll(request)
+                store._records.invalidate([0])  # what a write does, as the page is read
+                return found
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(shard, name)
+
+        monkeypatch.setattr(store, "_shard", WriteDuringScroll())
+        assert store._warm_sync() == 0
+        assert len(store._records) == 0
+    finally:
+        await store.close()
+
+
+async def test_closing_a_store_while_it_warms_up(tmp_path: Path) -> None:
+    store = await reopened(tmp_path, 1_200)
+    await store.close()  # the warm-up stops at its page; the shard closes after it
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        assert await store.count("t1") == 1_200
+    finally:
+        await store.close()
+
+
+def test_a_store_opened_in_one_event_loop_closes_in_another(tmp_path: Path) -> None:
+    """The warm-up is a thread's future, not one of the opening loop's: tools and tests open
+    a store under one ``asyncio.run`` and close it under another."""
+    store = asyncio.run(reopened(tmp_path, 30))
+    asyncio.run(store.close())
+    store = asyncio.run(EdgeStore.open(tmp_path, dimensions=DIM))
+    assert asyncio.run(store.warmed()) == 30
+    asyncio.run(store.close())
