@@ -15,7 +15,8 @@ the memory-on share of memory-off throughput at concurrency 50, and the memory-o
 
 Part 2, in process: ``Pipeline.prepare`` alone at 1k, 10k and 100k memories (``--sizes``),
 latency per stage read from its ``Server-Timing`` header (budget, query, cache, embed, search,
-assemble, inject) and the share of requests that stayed within the deadline (not degraded).
+assemble, inject; recall only when served) and the share of requests that stayed within the
+deadline (not degraded).
 With ``--text both`` the two stores answer alternate requests.
 
 Targets (issues 5 and 14, 2-core machine): added p50 <= 3 ms and p99 <= 10 ms at concurrency 1
@@ -73,7 +74,7 @@ TARGET_ADDED_P50_MS = 3.0
 TARGET_ADDED_P99_MS = 10.0
 API_KEY = "sk-bench-pipeline"
 SEED_BATCH = 1_000
-STAGES = ("budget", "query", "cache", "embed", "search", "assemble", "inject", "memory")
+STAGES = ("budget", "query", "recall", "cache", "embed", "search", "assemble", "inject", "memory")
 TEXTS = ("real", "synthetic")
 MODEL = "gpt-4o-mini"
 BASE = "@base"  # the suffix of the cells served from --baseline-tree

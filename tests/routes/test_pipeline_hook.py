@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -197,11 +198,7 @@ class StatusPipeline(RecordingPipeline):
         self, tenant: Tenant, headers: Headers, body: dict[str, Any], api: ApiAdapter
     ) -> Prepared:
         prepared = await super().prepare(tenant, headers, body, api)
-        return Prepared(
-            body=prepared.body,
-            response_headers=prepared.response_headers,
-            on_status=self.on_status,
-        )
+        return dataclasses.replace(prepared, on_complete=None, on_status=self.on_status)
 
     def on_status(self, status: int) -> None:
         self.statuses.append(status)
