@@ -8,7 +8,10 @@ it once the request is on its way upstream, so it runs while the upstream answer
 delaying the next request on the connection (adr/0128). If the returned ``Prepared`` has an
 ``on_complete`` hook, the route calls it once after the response has gone to the client (for a
 stream: after the last event, with the assembled answer text, read by the same adapter). Both
-run as background work, never before the client's request is sent; neither may raise.
+run as background work, never before the client's request is sent; neither may raise. Work that
+needs only the answer's status (retrieval counts) comes as ``on_status``: called in the
+request's own task once the response is out, with no task started and the answer not read
+(adr/0134).
 
 ``prepare`` must never fail the chat request for a backend problem: it degrades instead
 (``X-Memory-Status: degraded``). It may raise a ``proxy.errors.RequestError`` for a bad
@@ -57,6 +60,10 @@ class Prepared:
     # (never when the connection or the write failed; a failure after it, at end of body or
     # in the answer, does not undo it: the writes are cache fills); called at most once.
     on_sent: Callable[[], Job] | None = None
+    # Work that needs only the answer's status (the upstream's, or the error memproxy answered
+    # with; 0 if the client left before any): called once after the response has gone to the
+    # client, in the request's task, so it must be cheap (no I/O). A failure is logged.
+    on_status: Callable[[int], None] | None = None
     reply: Response | None = None  # answer without calling the upstream (explain mode)
     encoded: bytes | None = None  # ``body`` already encoded, when the pipeline had to check it
 

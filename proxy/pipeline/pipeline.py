@@ -611,8 +611,9 @@ class Pipeline:
         return Prepared(
             body=body,
             response_headers=headers,
-            on_complete=self._hook(run, status),
+            on_complete=self._hook(run),
             on_sent=self._sent(run),
+            on_status=self._counts(run, status),
             encoded=encoded,
         )
 
@@ -647,22 +648,31 @@ class Pipeline:
 
         return on_sent
 
-    def _hook(self, run: Run, status: str) -> Callable[[Completion], Job] | None:
-        """The after-response work: retrieval counts and capture; ``None`` when there is none."""
-        assembly = run.assembly
-        ids = (
-            list(assembly.packed_ids)
-            if assembly is not None and assembly.block and status in (INJECTED, DEGRADED)
-            else []
-        )
+    def _counts(self, run: Run, status: str) -> Callable[[int], None] | None:
+        """Count a retrieval of each injected memory once the upstream accepted the request
+        (``None`` when nothing was injected); needs only the answer's status."""
+        assembly, counter = run.assembly, self.counter
+        if counter is None or assembly is None or not assembly.block:
+            return None
+        if status not in (INJECTED, DEGRADED):
+            return None
+        tenant, ids = run.tenant.id, assembly.packed_ids
+
+        def on_status(answered: int) -> None:
+            if answered < 400:
+                counter.add(tenant, ids)
+
+        return on_status
+
+    def _hook(self, run: Run) -> Callable[[Completion], Job] | None:
+        """The after-response work that reads the answer: capture; ``None`` when there is none
+        (then the route never reads the answer)."""
         writer = self.writer if run.options.capture not in ("off", "facts") else None
         facts = run.facts
-        if not ids and writer is None and facts is None:
+        if writer is None and facts is None:
             return None
 
         async def on_complete(completion: Completion) -> None:
-            if ids and self.counter is not None and completion.status < 400:
-                self.counter.add(run.tenant.id, ids)
             if writer is not None:
                 inputs = capture_inputs(
                     run.options, run.messages, completion, self.settings.max_content_chars

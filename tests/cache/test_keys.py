@@ -95,3 +95,16 @@ def test_digest_is_stable_and_128_bit() -> None:
     assert keys.digest("hello") == keys.digest("hello")
     assert len(keys.digest("hello")) == 32
     assert keys.digest("hello") != keys.digest("hello ")
+
+
+def test_names_are_encoded_once_each() -> None:
+    """A name met again is not quoted again: ``quote`` walks a name with a character to
+    escape byte by byte, and the same few names (tenant, embedder model) enter every request's
+    keys several times."""
+    name = "minishlab/potion-base-8M:v2"
+    first = keys.part(name)
+    before = keys.part.cache_info()
+    assert keys.part(name) is first
+    after = keys.part.cache_info()
+    assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+    assert first == "minishlab%2Fpotion-base-8M%3Av2"  # still the separator-free encoding

@@ -118,7 +118,40 @@ async def test_injects_into_a_new_body() -> None:
     headers = prepared.response_headers
     assert headers["X-Memory-Status"] == "injected"
     assert headers["X-Memory-Injected"] == "1"
-    assert prepared.on_complete is not None
+
+
+class AddedCounts:
+    """Stands in for ``RetrievalCounter``: records what would be counted."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[str, Sequence[str]]] = []
+
+    def add(self, tenant: str, ids: Sequence[str]) -> None:
+        self.added.append((tenant, ids))
+
+
+@pytest.mark.parametrize(("answered", "counted"), [(200, True), (0, True), (429, False)])
+async def test_injected_memories_are_counted_from_the_status_alone(
+    answered: int, counted: bool
+) -> None:
+    """Without capture the answer is never read (no ``on_complete``, adr/0134): the injected
+    memories' retrievals are counted from the status the route hands ``on_status`` (0: the
+    client left before an answer, as before the status-only hook)."""
+    pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
+    pipeline.counter = counts = AddedCounts()  # type: ignore[assignment]
+    prepared = await pipeline.prepare(TENANT, {}, body("what is my dog called?"), OPENAI_CHAT)
+    assert prepared.on_complete is None
+    assert prepared.on_status is not None
+    prepared.on_status(answered)
+    assert counts.added == ([(TENANT.id, (BISCUIT.id,))] if counted else [])
+
+
+async def test_nothing_injected_nothing_counted() -> None:
+    pipeline = build(FakeStore([], dimensions=DIMS), FakeEmbedder(DIMS))
+    pipeline.counter = AddedCounts()  # type: ignore[assignment]
+    prepared = await pipeline.prepare(TENANT, {}, body("what is my dog called?"), OPENAI_CHAT)
+    assert prepared.response_headers["X-Memory-Status"] == "empty"
+    assert prepared.on_status is None
 
 
 @pytest.mark.parametrize(
@@ -773,8 +806,10 @@ async def test_facts_use_only_openai_credentials(
     pipeline.facts = facts  # type: ignore[assignment]
     headers = {"x-memory-capture": "facts", "x-api-key": "sk-ant-secret"}
     prepared = await pipeline.prepare(TENANT, headers, ask, api)
-    assert prepared.on_complete is not None
-    await prepared.on_complete(Completion(status=200, streamed=False, ok=True, text="Noted."))
+    # Nothing to read the answer for when it cannot be queued (adr/0134).
+    assert (prepared.on_complete is not None) is queued
+    if prepared.on_complete is not None:
+        await prepared.on_complete(Completion(status=200, streamed=False, ok=True, text="Noted."))
     assert bool(facts.submitted) is queued
     unsupported = pipeline.metrics.registry.get_sample_value(
         "memproxy_extraction_failures_total", {"reason": "unsupported_api"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -14,6 +15,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
 from proxy.apis.adapter import ApiAdapter
+from proxy.apis.openai_chat import OpenAIChat
 from proxy.app import create_app
 from proxy.pipeline.contract import Completion, Prepared
 from proxy.tenancy import Tenant
@@ -181,3 +183,61 @@ def test_failing_work_after_sending_never_fails_the_request(
     assert [had for had, _ in pipeline.seen] == [True]
     failed = [r for r in caplog.records if r.name == "memproxy.relay" and r.exc_info]
     assert [r.getMessage() for r in failed] == ["work after sending the request failed"]
+
+
+class StatusPipeline(RecordingPipeline):
+    """Needs only the answer's status (``on_status``); has no ``on_complete``, so the answer
+    is never read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.statuses: list[int] = []
+        self.reads = 0
+
+    async def prepare(
+        self, tenant: Tenant, headers: Headers, body: dict[str, Any], api: ApiAdapter
+    ) -> Prepared:
+        prepared = await super().prepare(tenant, headers, body, api)
+        return dataclasses.replace(prepared, on_complete=None, on_status=self.on_status)
+
+    def on_status(self, status: int) -> None:
+        self.statuses.append(status)
+        self.completed.set()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("status", [200, 429])
+def test_status_hook_gets_the_answers_status_without_reading_it(
+    fake: FakeServer, monkeypatch: pytest.MonkeyPatch, stream: bool, status: int
+) -> None:
+    """Retrieval counts need only the status (adr/0134): the route hands it over once the
+    client has the response, in the request's task, and reads nothing of the answer."""
+    pipeline = StatusPipeline()
+
+    def read(self: Any, answer: Any) -> Completion:
+        pipeline.reads += 1
+        raise AssertionError("the answer was read")
+
+    monkeypatch.setattr(OpenAIChat, "read_completion", read)
+    with ProxyServer(create_app(proxy_settings(fake.url), pipeline=pipeline)) as proxy:
+        client = openai.OpenAI(base_url=proxy.url, api_key="sk-1", max_retries=0)
+        headers = {"X-Fake-Status": str(status)}
+        if status == 200:
+            if stream:
+                chunks = client.chat.completions.create(
+                    model="m", messages=MESSAGES, stream=True, extra_headers=headers
+                )
+                assert "".join(c.choices[0].delta.content or "" for c in chunks)
+            else:
+                answer = client.chat.completions.create(
+                    model="m", messages=MESSAGES, extra_headers=headers
+                )
+                assert answer.choices[0].message.content
+        else:
+            with pytest.raises(openai.RateLimitError):
+                client.chat.completions.create(
+                    model="m", messages=MESSAGES, stream=stream, extra_headers=headers
+                )
+        assert pipeline.completed.wait(5)
+    assert pipeline.statuses == [status]
+    assert pipeline.reads == 0
