@@ -126,6 +126,12 @@ class Cell:
     p99_ms: float
     cpu_s: dict[str, float]  # CPU_PARTS -> CPU seconds during the cell
     repeats: int
+    # Per worker process (the supervisor left out), most first: the client connections it held
+    # halfway through the cell and the CPU seconds it used. With several workers the kernel
+    # hands each new connection to whichever worker accepts first, and wrk keeps its 50 for the
+    # whole cell: an uneven split leaves one worker short of work.
+    conns: tuple[int, ...] = ()
+    worker_cpu_s: tuple[float, ...] = ()
 
     @property
     def rps(self) -> float:
@@ -190,6 +196,61 @@ def thread_cpu_s(pids: set[int]) -> dict[str, float]:
     return spent
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far, all its threads (0 once gone)."""
+    try:
+        fields = _stat_fields(Path(f"/proc/{pid}/stat"))[1]
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def worker_pids(server: ServerProcess) -> list[int]:
+    """The processes serving requests: the server itself, or with several workers its
+    children that hold the listening socket (not the supervisor's other helpers)."""
+    assert server.pid is not None
+    workers = sorted(family(server.pid) - {server.pid})
+    serving = [pid for pid in workers if listening(pid, server.port)]
+    return serving or [server.pid]
+
+
+def listening(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket listening on TCP ``port`` (from ``/proc``)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
+
+
+def connections(pids: Sequence[int], port: int) -> tuple[int, ...]:
+    """Established client connections to ``port`` held by each of ``pids`` (``ss``; empty
+    without it)."""
+    exe = shutil.which("ss")
+    if exe is None:
+        return ()
+    argv = [exe, "-tnpH", "state", "established", f"( sport = :{port} )"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+    return tuple(out.count(f"pid={pid},") for pid in pids)
+
+
 def children_cpu_s() -> float:
     """CPU seconds of this process's waited-for children (each wrk run)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -240,9 +301,19 @@ def run_wrk(
     argv = [exe, "-t", "1", "-c", str(CONCURRENCY), "-d", f"{max(1, round(seconds))}s"]
     argv += ["--timeout", WRK_TIMEOUT]  # wrk's 2 s default counts a loaded machine's tail
     argv += ["-s", str(path), server.base_url + CHAT_PATH]
+    pids = worker_pids(server)
     before = all_cpu_s(server, upstream)
-    out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+    before_workers = [process_cpu_s(pid) for pid in pids]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as wrk:
+        time.sleep(seconds / 2)
+        conns = connections(pids, server.port)
+        out, _ = wrk.communicate()
+    if wrk.returncode:
+        raise subprocess.CalledProcessError(wrk.returncode, argv, out)
     after = all_cpu_s(server, upstream)
+    worker_cpu = [
+        process_cpu_s(pid) - spent for pid, spent in zip(pids, before_workers, strict=True)
+    ]
     line = next(x for x in out.splitlines() if x.startswith("WRK_JSON "))
     data = json.loads(line[len("WRK_JSON ") :])
     return Cell(
@@ -254,6 +325,8 @@ def run_wrk(
         p99_ms=float(data["p99"]),
         cpu_s={part: after[part] - before[part] for part in CPU_PARTS},
         repeats=max(0, int(data["requests"]) - count),
+        conns=tuple(sorted(conns, reverse=True)),
+        worker_cpu_s=tuple(sorted(worker_cpu, reverse=True)),
     )
 
 
@@ -424,6 +497,10 @@ def cell_rows(cells: dict[str, list[Cell]]) -> list[dict[str, Any]]:
                     # server was not what limited the rate (other work on the cores was).
                     "cores": round(stats.ratio(cell.server_cpu_ms * cell.rps, 1000), 2),
                     "p99_ms": round(cell.p99_ms),
+                    "conns": "/".join(map(str, cell.conns)),
+                    "worker_cores": "/".join(
+                        f"{stats.ratio(spent, cell.seconds):.2f}" for spent in cell.worker_cpu_s
+                    ),
                 }
             )
     return sorted(rows, key=lambda row: row["round"])

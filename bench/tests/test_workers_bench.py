@@ -3,6 +3,9 @@ which ratios it reports. A wrong pairing would print a ratio of the wrong server
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -85,3 +88,19 @@ def test_ratio_rows_pair_the_servers_per_round_and_take_medians() -> None:
     assert [row["2+t1/1"] for row in rows] == [1.0, 2.0, 2.0, 2.0]
     assert [row["2/1+t1"] for row in rows] == [2.0, 2.0, 4.0, 2.0]
     assert rows[-1]["round"] == "median"
+
+
+def test_listening_and_connections_find_the_server_side_of_a_port() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        assert workers.listening(os.getpid(), port)
+        assert not workers.listening(os.getpid(), port + 1 if port < 65535 else port - 1)
+        if shutil.which("ss") is None:
+            pytest.skip("no ss")
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            with accepted:
+                client.sendall(b"x")
+                assert accepted.recv(1) == b"x"
+                # Only the accepted end counts (the client's local port is another one).
+                assert workers.connections([os.getpid(), 1], port) == (1, 0)
