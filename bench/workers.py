@@ -9,9 +9,10 @@ alike. Every request asks a new LoCoMo question; every server in a round gets th
 (one Lua table of unused questions per round, so no cache answers for the memory path);
 ``repeats`` counts requests past the end of that table.
 
-A/B in one run: each ``--variant-config`` YAML (merged over the bench's config) and each
-``--search-threads`` value adds a 1-worker and a 2-worker server with that setting beside the
-default pair, every cell interleaved. Reported per round and as medians of the per-round
+A/B in one run: each ``--variant-config`` YAML (merged over the bench's config), each
+``--search-threads`` value and a ``--baseline-tree`` (another commit's source, served as
+``@base``) adds a 1-worker and a 2-worker server beside the default pair, every cell
+interleaved. Reported per round and as medians of the per-round
 figures: each pair's 2-worker/1-worker ratio, each variant's rate over the default's at the
 same worker count, and each variant's 2 workers over the default's 1 worker (what the ratio
 would be if the variant were the default for several workers only).
@@ -35,6 +36,7 @@ on a 2-core machine.
     .venv/bin/python bench/workers.py --rounds 9 --seconds 10
     .venv/bin/python bench/workers.py --search-threads 1,2,8   # A/B each process's search pool
     .venv/bin/python bench/workers.py --variant-config counts.yaml  # A/B any setting
+    .venv/bin/python bench/workers.py --baseline-tree /tmp/main-tree  # A/B another commit
     .venv/bin/python bench/workers.py --smoke         # seconds, for CI
 """
 
@@ -62,7 +64,7 @@ if __package__ in (None, ""):
 
 from bench.lib import memories, realtext, stats
 from bench.lib.report import machine_info, save_results
-from bench.lib.servers import ServerProcess, fake_upstream, memproxy
+from bench.lib.servers import ServerProcess, fake_upstream, memproxy, served_from
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CONCURRENCY = 50
@@ -394,6 +396,7 @@ class Variant:
 
     name: str
     overrides: dict[str, Any]
+    tree: Path | None = None  # another source tree to serve from (``--baseline-tree``)
 
 
 @dataclass(frozen=True)
@@ -416,8 +419,11 @@ def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def variants(configs: Sequence[Path], search_threads: Sequence[str]) -> list[Variant]:
-    """The default, then one variant per config file and per ``store.search_threads`` value."""
+def variants(
+    configs: Sequence[Path], search_threads: Sequence[str], baseline: Path | None = None
+) -> list[Variant]:
+    """The default, then one variant per config file, per ``store.search_threads`` value and
+    for the ``baseline`` source tree (named ``@base``)."""
     out = [Variant("", {})]
     for path in configs:
         overrides = yaml.safe_load(path.read_text()) or {}
@@ -427,6 +433,8 @@ def variants(configs: Sequence[Path], search_threads: Sequence[str]) -> list[Var
     for value in search_threads:
         threads: int | str = int(value) if value.isdigit() else value
         out.append(Variant(f"+threads-{value}", {"store": {"search_threads": threads}}))
+    if baseline is not None:
+        out.append(Variant("@base", {}, baseline))
     names = [v.name for v in out]
     if len(set(names)) != len(names):
         raise SystemExit(f"variant names repeat: {names}")
@@ -537,6 +545,8 @@ def start_servers(
         shutil.copytree(seeded, data_dir)
         env = config_env(spec.variant)
         server = memproxy(upstream.base_url + "/v1", data_dir, workers=spec.workers, extra_env=env)
+        if spec.variant.tree is not None:
+            server = served_from(server, spec.variant.tree, spec.name)
         server.name = spec.name
         started = time.perf_counter()
         stack.enter_context(server)
@@ -566,12 +576,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="YAML",
         help="settings merged over the bench's config: a 1- and an N-worker server more",
     )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also a 1- and an N-worker server run from this source tree (git archive): @base",
+    )
     parser.add_argument("--smoke", action="store_true", help="a few seconds, for CI")
     args = parser.parse_args(argv)
     if args.smoke:
         args.memories, args.rounds, args.seconds = 300, 1, 1.0
     threads = [value.strip() for value in args.search_threads.split(",") if value.strip()]
-    variant_list = variants(args.variant_config, threads)
+    variant_list = variants(args.variant_config, threads, args.baseline_tree)
     specs = servers_of(variant_list, args.workers)
     names = [spec.name for spec in specs]
     items, questions, data = memory_items(args.memories)

@@ -34,12 +34,13 @@ def test_merged_lays_mappings_over_key_by_key() -> None:
 def test_variants_from_files_and_thread_values(tmp_path: Path) -> None:
     config = tmp_path / "counts-off.yaml"
     config.write_text("memory:\n  count_flush_s: 0\n")
-    found = workers.variants([config], ["1", "auto"])
+    found = workers.variants([config], ["1", "auto"], tmp_path)
     assert found == [
         Variant("", {}),
         Variant("+counts-off", {"memory": {"count_flush_s": 0}}),
         Variant("+threads-1", {"store": {"search_threads": 1}}),
         Variant("+threads-auto", {"store": {"search_threads": "auto"}}),
+        Variant("@base", {}, tmp_path),
     ]
     with pytest.raises(SystemExit, match="repeat"):
         workers.variants([], ["2", "2"])
