@@ -46,7 +46,6 @@ from uvicorn.supervisors import Multiprocess
 
 from proxy.error_responses import error_bytes
 from proxy.errors import HeadTooLarge, RequestError, RequestTimeout
-from proxy.listeners import for_workers
 from proxy.metrics import Metrics
 from proxy.settings import HttpServerSettings, ServerSettings
 
@@ -457,8 +456,7 @@ def run(config: ServerConfig) -> int:
     """Serve until stopped, in ``config.workers`` processes; the exit code."""
     server = uvicorn.Server(config)
     if config.workers > 1:
-        # A socket of its own per worker (adr/0135): the kernel spreads the connections.
-        Multiprocess(config, sockets=[for_workers(config.bind_socket())]).run()
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
         return 0
     server.run()
     return 0 if server.started else STARTUP_FAILURE

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import socket
@@ -17,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proxy import __version__, listeners
+from proxy import __version__
 from proxy.cli import build_parser, main
 from proxy.errors import StoreError
 from proxy.memory.edge import EdgeStore
@@ -167,44 +166,6 @@ def test_workers_share_the_open_connections_gauge(
         for sock in idle:
             sock.close()
     assert wait_for_metric(port, "memproxy_connections_open", 1.0) == 1.0
-
-
-def listening_inodes(pid: int, port: int) -> set[str]:
-    """The inodes of the sockets process ``pid`` holds that listen on TCP ``port``."""
-    listeners = set()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                listeners.add(fields[9])
-    held = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            held.add(os.readlink(fd).removeprefix("socket:[").removesuffix("]"))
-    return listeners & held
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not listeners.BALANCED, reason="Linux balances SO_REUSEPORT")
-def test_each_worker_listens_on_a_socket_of_its_own(
-    served: tuple[str, subprocess.Popen[bytes]],
-) -> None:
-    """adr/0135: the kernel spreads connections over the workers' sockets; with one shared
-    socket the worker that wakes first takes every connection waiting."""
-    url, proc = served
-    port = int(url.rsplit(":", 1)[1])
-    deadline = time.monotonic() + 30  # healthy once one worker serves; the other may start
-    while True:
-        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        per_process = [listening_inodes(int(pid), port) for pid in children]
-        serving = [inodes for inodes in per_process if inodes]
-        if len(serving) >= 2 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert len(serving) == 2, per_process  # the workers (not multiprocessing's tracker)
-    assert all(len(inodes) == 1 for inodes in serving)
-    assert serving[0] != serving[1]
-    assert not listening_inodes(proc.pid, port)  # the supervisor's socket takes none
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
