@@ -1,13 +1,21 @@
 """Does memory scale with workers? ``memproxy serve`` with 1 and with 2 workers, memory on.
 
-Both servers run at once on the embedded store (no Qdrant server), each on its own copy of one
+The servers run at once on the embedded store (no Qdrant server), each on its own copy of one
 data dir seeded with real-text memories (``bench/lib/realtext.py``: LoCoMo turns, observations
 and summaries, scaled up by its generator) for one user and closed, in front of one fake
-upstream. ``wrk``
-loads them at concurrency 50, interleaved: each round runs one cell per server, the order
-rotating between rounds, so drift from other work on the machine falls on both alike. Every
-request asks a new LoCoMo question (a Lua table of unused questions per cell, so no cache
-answers for the memory path); ``repeats`` counts requests past the end of that table.
+upstream. ``wrk`` loads them at concurrency 50, interleaved: each round runs one cell per
+server, the order rotating between rounds, so drift from other work on the machine falls on all
+alike. Every request asks a new LoCoMo question; every server in a round gets the same questions
+(one Lua table of unused questions per round, so no cache answers for the memory path);
+``repeats`` counts requests past the end of that table.
+
+A/B in one run: each ``--variant-config`` YAML (merged over the bench's config), each
+``--search-threads`` value and a ``--baseline-tree`` (another commit's source, served as
+``@base``) adds a 1-worker and a 2-worker server beside the default pair, every cell
+interleaved. Reported per round and as medians of the per-round
+figures: each pair's 2-worker/1-worker ratio, each variant's rate over the default's at the
+same worker count, and each variant's 2 workers over the default's 1 worker (what the ratio
+would be if the variant were the default for several workers only).
 
 Memory on means memory served: at c=50 the default 50 ms memory deadline is passed by nearly
 every request while 50 wait for a core, and a request past it goes without memories
@@ -15,18 +23,20 @@ every request while 50 wait for a core, and a request past it goes without memor
 rate counts only responses with ``X-Memory-Status: injected`` or ``empty`` (the memory stage ran
 to the end; the rest are reported).
 
-Reported per round and pooled: memory-on requests/s of each server, the 2-worker/1-worker
-ratio, and where the CPU went per request: each server's event-loop threads, its other Python
-threads, the search engine's own threads (``edge-search-*``), the fake upstream and wrk. The
-upstream (aiohttp) and wrk (C) run on the same 2 cores; their CPU per request is printed so
-their share of the 2-worker rate can be read off (docs/benchmarks.md).
+Reported per round and pooled: memory-on requests/s of each server, the ratios, and where the
+CPU went per request: each server's event-loop threads, its other Python threads, the search
+engine's own threads (``edge-search-*``), the fake upstream and wrk. The upstream (aiohttp) and
+wrk (C) run on the same 2 cores; their CPU per request is printed so their share of the
+2-worker rate can be read off (docs/benchmarks.md).
 
 Target (issue 14): memory-on throughput at c=50 with 2 workers >= 1.7x one worker, in one run,
 on a 2-core machine.
 
     .venv/bin/python bench/workers.py                 # 10k memories, 5 rounds of 8 s (~3 min)
     .venv/bin/python bench/workers.py --rounds 9 --seconds 10
-    .venv/bin/python bench/workers.py --search-threads 1  # each process's search pool
+    .venv/bin/python bench/workers.py --search-threads 1,2,8   # A/B each process's search pool
+    .venv/bin/python bench/workers.py --variant-config counts.yaml  # A/B any setting
+    .venv/bin/python bench/workers.py --baseline-tree /tmp/main-tree  # A/B another commit
     .venv/bin/python bench/workers.py --smoke         # seconds, for CI
 """
 
@@ -47,12 +57,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib import memories, realtext, stats
 from bench.lib.report import machine_info, save_results
-from bench.lib.servers import ServerProcess, fake_upstream, memproxy
+from bench.lib.servers import ServerProcess, fake_upstream, memproxy, served_from
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CONCURRENCY = 50
@@ -116,6 +128,12 @@ class Cell:
     p99_ms: float
     cpu_s: dict[str, float]  # CPU_PARTS -> CPU seconds during the cell
     repeats: int
+    # Per worker process (the supervisor left out), most first: the client connections it held
+    # halfway through the cell and the CPU seconds it used. With several workers the kernel
+    # hands each new connection to whichever worker accepts first, and wrk keeps its 50 for the
+    # whole cell: an uneven split leaves one worker short of work.
+    conns: tuple[int, ...] = ()
+    worker_cpu_s: tuple[float, ...] = ()
 
     @property
     def rps(self) -> float:
@@ -180,6 +198,61 @@ def thread_cpu_s(pids: set[int]) -> dict[str, float]:
     return spent
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far, all its threads (0 once gone)."""
+    try:
+        fields = _stat_fields(Path(f"/proc/{pid}/stat"))[1]
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def worker_pids(server: ServerProcess) -> list[int]:
+    """The processes serving requests: the server itself, or with several workers its
+    children that hold the listening socket (not the supervisor's other helpers)."""
+    assert server.pid is not None
+    workers = sorted(family(server.pid) - {server.pid})
+    serving = [pid for pid in workers if listening(pid, server.port)]
+    return serving or [server.pid]
+
+
+def listening(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket listening on TCP ``port`` (from ``/proc``)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
+
+
+def connections(pids: Sequence[int], port: int) -> tuple[int, ...]:
+    """Established client connections to ``port`` held by each of ``pids`` (``ss``; empty
+    without it)."""
+    exe = shutil.which("ss")
+    if exe is None:
+        return ()
+    argv = [exe, "-tnpH", "state", "established", f"( sport = :{port} )"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+    return tuple(out.count(f"pid={pid},") for pid in pids)
+
+
 def children_cpu_s() -> float:
     """CPU seconds of this process's waited-for children (each wrk run)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -205,31 +278,44 @@ def chat_body(question: str) -> str:
     return json.dumps({"model": "fake-model", "messages": messages})
 
 
-def run_wrk(
-    server: ServerProcess, upstream: ServerProcess, questions: Iterator[str], seconds: float
-) -> Cell:
-    """Load ``server`` with wrk for ``seconds``, every request a new question."""
-    exe = shutil.which("wrk")
-    if exe is None:
-        raise SystemExit("wrk not found: apt-get install -y wrk")
+def wrk_script(questions: Iterator[str], seconds: float, directory: Path) -> tuple[Path, int]:
+    """A wrk script asking the next questions of ``questions``, enough for ``seconds`` (every
+    server of a round gets this one: the same questions), and how many it holds."""
     count = max(200, int(QUESTIONS_PER_SECOND * seconds))
     bodies = ",".join(json.dumps(chat_body(next(questions))) for _ in range(count))
     headers = {"Content-Type": "application/json", "X-Memory-User": USER, **AUTH}
     lua_headers = "\n".join(
         f"wrk.headers[{json.dumps(k)}] = {json.dumps(v)}" for k, v in headers.items()
     )
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as handle:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False, dir=directory) as handle:
         handle.write(WRK_SCRIPT.format(headers=lua_headers, bodies=bodies))
-        script = handle.name
+    return Path(handle.name), count
+
+
+def run_wrk(
+    server: ServerProcess, upstream: ServerProcess, script: tuple[Path, int], seconds: float
+) -> Cell:
+    """Load ``server`` with wrk for ``seconds`` running ``script`` (``wrk_script``)."""
+    exe = shutil.which("wrk")
+    if exe is None:
+        raise SystemExit("wrk not found: apt-get install -y wrk")
+    path, count = script
     argv = [exe, "-t", "1", "-c", str(CONCURRENCY), "-d", f"{max(1, round(seconds))}s"]
     argv += ["--timeout", WRK_TIMEOUT]  # wrk's 2 s default counts a loaded machine's tail
-    argv += ["-s", script, server.base_url + CHAT_PATH]
+    argv += ["-s", str(path), server.base_url + CHAT_PATH]
+    pids = worker_pids(server)
     before = all_cpu_s(server, upstream)
-    try:
-        out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-    finally:
-        Path(script).unlink(missing_ok=True)
+    before_workers = [process_cpu_s(pid) for pid in pids]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as wrk:
+        time.sleep(seconds / 2)
+        conns = connections(pids, server.port)
+        out, _ = wrk.communicate()
+    if wrk.returncode:
+        raise subprocess.CalledProcessError(wrk.returncode, argv, out)
     after = all_cpu_s(server, upstream)
+    worker_cpu = [
+        process_cpu_s(pid) - spent for pid, spent in zip(pids, before_workers, strict=True)
+    ]
     line = next(x for x in out.splitlines() if x.startswith("WRK_JSON "))
     data = json.loads(line[len("WRK_JSON ") :])
     return Cell(
@@ -241,6 +327,8 @@ def run_wrk(
         p99_ms=float(data["p99"]),
         cpu_s={part: after[part] - before[part] for part in CPU_PARTS},
         repeats=max(0, int(data["requests"]) - count),
+        conns=tuple(sorted(conns, reverse=True)),
+        worker_cpu_s=tuple(sorted(worker_cpu, reverse=True)),
     )
 
 
@@ -301,41 +389,172 @@ def cpu_rows(cells: dict[str, Cell]) -> list[dict[str, Any]]:
     return rows
 
 
+@dataclass(frozen=True)
+class Variant:
+    """A configuration served by one 1-worker and one N-worker server: its name (``""`` for
+    the bench's default) and the settings merged over the bench's config."""
+
+    name: str
+    overrides: dict[str, Any]
+    tree: Path | None = None  # another source tree to serve from (``--baseline-tree``)
+
+
+@dataclass(frozen=True)
+class Server:
+    """One server of the run: its name, its variant and its workers."""
+
+    name: str
+    variant: Variant
+    workers: int
+
+
+def merged(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` laid over it, mappings merged key by key."""
+    out = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def variants(
+    configs: Sequence[Path], search_threads: Sequence[str], baseline: Path | None = None
+) -> list[Variant]:
+    """The default, then one variant per config file, per ``store.search_threads`` value and
+    for the ``baseline`` source tree (named ``@base``)."""
+    out = [Variant("", {})]
+    for path in configs:
+        overrides = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(overrides, dict):
+            raise SystemExit(f"{path}: a YAML mapping of settings expected")
+        out.append(Variant(f"+{path.stem}", overrides))
+    for value in search_threads:
+        threads: int | str = int(value) if value.isdigit() else value
+        out.append(Variant(f"+threads-{value}", {"store": {"search_threads": threads}}))
+    if baseline is not None:
+        out.append(Variant("@base", {}, baseline))
+    names = [v.name for v in out]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"variant names repeat: {names}")
+    return out
+
+
+def servers_of(variant_list: Sequence[Variant], workers: int) -> list[Server]:
+    """A 1-worker and a ``workers``-worker server per variant."""
+    return [
+        Server(f"workers-{count}{variant.name}", variant, count)
+        for variant in variant_list
+        for count in (1, workers)
+    ]
+
+
+def round_order(names: Sequence[str], round_no: int) -> list[str]:
+    """The cells' order in round ``round_no`` (from 0): rotated by one each round, so every
+    server runs in every position as often as the rounds allow."""
+    shift = round_no % len(names)
+    return [*names[shift:], *names[:shift]]
+
+
+def ratio_columns(variant_list: Sequence[Variant], workers: int) -> dict[str, tuple[str, str]]:
+    """The ratios to report, each as (numerator server, denominator server): every variant's
+    N workers over its 1 worker; and for each non-default variant, its rate over the default's
+    at 1 and at N workers, and its N workers over the default's 1 worker."""
+    one, many = "workers-1", f"workers-{workers}"
+    columns = {f"{workers}/1{v.name}": (many + v.name, one + v.name) for v in variant_list}
+    for v in variant_list[1:]:
+        columns[f"1{v.name}/1"] = (one + v.name, one)
+        columns[f"{workers}{v.name}/{workers}"] = (many + v.name, many)
+        columns[f"{workers}{v.name}/1"] = (many + v.name, one)
+    return columns
+
+
+def ratio_rows(
+    cells: dict[str, list[Cell]], columns: dict[str, tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """Per round the ``columns``' memory-on rate ratios, then their medians over the rounds."""
+    rounds = len(next(iter(cells.values())))
+    rows: list[dict[str, Any]] = []
+    for round_no in range(rounds):
+        row: dict[str, Any] = {"round": round_no + 1}
+        for column, (top, bottom) in columns.items():
+            row[column] = round(
+                stats.ratio(cells[top][round_no].rps, cells[bottom][round_no].rps), 2
+            )
+        rows.append(row)
+    median: dict[str, Any] = {"round": "median"}
+    for column in columns:
+        median[column] = round(stats.percentile([row[column] for row in rows], 50), 2)
+    return [*rows, median]
+
+
+def cell_rows(cells: dict[str, list[Cell]]) -> list[dict[str, Any]]:
+    """One row per round and server: memory-on rate, server CPU per request, cores, p99."""
+    rows = []
+    for name, series in cells.items():
+        for round_no, cell in enumerate(series):
+            rows.append(
+                {
+                    "round": round_no + 1,
+                    "server": name,
+                    "rps": round(cell.rps),
+                    "cpu_ms": round(cell.server_cpu_ms, 2),
+                    "engine_ms": round(cell.cpu_ms("engine"), 2),
+                    # Cores the server's processes used: below what the machine has means the
+                    # server was not what limited the rate (other work on the cores was).
+                    "cores": round(stats.ratio(cell.server_cpu_ms * cell.rps, 1000), 2),
+                    "p99_ms": round(cell.p99_ms),
+                    "conns": "/".join(map(str, cell.conns)),
+                    "worker_cores": "/".join(
+                        f"{stats.ratio(spent, cell.seconds):.2f}" for spent in cell.worker_cpu_s
+                    ),
+                }
+            )
+    return sorted(rows, key=lambda row: row["round"])
+
+
 def start_servers(
     stack: ExitStack,
     upstream: ServerProcess,
-    names: Sequence[str],
-    workers: Sequence[int],
+    servers: Sequence[Server],
     items: list[dict[str, Any]],
     info: dict[str, Any],
-    search_threads: str | None = None,
 ) -> dict[str, ServerProcess]:
-    """One memproxy per name with the bench's config, each on its own copy of one data dir
-    seeded with ``items`` through the memories API and then closed: both start from the same
-    files, as a server restarted on its store does. (Measured: right after a bulk import, before
-    a restart, the engine's threads spent 3.2-3.5 ms per search against 1.4 ms once the same
-    store was reopened; the bench measures the steady state, not the import's aftermath.)
-    ``search_threads`` sets ``store.search_threads`` (adr/0131); ``None`` keeps its default."""
-    config = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-wc-"))) / "m.yaml"
-    pool = "" if search_threads is None else f"store:\n  search_threads: {search_threads}\n"
-    config.write_text(SERVER_CONFIG + pool)
-    env = {"MEMPROXY_CONFIG": str(config)}
+    """One memproxy per server with the bench's config and its variant's, each on its own copy
+    of one data dir seeded with ``items`` through the memories API and then closed: all start
+    from the same files, as a server restarted on its store does. (Measured: right after a bulk
+    import, before a restart, the engine's threads spent 3.2-3.5 ms per search against 1.4 ms
+    once the same store was reopened; the bench measures the steady state, not the import's
+    aftermath.)"""
+    configs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-wc-")))
+    base = yaml.safe_load(SERVER_CONFIG)
+
+    def config_env(variant: Variant) -> dict[str, str]:
+        path = configs / f"m{variant.name}.yaml"
+        path.write_text(yaml.safe_dump(merged(base, variant.overrides)))
+        return {"MEMPROXY_CONFIG": str(path)}
+
     seeded = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-ws-"))) / "data"
+    env = config_env(Variant("", {}))
     with memproxy(upstream.base_url + "/v1", seeded, extra_env=env) as seeder:
         info["seed_s"] = round(memories.seed_memories(seeder.base_url, items, AUTH), 1)
-    servers: dict[str, ServerProcess] = {}
-    for name, count in zip(names, workers, strict=True):
+    running: dict[str, ServerProcess] = {}
+    for spec in servers:
         data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-w-"))) / "d"
         shutil.copytree(seeded, data_dir)
-        server = memproxy(upstream.base_url + "/v1", data_dir, workers=count, extra_env=env)
-        server.name = name
+        env = config_env(spec.variant)
+        server = memproxy(upstream.base_url + "/v1", data_dir, workers=spec.workers, extra_env=env)
+        if spec.variant.tree is not None:
+            server = served_from(server, spec.variant.tree, spec.name)
+        server.name = spec.name
         started = time.perf_counter()
         stack.enter_context(server)
-        info[f"{name}_ready_s"] = round(time.perf_counter() - started, 1)
-        info[f"{name}_memory_status"] = check_memory_on(server)
-        servers[name] = server
-        print(f"{name} ready, {len(items)} memories", file=sys.stderr)
-    return servers
+        info[f"{spec.name}_ready_s"] = round(time.perf_counter() - started, 1)
+        info[f"{spec.name}_memory_status"] = check_memory_on(server)
+        running[spec.name] = server
+        print(f"{spec.name} ready, {len(items)} memories", file=sys.stderr)
+    return running
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -345,53 +564,55 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workers", type=int, default=2, help="workers of the scaled server")
     parser.add_argument(
-        "--search-threads", help="store.search_threads of both servers (default: its default)"
+        "--search-threads",
+        default="",
+        help="comma-separated store.search_threads values, each a variant (e.g. 1,2,auto,8)",
+    )
+    parser.add_argument(
+        "--variant-config",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="YAML",
+        help="settings merged over the bench's config: a 1- and an N-worker server more",
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also a 1- and an N-worker server run from this source tree (git archive): @base",
     )
     parser.add_argument("--smoke", action="store_true", help="a few seconds, for CI")
     args = parser.parse_args(argv)
     if args.smoke:
         args.memories, args.rounds, args.seconds = 300, 1, 1.0
+    threads = [value.strip() for value in args.search_threads.split(",") if value.strip()]
+    variant_list = variants(args.variant_config, threads, args.baseline_tree)
+    specs = servers_of(variant_list, args.workers)
+    names = [spec.name for spec in specs]
     items, questions, data = memory_items(args.memories)
-    names = ["workers-1", f"workers-{args.workers}"]
     cells: dict[str, list[Cell]] = {name: [] for name in names}
     info: dict[str, Any] = {"memories": args.memories, "data": data, "c": CONCURRENCY}
-    info["search_threads"] = args.search_threads or "default"
+    info["variants"] = {v.name or "default": v.overrides for v in variant_list}
     with ExitStack() as stack:
         upstream = stack.enter_context(fake_upstream())
-        servers = start_servers(
-            stack, upstream, names, (1, args.workers), items, info, args.search_threads
-        )
-        for name in names:  # warm-up: connections, lazy imports, caches of the fixed prompt
-            run_wrk(servers[name], upstream, questions, 1.0)
+        servers = start_servers(stack, upstream, specs, items, info)
+        scripts = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-wl-")))
+        # Warm-up: connections, lazy imports, caches of the fixed prompt.
+        warm = wrk_script(questions, 1.0, scripts)
+        for name in names:
+            run_wrk(servers[name], upstream, warm, 1.0)
         for round_no in range(args.rounds):
-            order = names if round_no % 2 == 0 else names[::-1]
-            for name in order:
-                cell = run_wrk(servers[name], upstream, questions, args.seconds)
+            script = wrk_script(questions, args.seconds, scripts)  # the same for every server
+            for name in round_order(names, round_no):
+                cell = run_wrk(servers[name], upstream, script, args.seconds)
                 cells[name].append(cell)
                 print(
-                    f"  round {round_no + 1}/{args.rounds} {name:<10} {cell.rps:7.0f} req/s "
+                    f"  round {round_no + 1}/{args.rounds} {name:<24} {cell.rps:7.0f} req/s "
                     f"server cpu {cell.server_cpu_ms:5.2f} ms/req",
                     file=sys.stderr,
                 )
-    rows = []
-    for round_no in range(args.rounds):
-        one, many = cells[names[0]][round_no], cells[names[1]][round_no]
-        rows.append(
-            {
-                "round": round_no + 1,
-                "rps_1": round(one.rps),
-                f"rps_{args.workers}": round(many.rps),
-                "ratio": round(stats.ratio(many.rps, one.rps), 2),
-                "cpu_ms_1": round(one.server_cpu_ms, 2),
-                f"cpu_ms_{args.workers}": round(many.server_cpu_ms, 2),
-                # Cores the server's processes used: below what the machine has means the
-                # server was not what limited the rate (other work on the cores was).
-                "cores_1": round(stats.ratio(one.server_cpu_ms * one.rps, 1000), 2),
-                f"cores_{args.workers}": round(stats.ratio(many.server_cpu_ms * many.rps, 1000), 2),
-                "p99_ms_1": round(one.p99_ms),
-                f"p99_ms_{args.workers}": round(many.p99_ms),
-            }
-        )
+    columns = ratio_columns(variant_list, args.workers)
+    ratios = ratio_rows(cells, columns)
     total = {name: pooled(cs) for name, cs in cells.items()}
     one, many = total[names[0]], total[names[1]]
     ratio = stats.ratio(many.rps, one.rps)
@@ -399,16 +620,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     errors = sum(c.errors for c in total.values())
     without = sum(c.requests - c.errors - c.injected for c in total.values())
     repeats = sum(c.repeats for c in total.values())
-    print(stats.format_table(rows))
+    print(stats.format_table(cell_rows(cells)))
+    print(
+        "\nMemory-on rate ratios per round (N/1: N workers over 1 worker of one config; "
+        "+v/default: a variant over the default):"
+    )
+    print(stats.format_table(ratios))
     print("\nCPU per memory-on request, pooled (ms; loop = event-loop threads, threads = other")
     print(
         "Python threads, engine = the search engine's threads; upstream and wrk share the cores):"
     )
     print(stats.format_table(cpu_rows(total)))
     verdict = "met" if ratio >= TARGET_RATIO else "NOT met"
+    median = ratios[-1][f"{args.workers}/1"]
     print(
-        f"\npooled: {one.rps:.0f} vs {many.rps:.0f} memory-on req/s, ratio {ratio:.2f} "
-        f"(target >= {TARGET_RATIO}: {verdict})\n"
+        f"\ndefault, pooled: {one.rps:.0f} vs {many.rps:.0f} memory-on req/s, ratio {ratio:.2f}, "
+        f"median of rounds {median:.2f} (target >= {TARGET_RATIO}: {verdict})\n"
         f"server CPU per request: {one.server_cpu_ms:.2f} ms (1 worker) vs "
         f"{many.server_cpu_ms:.2f} ms ({args.workers} workers), ratio {cpu_ratio:.2f}\n"
         f"errors {errors}; answered without memory {without}; repeated questions {repeats}"
@@ -420,10 +647,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             {
                 "machine": machine_info(),
                 "info": info,
-                "rounds": rows,
+                "cells": cell_rows(cells),
+                "ratios": ratios,
                 "cpu": cpu_rows(total),
                 "pooled_rps": {name: cell.rps for name, cell in total.items()},
                 "ratio": ratio,
+                "median_ratio": median,
                 "cpu_ratio": cpu_ratio,
                 "without_memory": without,
             },
