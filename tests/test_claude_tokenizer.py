@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 import string
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -14,7 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.bundled_data import claude_tokenizer_file
-from proxy.claude_tokenizer import CLAUDE, NFKC_SHRINK, load_claude_encoding, normalized
+from proxy.claude_tokenizer import (
+    CLAUDE,
+    NFKC_MOST_BYTES_PER_CHAR,
+    NFKC_SHRINK,
+    load_claude_encoding,
+    normalized,
+)
+from proxy.context.billing import MEASURED_CHARS
 from proxy.tokenizer import TiktokenTokenizer, tiktoken_tokenizer
 
 tokenizers = pytest.importorskip("tokenizers")  # litellm's dependency: the reference reader
@@ -69,12 +77,40 @@ def test_without_the_file_claude_models_fall_back() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(max_size=400))
+@given(st.text(max_size=400) | st.text(alphabet="\ufdfa\u00bc\ufb2c\u337fa ", max_size=100))
 def test_counts_stay_within_the_byte_bounds(text: str) -> None:
     tokenizer = tiktoken_tokenizer()
     count = tokenizer.counter(CLAUDE)(text)
-    size = len(text.encode("utf-8", "surrogatepass"))
-    assert -(-size // tokenizer.longest_token_bytes(CLAUDE)) <= count <= size
+    sent = len(text.encode("utf-8", "surrogatepass"))
+    read = len(normalized(text).encode("utf-8", "surrogatepass"))
+    assert tokenizer.byte_bounds(CLAUDE)(text) == (sent, max(sent, read))
+    assert -(-sent // tokenizer.longest_token_bytes(CLAUDE)) <= count <= max(sent, read)
+
+
+@pytest.mark.parametrize("size", [MEASURED_CHARS + 1, 3 * MEASURED_CHARS])
+def test_a_long_text_is_bounded_from_its_length(size: int) -> None:
+    text = ("\ufdfa" * size)[:size]
+    least, most = tiktoken_tokenizer().byte_bounds(CLAUDE)(text)
+    assert least <= len(text.encode())
+    assert len(normalized(text).encode()) <= most
+
+
+def test_no_character_lengthens_past_the_bound() -> None:
+    # NFKC decomposes character by character and composing only shortens (checked below), so a
+    # text's NFKC form is at most this many bytes a character of it.
+    lengths = (
+        len(unicodedata.normalize(form, chr(point)).encode("utf-8", "surrogatepass"))
+        for point in range(sys.maxunicode + 1)
+        for form in ("NFKD", "NFKC")
+    )
+    assert max(lengths) == NFKC_MOST_BYTES_PER_CHAR
+    # Each canonical pair composes to no more bytes than it was (Hangul's algorithmic pairs
+    # too: two 3-byte jamo, or a syllable and a jamo, make one 3-byte syllable).
+    for point in range(sys.maxunicode + 1):
+        mapping = unicodedata.decomposition(chr(point)).split()
+        if len(mapping) == 2 and not mapping[0].startswith("<"):
+            pair = "".join(chr(int(code, 16)) for code in mapping)
+            assert len(chr(point).encode()) <= len(pair.encode()), hex(point)
 
 
 def test_longest_token_allows_for_nfkc(path: Path) -> None:
@@ -116,8 +152,11 @@ HOSTILE = [
 def test_a_text_nfkc_lengthens_counts_its_tokens_with_the_whole_margin(text: str) -> None:
     # Capped at the bytes as sent, U+FDFA counted 3 where the tokenizer reads 15 tokens: a
     # hostile prompt or memory then overran the budget ~6 times.
+    # The margin in full, unless the text's bytes as read cap it: no byte-level tokenizer,
+    # reading it as sent or as normalised, counts a token more than those.
     count = tiktoken_tokenizer().counter(CLAUDE)(text)
-    assert count == margin(raw_count(text)), repr(text[:20])
+    read = len(normalized(text).encode())
+    assert count == min(margin(raw_count(text)), read) >= raw_count(text), repr(text[:20])
 
 
 @settings(max_examples=400, deadline=None)
