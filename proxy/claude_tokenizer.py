@@ -97,12 +97,13 @@ def read_bytes(text: str) -> tuple[int, int]:
     the bytes of its NFKC form where NFKC lengthens it: at least its UTF-8 bytes, at most the
     larger of those and its normalised bytes. ASCII and text already in NFKC (most) cost what
     ``utf8_bytes`` does, plus Python's quick check; a long text is bounded from its length."""
-    least, most = utf8_bytes(text)
     if text.isascii():
-        return least, most
+        return len(text), len(text)
     if len(text) > MEASURED_CHARS:
+        least, most = utf8_bytes(text)
         return least, max(most, NFKC_MOST_BYTES_PER_CHAR * len(text))
-    seen = normalized(text)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    seen = unicodedata.normalize("NFKC", text)
     if seen is text:  # the quick check found it normalised already
-        return least, most
-    return least, max(most, len(seen.encode("utf-8", "surrogatepass")))
+        return size, size
+    return size, max(size, len(seen.encode("utf-8", "surrogatepass")))

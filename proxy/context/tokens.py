@@ -38,7 +38,8 @@ class Tokenizer(Protocol):
         """Bounds on a text's count in ``encoding`` without encoding it: at least and at most
         how many bytes it stands for, its tokens ``ceil(least / longest_token_bytes)`` to
         ``most``. Its UTF-8 bytes for an encoding that reads text as sent; one that normalises
-        it first (Claude's NFKC writes U+FDFA's 3 bytes as 33) raises the most to match."""
+        it first (Claude's NFKC writes U+FDFA's 3 bytes as 33) raises the most to match. An
+        ASCII text's bounds are its length in every encoding (callers may skip the call)."""
         ...
 
     def longest_token_bytes(self, encoding: str) -> int:
