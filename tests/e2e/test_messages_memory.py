@@ -252,9 +252,14 @@ def read_tokens(body: dict[str, Any]) -> int:
     texts = [body.get("system") or ""]
     for message in body["messages"]:
         content = message["content"]
-        parts = [content] if isinstance(content, str) else [p["text"] for p in content]
+        parts = [content] if isinstance(content, str) else [read_part(p) for p in content]
         texts.extend(parts)
     return sum(map(raw_tokens, texts))
+
+
+def read_part(part: dict[str, Any]) -> str:
+    """A text block's text, or a plain-text document's."""
+    return str(part["source"]["data"] if part["type"] == "document" else part["text"])
 
 
 def hostile_text(tokens: int) -> str:
@@ -293,3 +298,24 @@ def test_a_hostile_memory_stays_within_the_block_budget(memproxy: MemoryProxy) -
     assert "beagle" in block  # the plain memories still fit
     reported = int(raw.headers["x-memory-tokens"])
     assert raw_tokens(block) <= reported <= int(raw.headers["x-memory-budget"]) == 200
+
+
+def test_a_text_document_near_the_window_gets_no_block_past_it(memproxy: MemoryProxy) -> None:
+    # A plain-text document is read as its text, not as a file of a guessed 1,000 tokens.
+    memproxy.backends.write(memproxy.tenant, FACTS)
+    max_tokens, question = 256, QUESTION[0]["content"]
+    data = " a" * (WINDOW - max_tokens - raw_tokens(question) - 10)  # a token each, ~400 KB
+    source = {"type": "text", "media_type": "text/plain", "data": data}
+    content: list[Any] = [
+        {"type": "document", "source": source},
+        {"type": "text", "text": question},
+    ]
+    request = {
+        "model": MODEL,
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": content}],
+    }
+    assert read_tokens(request) + max_tokens <= WINDOW
+    raw = client(memproxy.server.root).messages.with_raw_response.create(**request)
+    assert raw.headers["x-memory-status"] in ("injected", "empty")
+    assert read_tokens(sent(memproxy)) + max_tokens <= WINDOW
