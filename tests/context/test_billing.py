@@ -165,7 +165,10 @@ def test_bounds_enclose_the_exact_count_for_any_json_shape(body: dict[str, Any])
 
 @pytest.mark.parametrize(
     "text",
-    ["", "hello world", "a" * 5000, "é" * 300, "🍵" * 100, " \n\t" * 50, "x\u0301" * 40, "1" * 999],
+    [
+        *["", "hello world", "a" * 5000, "é" * 300, "🍵" * 100, " \n\t" * 50, "x\u0301" * 40],
+        *["1" * 999, "\ufdfa" * 300, "\u00bc\ufb2c" * 100],  # tiktoken reads text as sent
+    ],
 )
 def test_utf8_bounds_of_one_text(text: str) -> None:
     for encoding in ("o200k_base", "cl100k_base"):
