@@ -207,6 +207,11 @@ def output_cases(engine: Engine, cases: int) -> dict[str, str]:
         out[f"budget {case}"] = digest(
             [calc.calculate_request(body, "be brief"), calc.bounds(body)]
         )
+    if engine.new_api:  # Claude's counts of every text (adr/0137 changes none of these)
+        from proxy.tokenizer import tiktoken_tokenizer
+
+        claude = tiktoken_tokenizer().counter("claude")
+        out["claude counts"] = digest(counts(claude, [*texts, *EXTRA_TEXTS]))
     return out
 
 
@@ -248,7 +253,39 @@ def timed_actions(engine: Engine) -> dict[str, Callable[[], object]]:
     sets = [dedup_words(t) for t in texts]
     actions["dedup_words, 500 texts"] = lambda: [dedup_words(t) for t in texts]
     actions["dedup_order, 500 sets"] = lambda: dedup_order(sets, range(len(sets)))
+    if engine.new_api:
+        actions.update(claude_actions(engine, calc))
     return actions
+
+
+def claude_actions(engine: Engine, calc: Any) -> dict[str, Callable[[], object]]:
+    """A Claude request's counting (adr/0137): its texts' counts in ``claude`` and its budget
+    by bounds and counted, on LoCoMo texts (17 of 2,128 non-ASCII) and on non-ASCII ones."""
+    from proxy.tokenizer import tiktoken_tokenizer
+
+    count = tiktoken_tokenizer().counter("claude")
+    real = (engine.bc.TEXTS or [engine.bc.sentence(random.Random(1), 30)] * 100)[:100]
+    foreign = [f"{text} {real[i]}" for i, text in enumerate(EXTRA_TEXTS * 20)]
+
+    def body(texts: list[str]) -> dict[str, Any]:
+        roles = ("user", "assistant")
+        messages = [{"role": roles[i % 2], "content": t} for i, t in enumerate(texts)]
+        return {"model": "claude-sonnet-4-5", "messages": messages, "max_tokens": 800}
+
+    actions: dict[str, Callable[[], object]] = {}
+    for name, texts in (("LoCoMo", real), ("non-ASCII", foreign)):
+        request = body(texts)
+        actions[f"claude count, 100 {name} texts"] = functools.partial(counts, count, texts)
+        actions[f"claude bounds, 100 {name} messages"] = functools.partial(calc.bounds, request)
+        actions[f"claude budget, 100 {name} messages"] = functools.partial(
+            calc.calculate_request, request
+        )
+    return actions
+
+
+def counts(count: Callable[[str], int], texts: list[str]) -> list[int]:
+    """Each text's count."""
+    return [count(text) for text in texts]
 
 
 RETRIEVED = "assemble, retrieved real text, in request order"

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import tiktoken
 
+from proxy.context.billing import MEASURED_CHARS, utf8_bytes
+
 CLAUDE = "claude"  # the encoding name Claude models are counted in
 # GPT-2's pattern: what Hugging Face's ByteLevel pre-tokenizer splits text with (use_regex).
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -35,6 +37,10 @@ MARGIN_NUMERATOR, MARGIN_DENOMINATOR = 5, 4
 # NFKC can shrink a character up to 4 UTF-8 bytes to 1 (U+1D400 -> "A"): a token stands for at
 # most this many bytes of the text as sent, not as normalised.
 NFKC_SHRINK = 4
+# ... and lengthen one character to 33 bytes (U+FDFA, 3 bytes, is 18 characters and 15 tokens),
+# the most of any (checked against every code point of the running Python's Unicode data): a
+# long text's bytes as normalised are bounded from its length alone at this many a character.
+NFKC_MOST_BYTES_PER_CHAR = 33
 
 
 def byte_level_alphabet() -> dict[str, int]:
@@ -78,8 +84,26 @@ def normalized(text: str) -> str:
     return text if text.isascii() else unicodedata.normalize("NFKC", text)
 
 
-def with_margin(tokens: int, utf8_bytes: int) -> int:
-    """A raw count scaled by the margin, never above the text's UTF-8 bytes: the budget's
-    byte bounds rely on a count being at most that (only a text NFKC lengthens, such as
-    U+337F, could count more raw; it is rare enough to cap rather than to bound differently)."""
-    return min(-(-tokens * MARGIN_NUMERATOR // MARGIN_DENOMINATOR), utf8_bytes)
+def with_margin(tokens: int, most_bytes: int) -> int:
+    """A raw count scaled by the margin, never above ``most_bytes``: the text's UTF-8 bytes as
+    sent or as normalised, whichever is more (``read_bytes``), which the budget's byte bounds
+    take as the most a count can be. The raw count is at most the normalised bytes (a token is
+    at least a byte), so the cap never takes a count below the tokenizer's own."""
+    return min(-(-tokens * MARGIN_NUMERATOR // MARGIN_DENOMINATOR), most_bytes)
+
+
+def read_bytes(text: str) -> tuple[int, int]:
+    """Bounds on ``text``'s count from its length (``billing.utf8_bytes``), the most raised to
+    the bytes of its NFKC form where NFKC lengthens it: at least its UTF-8 bytes, at most the
+    larger of those and its normalised bytes. ASCII and text already in NFKC (most) cost what
+    ``utf8_bytes`` does, plus Python's quick check; a long text is bounded from its length."""
+    if text.isascii():
+        return len(text), len(text)
+    if len(text) > MEASURED_CHARS:
+        least, most = utf8_bytes(text)
+        return least, max(most, NFKC_MOST_BYTES_PER_CHAR * len(text))
+    size = len(text.encode("utf-8", "surrogatepass"))
+    seen = unicodedata.normalize("NFKC", text)
+    if seen is text:  # the quick check found it normalised already
+        return size, size
+    return size, max(size, len(seen.encode("utf-8", "surrogatepass")))

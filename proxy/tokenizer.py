@@ -13,9 +13,12 @@ What a memory keeps (``count_all``, at write time): its count in every stored en
 ``claude`` when that tokenizer is there, so no request counts a memory again, whatever API or
 model it comes for. Invariant: ``tokens[name] == counter(name)(content)`` for every name a
 record holds; for ``claude`` that is the margin applied to the raw count of the NFKC text,
-capped at the text's UTF-8 bytes (``claude_count``): the very function a request would call, so
-the stored figure is exact, not an approximation of it. A change of the margin (ADR 0109) must
-rename the ``claude`` encoding, or counts kept under the old margin would be read as new ones.
+capped at the text's UTF-8 bytes as sent or as normalised, whichever is more (``claude_count``,
+adr/0137): the very function a request would call, so the stored figure is exact, not an
+approximation of it. A change of the margin (ADR 0109) must rename the ``claude`` encoding, or
+counts kept under the old margin would be read as new ones. (Counts kept before adr/0137 are
+lower for text NFKC lengthens; a Claude count only steers packing, the block's lines are
+counted again as rendered, so they cost no overrun, only a worse pick.)
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ from proxy.claude_tokenizer import (
     NFKC_SHRINK,
     load_claude_encoding,
     normalized,
+    read_bytes,
     with_margin,
 )
-from proxy.context.tokens import FALLBACK_ENCODING, O200K, STORED_ENCODINGS, Count
+from proxy.context.billing import utf8_bytes
+from proxy.context.tokens import FALLBACK_ENCODING, O200K, STORED_ENCODINGS, Bytes, Count
 
 CLAUDE_PREFIX = "claude"
 
@@ -97,6 +102,11 @@ class TiktokenTokenizer:
                 count = self._counters[encoding] = lambda text: len(encode(text))
         return count
 
+    def byte_bounds(self, encoding: str) -> Bytes:
+        """A text's bytes at least and at most: for ``claude`` the most is raised to the bytes
+        NFKC writes it as, where that is more (``read_bytes``)."""
+        return read_bytes if encoding == CLAUDE else utf8_bytes
+
     def longest_token_bytes(self, encoding: str) -> int:
         """The most bytes one token of ``encoding`` stands for (128 for o200k and cl100k).
 
@@ -137,8 +147,11 @@ def claude_count(encode: Callable[[str], list[int]]) -> Count:
     def count(text: str) -> int:
         if text.isascii():
             return with_margin(len(encode(text)), len(text))
+        seen = normalized(text)
         size = len(text.encode("utf-8", "surrogatepass"))
-        return with_margin(len(encode(normalized(text))), size)
+        if seen is not text:  # NFKC changed it: it may read longer than it was sent
+            size = max(size, len(seen.encode("utf-8", "surrogatepass")))
+        return with_margin(len(encode(seen)), size)
 
     return count
 

@@ -3,8 +3,9 @@
 Reading a request: ``system`` (a string or text blocks) and ``messages`` become the
 chat-shaped conversation the pipeline budgets, queries and captures. Text blocks stay text
 parts; an image counts as two high-detail chat images (1,530 tokens: Anthropic bills an image
-of its largest size, 1.15 megapixels, ~1,600 = pixels / 750); a document as a file part (the
-billing's guess); a ``tool_use`` becomes an assistant tool call, a ``tool_result`` a tool
+of its largest size, 1.15 megapixels, ~1,600 = pixels / 750); a document with its text in the
+body (a plain-text or content source) as that text, a PDF as a file part (the billing's
+guess); a ``tool_use`` becomes an assistant tool call, a ``tool_result`` a tool
 message; ``thinking`` counts as its text; any other block as its compact JSON, an upper
 estimate. ``tools`` count as chat tools, ``max_tokens`` (required by the API) is the response
 reserve. Claude models are counted with Claude's tokenizer and a margin
@@ -60,6 +61,9 @@ TOOL_RESULT = "tool_result"
 HIGH_DETAIL_IMAGE = {"type": "image_url", "image_url": {"detail": "high"}}
 IMAGE_PARTS = 2  # chat images an Anthropic image counts as (2 x 765 >= ~1,600 max)
 FAILED_EVENTS = ("error",)
+# A document's text in the chat shape: a part the billing counts as text (as a Responses text
+# part) that the query and capture, reading ``text`` parts, leave out.
+DOCUMENT_TEXT = "input_text"
 
 
 def pinned(part: object) -> bool:
@@ -213,8 +217,38 @@ def chat_parts(block: object) -> list[object]:
     if kind == "image":
         return [HIGH_DETAIL_IMAGE] * IMAGE_PARTS
     if kind == "document":
-        return [{"type": "file"}]
+        return document_parts(block)
     return [block]  # redacted thinking, server tool blocks...: billed as their JSON
+
+
+def document_parts(document: Mapping[str, object]) -> list[object]:
+    """A document as chat parts: its title and context, and a plain-text or content source's
+    text, as the text Anthropic reads; a PDF (base64, URL, file) as the billing's file guess."""
+    parts = [
+        document_text({"type": "text", "text": document.get(key)})
+        for key in ("title", "context")
+        if isinstance(document.get(key), str)
+    ]
+    source = document.get("source")
+    kind = source.get("type") if isinstance(source, Mapping) else None
+    if kind == "text" and isinstance(source, Mapping):
+        return [*parts, document_text({"type": "text", "text": source.get("data")})]
+    if kind == "content" and isinstance(source, Mapping):
+        content = source.get("content")
+        blocks = content if isinstance(content, list) else [content]
+        return [*parts, *(document_text(part) for block in blocks for part in chat_parts(block))]
+    return [*parts, {"type": "file"}]
+
+
+def document_text(part: object) -> object:
+    """A document's text part as ``DOCUMENT_TEXT`` (a bare string as one), anything else as it
+    is: billed as text, but not the user's words, so never the retrieval query or a captured
+    turn (those read ``text`` parts only)."""
+    if isinstance(part, str):
+        return {"type": DOCUMENT_TEXT, "text": part}
+    if isinstance(part, Mapping) and part.get("type") == "text":
+        return {"type": DOCUMENT_TEXT, "text": part.get("text")}
+    return part
 
 
 def billed_body(

@@ -165,7 +165,7 @@ class BudgetCalculator:
             message_bounds = self.message_bounds(messages_of(body), encoding)
         uppers, lowers = message_bounds
         longest = self._tokenizer.longest_token_bytes(encoding)
-        tally = ByteTally()
+        tally = ByteTally(self._tokenizer.byte_bounds(encoding))
         tools = count_definitions(body, tally)
         tools_lower = tally.lower_of(tools, longest)
         tally.reset()
@@ -183,7 +183,7 @@ class BudgetCalculator:
         ``ceil(bytes / longest token)``: never above the sum of per-text lower bounds.
         """
         longest = self._tokenizer.longest_token_bytes(encoding)
-        tally = ByteTally()
+        tally = ByteTally(self._tokenizer.byte_bounds(encoding))
         uppers: list[int] = []
         lowers: list[int] = []
         for message in messages:

@@ -10,7 +10,9 @@ Every text is measured by a ``Measure``: the exact one is the tokenizer's count;
 and ``lower_bound`` measure from the UTF-8 length alone, in constant time for a long text and
 with no BPE (whose cost is superlinear on a long run of one character). The rules around the
 measure are the same, so a request's bounds enclose its exact count: a token is 1 to
-``longest_token_bytes`` bytes of the text. Any JSON shape is counted, never refused: a value in
+``longest_token_bytes`` bytes of the text, counted as the tokenizer's ``byte_bounds`` say (an
+encoding that normalises text first reads more bytes than were sent where NFKC lengthens it).
+Any JSON shape is counted, never refused: a value in
 an unexpected place (a number for a role, a string for ``tool_calls``) counts as its compact
 JSON text.
 """
@@ -23,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from proxy.context.tokens import Tokenizer
+from proxy.context.tokens import Bytes, Tokenizer
 
 # OpenAI's chat format: <|start|>{role}<|message|>{content}<|end|> costs 3 tokens a message,
 # a name 1 more, and every reply is primed with 3 (OpenAI cookbook, "How to count tokens").
@@ -74,10 +76,11 @@ def upper_bound(text: str) -> int:
 def measure(tokenizer: Tokenizer, encoding: str, counting: str = EXACT) -> Measure:
     """The measure of ``counting`` for ``encoding``: exact tokens, or a bound from the bytes."""
     if counting == UPPER_BOUND:
-        return upper_bound
+        bounds = tokenizer.byte_bounds(encoding)
+        return upper_bound if bounds is utf8_bytes else lambda text: bounds(text)[1]
     if counting == LOWER_BOUND:
-        longest = tokenizer.longest_token_bytes(encoding)
-        return lambda text: -(-utf8_bytes(text)[0] // longest)  # ceil: at most `longest` a token
+        longest, bounds = tokenizer.longest_token_bytes(encoding), tokenizer.byte_bounds(encoding)
+        return lambda text: -(-bounds(text)[0] // longest)  # ceil: at most `longest` a token
     if counting != EXACT:
         raise ValueError(f"unknown counting {counting!r}; expected one of {COUNTINGS}")
     return tokenizer.counter(encoding)
@@ -85,15 +88,22 @@ def measure(tokenizer: Tokenizer, encoding: str, counting: str = EXACT) -> Measu
 
 class ByteTally:
     """The upper-bound measure, also adding up the bytes it saw at least and at most: one walk
-    over a request then gives both bounds (``lower_of``)."""
+    over a request then gives both bounds (``lower_of``). ``bounds``: the tokenizer's
+    ``byte_bounds`` of the encoding (by default a text's UTF-8 bytes)."""
 
-    __slots__ = ("least", "most")
+    __slots__ = ("bounds", "least", "most")
 
-    def __init__(self) -> None:
+    def __init__(self, bounds: Bytes = utf8_bytes) -> None:
+        self.bounds = bounds
         self.least = self.most = 0
 
     def __call__(self, text: str) -> int:
-        least, most = utf8_bytes(text)
+        if text.isascii():  # most texts: ASCII is its own length in every encoding (tokens.py)
+            size = len(text)
+            self.least += size
+            self.most += size
+            return size
+        least, most = self.bounds(text)
         self.least += least
         self.most += most
         return most

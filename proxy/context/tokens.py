@@ -18,6 +18,8 @@ STORED_ENCODINGS: tuple[str, ...] = (O200K, CL100K)
 FALLBACK_ENCODING = CL100K  # the encoding of a model the tokenizer does not know
 
 Count = Callable[[str], int]  # exact tokens of one text in one encoding
+# At least and at most how many bytes one text stands for, from its length (billing.utf8_bytes)
+Bytes = Callable[[str], tuple[int, int]]
 
 
 class Tokenizer(Protocol):
@@ -30,6 +32,14 @@ class Tokenizer(Protocol):
 
     def counter(self, encoding: str) -> Count:
         """The exact count of ``encoding`` (the same function for every call with one name)."""
+        ...
+
+    def byte_bounds(self, encoding: str) -> Bytes:
+        """Bounds on a text's count in ``encoding`` without encoding it: at least and at most
+        how many bytes it stands for, its tokens ``ceil(least / longest_token_bytes)`` to
+        ``most``. Its UTF-8 bytes for an encoding that reads text as sent; one that normalises
+        it first (Claude's NFKC writes U+FDFA's 3 bytes as 33) raises the most to match. An
+        ASCII text's bounds are its length in every encoding (callers may skip the call)."""
         ...
 
     def longest_token_bytes(self, encoding: str) -> int:

@@ -16,6 +16,7 @@ from proxy.apis.anthropic_messages import ANTHROPIC_MESSAGES as API
 from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
 from proxy.context.position import Slot, slot
+from proxy.pipeline.query import last_user_texts
 from proxy.tokenizer import tiktoken_tokenizer
 from tests.fakes.upstream import message_events, message_object
 
@@ -228,6 +229,49 @@ def test_the_budget_uses_claudes_window_max_tokens_and_tokenizer() -> None:
     assert budget.context_window == 200_000
     assert budget.response_reserve == 2000
     assert budget.encoding == "claude"
+
+
+REPORT = "Quarterly report. " * 2_000  # 6,000 raw Claude tokens of plain text
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"type": "text", "media_type": "text/plain", "data": REPORT},
+        {"type": "content", "content": [text(REPORT[:17_000]), text(REPORT[17_000:])]},
+        {"type": "content", "content": REPORT},
+    ],
+    ids=["text", "content blocks", "content string"],
+)
+def test_a_document_with_its_text_in_the_body_counts_that_text(source: object) -> None:
+    # Billed as the file guess (1,000 tokens), a long text document left room for a block it
+    # had none for: the budget must count the text Anthropic reads.
+    document = {"type": "document", "source": source, "title": "Q3"}
+    body = {"model": "claude-sonnet-4-5", "max_tokens": 100, "messages": []}
+    calculator = BudgetCalculator(ModelLimits(), tiktoken_tokenizer(), memory_cap=None)
+    bare = calculator.calculate_request(
+        API.conversation(
+            {**body, "messages": [{"role": "user", "content": [text("Sum up.")]}]}
+        ).billed
+    )
+    sent = {"role": "user", "content": [document, text("Sum up.")]}
+    budget = calculator.calculate_request(API.conversation({**body, "messages": [sent]}).billed)
+    counted = tiktoken_tokenizer().counter("claude")
+    assert budget.messages_tokens - bare.messages_tokens >= counted(REPORT) + counted("Q3")
+    # The document is no part of what the user said: the query and a captured turn stay theirs.
+    messages = API.conversation({**body, "messages": [sent]}).messages
+    assert last_user_texts(messages, 1) == ["Sum up."]
+
+
+def test_a_pdf_document_counts_the_file_guess() -> None:
+    pdf = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"}
+    [message] = API.conversation(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": [{"type": "document", "source": pdf}]}],
+        }
+    ).messages
+    assert message["content"] == [{"type": "file"}]
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxy.claude_tokenizer import CLAUDE
 from proxy.context import billing
 from proxy.context.billing import message_key
 from proxy.context.budget import TokenBudgetCalculator
@@ -117,10 +118,12 @@ JSON_VALUES = st.recursive(
     max_leaves=12,
 )
 ROLES = st.sampled_from(["system", "developer", "user", "assistant", "tool"]) | JSON_VALUES
+# Text NFKC (Claude's tokenizer) writes longer than it is sent: U+FDFA is 3 bytes, 33 as read.
+LENGTHENED = st.text(alphabet="\ufdfa\ufdfb\ufb2c\u337f\u00b4\u0301 a.", max_size=200)
 MESSAGES = st.fixed_dictionaries(
     {"role": ROLES},
     optional={
-        "content": st.text(max_size=300) | JSON_VALUES,
+        "content": st.text(max_size=300) | LENGTHENED | JSON_VALUES,
         "name": st.text(max_size=10) | JSON_VALUES,
         "tool_call_id": JSON_VALUES,
         "tool_calls": JSON_VALUES,
@@ -129,7 +132,7 @@ MESSAGES = st.fixed_dictionaries(
 )
 BODIES = st.fixed_dictionaries(
     {
-        "model": st.sampled_from(["gpt-4o", "gpt-4", "unknown-model"]),
+        "model": st.sampled_from(["gpt-4o", "gpt-4", "unknown-model", "claude-sonnet-4-5"]),
         "messages": st.lists(MESSAGES),
     },
     optional={"tools": JSON_VALUES, "functions": JSON_VALUES, "response_format": JSON_VALUES},
@@ -162,7 +165,10 @@ def test_bounds_enclose_the_exact_count_for_any_json_shape(body: dict[str, Any])
 
 @pytest.mark.parametrize(
     "text",
-    ["", "hello world", "a" * 5000, "é" * 300, "🍵" * 100, " \n\t" * 50, "x\u0301" * 40, "1" * 999],
+    [
+        *["", "hello world", "a" * 5000, "é" * 300, "🍵" * 100, " \n\t" * 50, "x\u0301" * 40],
+        *["1" * 999, "\ufdfa" * 300, "\u00bc\ufb2c" * 100],  # tiktoken reads text as sent
+    ],
 )
 def test_utf8_bounds_of_one_text(text: str) -> None:
     for encoding in ("o200k_base", "cl100k_base"):
@@ -189,6 +195,30 @@ def test_long_texts_are_bounded_without_encoding(text: str) -> None:
     assert least <= len(text.encode("utf-8", "surrogatepass")) <= most
     if not text.isascii():
         assert (least, most) == (len(text), 4 * len(text))  # from the length alone
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\ufdfa" * 300,
+        " \ufdfa" * 300,
+        "\ufb2c\u337f\ufdfb" * 100,
+        "\u00b4x\u0301" * 100,
+        "\ufdfa" * (billing.MEASURED_CHARS + 1),
+    ],
+    ids=["fdfa", "spaced", "mixed", "marks", "long"],
+)
+def test_claude_bounds_enclose_text_nfkc_lengthens(text: str) -> None:
+    # Claude's tokenizer reads a text's NFKC form, up to 11 times its UTF-8 bytes: the bounds
+    # of a text must still enclose its count, or a bound-settled budget would overrun.
+    exact = billing.measure(TOKENIZER, CLAUDE)(text)
+    assert billing.measure(TOKENIZER, CLAUDE, billing.LOWER_BOUND)(text) <= exact
+    assert exact <= billing.measure(TOKENIZER, CLAUDE, billing.UPPER_BOUND)(text)
+    calc = TokenBudgetCalculator(memory_cap=4500)
+    body = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": text}]}
+    upper, lower = calc.bounds(body)
+    assert lower.messages_tokens <= calc.calculate_request(body).messages_tokens
+    assert calc.calculate_request(body).messages_tokens <= upper.messages_tokens
 
 
 @pytest.mark.parametrize(

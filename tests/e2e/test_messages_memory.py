@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from proxy.claude_tokenizer import normalized
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 from proxy.tokenizer import tiktoken_tokenizer
 from tests.e2e.conftest import API_KEY, MemoryProxy
@@ -231,3 +232,90 @@ def test_a_memory_written_with_bearer_is_found_with_x_api_key(memproxy: MemoryPr
     assert received.headers["x-api-key"] == API_KEY
     assert "authorization" not in received.headers
     assert "Miso" in block_in(received.json()["messages"][0]["content"])
+
+
+# Hostile input: text NFKC lengthens (U+FDFA, one 3-byte character, is 33 bytes and 15 tokens
+# of the published tokenizer). The real count of what the upstream reads must stay within the
+# window and the block within its budget, however few bytes the client sent.
+WINDOW = 200_000  # claude-sonnet-4-5's, as the budget knows it (explain test above)
+EXPANDING = "\ufdfa"
+
+
+def raw_tokens(text: str) -> int:
+    """The published Claude tokenizer's count of ``text`` (NFKC first), without the margin."""
+    encoding = tiktoken_tokenizer().encoding("claude")
+    return len(encoding.encode_ordinary(normalized(text)))
+
+
+def read_tokens(body: dict[str, Any]) -> int:
+    """The raw tokens of every text the upstream reads in ``body`` (system and messages)."""
+    texts = [body.get("system") or ""]
+    for message in body["messages"]:
+        content = message["content"]
+        parts = [content] if isinstance(content, str) else [read_part(p) for p in content]
+        texts.extend(parts)
+    return sum(map(raw_tokens, texts))
+
+
+def read_part(part: dict[str, Any]) -> str:
+    """A text block's text, or a plain-text document's."""
+    return str(part["source"]["data"] if part["type"] == "document" else part["text"])
+
+
+def hostile_text(tokens: int) -> str:
+    """A text of exactly ``tokens`` raw tokens, nearly all of them from U+FDFA."""
+    unit = " " + EXPANDING
+    per_unit = raw_tokens(unit * 100) / 100
+    text = unit * int((tokens - 100) / per_unit)
+    text += " a" * (tokens - raw_tokens(text))  # one token each, never merged with the rest
+    assert raw_tokens(text) == tokens
+    return text
+
+
+def test_a_hostile_prompt_near_the_window_gets_no_block_past_it(memproxy: MemoryProxy) -> None:
+    memproxy.backends.write(memproxy.tenant, FACTS)
+    max_tokens = 256
+    room = WINDOW - max_tokens - raw_tokens(QUESTION[0]["content"])
+    system = hostile_text(room - 10)  # fits as sent: 10 tokens to spare, ~52 KB of UTF-8
+    request = {"model": MODEL, "max_tokens": max_tokens, "system": system, "messages": QUESTION}
+    assert read_tokens(request) + max_tokens <= WINDOW
+    raw = client(memproxy.server.root).messages.with_raw_response.create(**request)
+    assert raw.headers["x-memory-status"] in ("injected", "empty")
+    assert read_tokens(sent(memproxy)) + max_tokens <= WINDOW
+
+
+def test_a_hostile_memory_stays_within_the_block_budget(memproxy: MemoryProxy) -> None:
+    hostile = "The user's dog is called Biscuit " + EXPANDING * 30  # 123 bytes, 458 tokens
+    memproxy.backends.write(memproxy.tenant, [*FACTS, hostile])
+    raw = client(memproxy.server.root).messages.with_raw_response.create(
+        model=MODEL,
+        max_tokens=256,
+        messages=QUESTION,
+        extra_headers={"X-Memory-Max-Tokens": "200"},
+    )
+    assert raw.headers["x-memory-status"] == "injected"
+    block = block_in(sent(memproxy)["messages"][0]["content"])
+    assert "beagle" in block  # the plain memories still fit
+    reported = int(raw.headers["x-memory-tokens"])
+    assert raw_tokens(block) <= reported <= int(raw.headers["x-memory-budget"]) == 200
+
+
+def test_a_text_document_near_the_window_gets_no_block_past_it(memproxy: MemoryProxy) -> None:
+    # A plain-text document is read as its text, not as a file of a guessed 1,000 tokens.
+    memproxy.backends.write(memproxy.tenant, FACTS)
+    max_tokens, question = 256, QUESTION[0]["content"]
+    data = " a" * (WINDOW - max_tokens - raw_tokens(question) - 10)  # a token each, ~400 KB
+    source = {"type": "text", "media_type": "text/plain", "data": data}
+    content: list[Any] = [
+        {"type": "document", "source": source},
+        {"type": "text", "text": question},
+    ]
+    request = {
+        "model": MODEL,
+        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": content}],
+    }
+    assert read_tokens(request) + max_tokens <= WINDOW
+    raw = client(memproxy.server.root).messages.with_raw_response.create(**request)
+    assert raw.headers["x-memory-status"] in ("injected", "empty")
+    assert read_tokens(sent(memproxy)) + max_tokens <= WINDOW

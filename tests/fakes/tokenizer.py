@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from proxy.context.tokens import FALLBACK_ENCODING, Count, Tokenizer
+from proxy.context.billing import utf8_bytes
+from proxy.context.tokens import FALLBACK_ENCODING, Bytes, Count, Tokenizer
 
 MAX_UTF8_BYTES = 4  # a character is 1 to 4 UTF-8 bytes, so the port's bounds hold
 
@@ -25,6 +26,10 @@ class CharTokenizer:
             return len(text)
 
         return count
+
+    def byte_bounds(self, encoding: str) -> Bytes:
+        """A text's UTF-8 bytes: at least its characters."""
+        return utf8_bytes
 
     def longest_token_bytes(self, encoding: str) -> int:
         """The most bytes one character takes."""
@@ -51,6 +56,10 @@ class SpyTokenizer:
             return inner(text)
 
         return count
+
+    def byte_bounds(self, encoding: str) -> Bytes:
+        """The inner tokenizer's bounds."""
+        return self.inner.byte_bounds(encoding)
 
     def longest_token_bytes(self, encoding: str) -> int:
         """The inner tokenizer's figure."""
