@@ -368,19 +368,24 @@ class QdrantStore:
             with_payload=True,
             with_vectors=[DENSE_VECTOR],
         )
-        points = list((await fusing).points)
-        if query.lexical:
+        if not query.lexical:
+            points = list((await fusing).points)
+        else:
             # The server fuses the branches itself: the lexical branch's hits the cut left out
-            # take a query of their own (adr/0136).
-            lexical_branch = await self._client.query_points(
-                self._collection,
-                query=sparse,
-                using=SPARSE_VECTOR,
-                query_filter=scope,
-                limit=branch,
-                with_payload=True,
-                with_vectors=[DENSE_VECTOR],
+            # take a query of their own, sent alongside (adr/0136).
+            fused, lexical_branch = await asyncio.gather(
+                fusing,
+                self._client.query_points(
+                    self._collection,
+                    query=sparse,
+                    using=SPARSE_VECTOR,
+                    query_filter=scope,
+                    limit=branch,
+                    with_payload=True,
+                    with_vectors=[DENSE_VECTOR],
+                ),
             )
+            points = list(fused.points)
             kept = {p.id for p in points}
             points.extend(p for p in lexical_branch.points if p.id not in kept)
         sims = similarities(vector, [dense_of(p.vector) for p in points])
