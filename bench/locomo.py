@@ -54,10 +54,10 @@ BUDGETS = (500, 1000, 2000)
 DEFAULT = "default"  # no X-Memory-Max-Tokens: the server's own budget rule decides
 # memproxy's explain methods: the default budget rule, and the old "fill" rule by header.
 RULES: dict[str, str | None] = {"memproxy": None, "memproxy-fill": "fill"}
-# memproxy-0114: a third memproxy as it was before ADR 0122 (no neighbour-turn candidates, the
-# price ADR 0114 set), so one run gives before and after.
-BEFORE = "memproxy-0114"
-BEFORE_CONFIG = {"memory": {"token_price": 0.022, "neighbour_candidates": 0}}
+# memproxy-0130: a third memproxy as it was before ADR 0136 (no lexical candidates, the price
+# ADRs 0122 and 0130 kept), so one run gives before and after.
+BEFORE = "memproxy-0130"
+BEFORE_CONFIG = {"memory": {"token_price": 0.03, "lexical_candidates": False}}
 # Questions no LoCoMo conversation is about (written for this benchmark).
 OFF_TOPIC = (
     "What is the capital of Australia?",
@@ -493,7 +493,7 @@ def verdicts(results: dict[str, Any], budgets: Sequence[int]) -> list[str]:
     if DEFAULT in recall.get(BEFORE, {}):
         carried = recall[BEFORE][DEFAULT]["overall"]
         median = blocks[BEFORE][DEFAULT]["median"]
-        lines.append(f"before (ADR 0122): recall {100 * carried:.1f} % in a median {median:.0f}")
+        lines.append(f"before (ADR 0136): recall {100 * carried:.1f} % in a median {median:.0f}")
     mid = "1000" if 1000 in budgets else str(budgets[0])
     for method in (m for m in RULES if mid in recall.get(m, {})):
         for base in (m for m in ("topk", "topk-hybrid") if mid in recall.get(m, {})):

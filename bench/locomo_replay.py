@@ -14,6 +14,8 @@ Two candidate-generation experiments (issue 16, item 3), off unless asked:
 - ``--seeds N[,M]``: each pool plus the dialog turns beside (same user, at most
   ``NEIGHBOUR_WINDOW_S`` apart) its first N dialog turns in similarity order, scored with their
   own cosine, as ``memory.neighbour_candidates: N`` gets them (ADR 0122); 0: none.
+- ``--lexical``: each pool plus the hits of the hybrid search's BM25 branch that the fused
+  pool leaves out, as ``memory.lexical_candidates`` gets them (ADR 0136).
 - ``--table TOKENIZER.json:WEIGHTS.safetensors``: embed with another static model, a token
   table averaged and normalised (e.g. the wheel of ``wordllama``: ``pip download wordllama
   --no-deps``, unzip, ``wordllama/tokenizers/l2_supercat_tokenizer_config.json`` and
@@ -145,9 +147,12 @@ async def candidates(
     pools: Sequence[int],
     embedder: SyncEmbedder | None = None,
     seeds: Sequence[int] = (0,),
+    *,
+    lexical: bool = False,
 ) -> Pools:
     """Every question of categories 1-4 and its ranked hybrid candidates for each pool size,
-    with the neighbours of its first ``s`` dialog turns for each ``s`` in ``seeds``."""
+    with the neighbours of its first ``s`` dialog turns for each ``s`` in ``seeds`` (and with
+    ``lexical`` the BM25 branch's hits beyond the pool)."""
     model = embedder if embedder is not None else StaticEmbedder()
     asked = [q for sample in samples for q in questions(sample, CATEGORIES)]
     vectors = model.embed_sync([q.text for q in asked])
@@ -159,7 +164,9 @@ async def candidates(
                 for count in seeds:
                     found[pool, count] = [
                         await with_neighbours(
-                            store, SearchQuery(v, q.text, q.sample_id, None, pool), count
+                            store,
+                            SearchQuery(v, q.text, q.sample_id, None, pool, lexical=lexical),
+                            count,
                         )
                         for q, v in zip(asked, vectors, strict=True)
                     ]
@@ -238,6 +245,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pools", default="50,100", help="candidates per question (comma list)")
     parser.add_argument("--prices", default="0.02,0.022", help="token prices (comma list)")
     parser.add_argument("--seeds", default="0", help="dialog turns whose neighbours are added")
+    parser.add_argument(
+        "--lexical", action="store_true", help="add the BM25 branch's hits beyond each pool"
+    )
     parser.add_argument("--table", help="another static model: TOKENIZER.json:WEIGHTS.safetensors")
     parser.add_argument(
         "--smoke", action="store_true", help="one conversation, one pool, one price"
@@ -256,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     tokens = BlockTokens(ENCODING, tiktoken_tokenizer().counter(ENCODING), lines_kept=20_000)
     rows = []
     for name, embedder in embedders.items():
-        found = asyncio.run(candidates(samples, pools, embedder, seeds))
+        found = asyncio.run(candidates(samples, pools, embedder, seeds, lexical=args.lexical))
         rows.extend(replay_rows(name, found, prices, tokens))
     names = ["overall", *CATEGORIES.values()]
     print(f"{len(found.asked)} questions, {len(samples)} conversations; recall %, in process")

@@ -3,7 +3,8 @@
 Issue 16 (item 3) asks for more evidence per token on multi-hop and open-domain questions,
 whose missed evidence mostly shares no word with the question. This script measures the
 variants of ``bench/lib/query_variants.py`` on the candidates the chat pipeline gets by default
-(``top_k`` 50 hybrid hits plus the neighbour turns of the first 10 dialog hits, adr/0122), each
+(``top_k`` 50 hybrid hits, the lexical branch's hits beyond them (adr/0136) and the neighbour
+turns of the first 10 dialog hits, adr/0122), each
 at several token prices, so that a variant is compared with the default at matched median
 block tokens (every variant so far moves along the same recall-per-token curve; adr/0129):
 
@@ -61,7 +62,7 @@ from bench.store import NOW
 from proxy.context.assembler import AssemblerConfig, assemble
 from proxy.context.records import Candidate
 from proxy.context.render import BlockTokens
-from proxy.defaults import MEMORY_MAX_TOKENS, NEIGHBOUR_CANDIDATES
+from proxy.defaults import LEXICAL_CANDIDATES, MEMORY_MAX_TOKENS, NEIGHBOUR_CANDIDATES
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.near import ranked
 from proxy.memory.store import SearchQuery
@@ -118,7 +119,14 @@ async def collect(
         store = await imported(tmp, samples, model)
         try:
             for question, vector in zip(asked, vectors, strict=True):
-                query = SearchQuery(vector, question.text, question.sample_id, None, TOP_K)
+                query = SearchQuery(
+                    vector,
+                    question.text,
+                    question.sample_id,
+                    None,
+                    TOP_K,
+                    lexical=LEXICAL_CANDIDATES,
+                )
                 found = await store.search(TENANT, query)
                 hits = ranked(found)
                 # The first dialog hits of ``hits``, which is by similarity: the product's seeds.

@@ -54,6 +54,7 @@ from proxy.defaults import (
     COUNT_FLUSH_S,
     EMBEDDING_TTL_S,
     HYBRID,
+    LEXICAL_CANDIDATES,
     LOG_FOLD_BYTES,
     MAX_CONTENT_CHARS,
     MEMORY_MAX_TOKENS,
@@ -444,6 +445,9 @@ class MemorySettings(_Section):
     # The dialog turns beside the first N dialog hits join the candidates (one more store
     # lookup, adr/0122); 0: none.
     neighbour_candidates: NonNegative = NEIGHBOUR_CANDIDATES
+    # The hits of a hybrid search's lexical (BM25) branch that the fused top_k leaves out join
+    # the candidates (adr/0136).
+    lexical_candidates: Bool = LEXICAL_CANDIDATES
     query_window: Int = 2  # last N user messages form the retrieval query
     deadline_ms: Float = 50.0  # whole pipeline; past it the request goes without memories
     stage_timeouts: StageTimeouts = Field(default_factory=StageTimeouts)

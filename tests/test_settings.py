@@ -37,8 +37,9 @@ def test_defaults_without_file_or_env() -> None:
     assert s.limits.max_body_bytes == 16 * MIB
     assert s.auth.mode == "passthrough"
     assert (s.memory.max_tokens, s.memory.top_k, s.memory.packer) == (4500, 50, "optimal")
-    assert (s.memory.budget_rule, s.memory.token_price) == ("adaptive", 0.03)
+    assert (s.memory.budget_rule, s.memory.token_price) == ("adaptive", 0.034)
     assert (s.memory.neighbour_turns, s.memory.neighbour_candidates) == (True, 10)
+    assert s.memory.lexical_candidates is True
     assert s.memory.sources == ALL_SOURCES
     assert (s.memory.capture, s.memory.query_window, s.memory.deadline_ms) == ("off", 2, 50.0)
     assert (s.store.kind, s.store.data_dir, s.store.collection) == ("edge", "./data", "memproxy")

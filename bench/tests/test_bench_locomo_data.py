@@ -258,7 +258,7 @@ def test_locomo_before_server_keeps_the_rest_of_the_config() -> None:
     config = locomo.before_config(locomo.measured_config(locomo.RELAXED_TIMEOUTS, 100))
     assert config["memory"]["top_k"] == 100
     assert config["memory"]["token_price"] == locomo.BEFORE_CONFIG["memory"]["token_price"]
-    assert config["memory"]["neighbour_candidates"] == 0
+    assert config["memory"]["lexical_candidates"] is False
     assert "stage_timeouts" in config["memory"]
 
 

@@ -155,7 +155,9 @@ def search_hits(
 ) -> list[Hit]:
     """Return the best ``query.top_k`` (point key, cosine) pairs of the query's scope, best first.
 
-    Dense only, or (``hybrid`` and the text has terms) dense and BM25 fused by RRF.
+    Dense only, or (``hybrid`` and the text has terms) dense and BM25 fused by RRF; with
+    ``query.lexical`` the BM25 branch's hits the fused cut leaves out follow, in BM25 order
+    (the branch is fetched anyway: they cost their dense rescoring only; adr/0136).
     """
     scope = scope_filter(tenant, query)
     dense = qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR)
@@ -187,6 +189,9 @@ def search_hits(
     lexical_ids = {(pid := point.id).int: pid for point in lexical_found}
     fused = fuse_ranks([list(cosine), list(lexical_ids)], k=RRF_K, limit=query.top_k)
     keys = [key for key, _ in fused]
+    if query.lexical:
+        kept = set(keys)
+        keys.extend(key for key in lexical_ids if key not in kept)
     missing = [lexical_ids[key] for key in keys if key not in cosine]
     if missing:
         # The scope is not repeated: these ids came out of a scoped branch query.

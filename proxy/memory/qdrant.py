@@ -353,18 +353,14 @@ class QdrantStore:
                 for p in dense.points
             ]
         branch = query.top_k * HYBRID_OVERSAMPLE
-        fused = await self._client.query_points(
+        sparse = models.SparseVector(indices=indices, values=values)
+        fusing = self._client.query_points(
             self._collection,
             prefetch=[
                 models.Prefetch(
                     query=vector.tolist(), using=DENSE_VECTOR, filter=scope, limit=branch
                 ),
-                models.Prefetch(
-                    query=models.SparseVector(indices=indices, values=values),
-                    using=SPARSE_VECTOR,
-                    filter=scope,
-                    limit=branch,
-                ),
+                models.Prefetch(query=sparse, using=SPARSE_VECTOR, filter=scope, limit=branch),
             ],
             query=models.RrfQuery(rrf=models.Rrf(k=RRF_K)),
             query_filter=scope,
@@ -372,10 +368,30 @@ class QdrantStore:
             with_payload=True,
             with_vectors=[DENSE_VECTOR],
         )
-        sims = similarities(vector, [dense_of(p.vector) for p in fused.points])
+        if not query.lexical:
+            points = list((await fusing).points)
+        else:
+            # The server fuses the branches itself: the lexical branch's hits the cut left out
+            # take a query of their own, sent alongside (adr/0136).
+            fused, lexical_branch = await asyncio.gather(
+                fusing,
+                self._client.query_points(
+                    self._collection,
+                    query=sparse,
+                    using=SPARSE_VECTOR,
+                    query_filter=scope,
+                    limit=branch,
+                    with_payload=True,
+                    with_vectors=[DENSE_VECTOR],
+                ),
+            )
+            points = list(fused.points)
+            kept = {p.id for p in points}
+            points.extend(p for p in lexical_branch.points if p.id not in kept)
+        sims = similarities(vector, [dense_of(p.vector) for p in points])
         return [
             Candidate(owned_or_fail(p.payload, tenant), sim)
-            for p, sim in zip(fused.points, sims, strict=True)
+            for p, sim in zip(points, sims, strict=True)
         ]
 
     async def search_near(

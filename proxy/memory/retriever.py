@@ -22,6 +22,10 @@ before and after the user's first ``neighbours`` dialog hits follow the ``top_k`
 the store's ``search_near`` looks them up with the search (the embedded store in the same thread
 hop), and they are cached with the hits. If that lookup fails, the hits go on without
 neighbours (logged, and not cached): the neighbours are extras.
+
+With ``lexical`` (the chat pipeline's ``memory.lexical_candidates``) the hits of the hybrid
+search's BM25 branch that the fused ``top_k`` leaves out join too (adr/0136): a question's words
+find evidence the static embedder misses, and the branch is fetched anyway.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ class Retrieval:
     # The turns beside the first ``neighbours`` dialog hits of ``user`` join the ``top_k``
     # (adr/0122); 0: none. Only for a pool of ``top_k`` (the chat pipeline's).
     neighbours: int = 0
+    # The lexical branch's hits beyond the fused ``top_k`` join them (adr/0136); the same pool.
+    lexical: bool = False
 
     @property
     def sources_turns(self) -> bool:
@@ -132,6 +138,7 @@ class Retriever:
         )
         # Neighbours come after the cut: a result with them is already cut, and cached apart.
         neighbours = want.neighbours if fetch == want.top_k and want.sources_turns else 0
+        lexical = want.lexical and fetch == want.top_k
         key = None
         now = self.clock()
         hits: list[Candidate] | None = None
@@ -143,20 +150,24 @@ class Retriever:
                 want.text,
                 top_k=fetch,
                 sources=sources,
-                variant=f"{variant}+turns{neighbours}" if neighbours else variant,
+                variant=variant
+                + (f"+turns{neighbours}" if neighbours else "")
+                + ("+lexical" if lexical else ""),
             )
             hits = await cache.get_retrieval(key)
             stages.mark(CACHE)
         if hits is None:
             vector = await stages.run(EMBED, self._embed(tenant, want.text))
-            search = SearchQuery(vector, want.text, want.user, sources, fetch, live_at=now)
+            search = SearchQuery(
+                vector, want.text, want.user, sources, fetch, live_at=now, lexical=lexical
+            )
             found, whole = await stages.run(SEARCH, self._search(tenant, search, neighbours))
             if cache is not None and key is not None and whole:
                 await stages.keep(functools.partial(cache.set_retrieval, key, found))
             hits = found
         elif any(hit.record.expires_at is not None for hit in hits):
             hits = [hit for hit in hits if hit.record.live(now)]
-        return hits if neighbours or len(hits) <= want.top_k else hits[: want.top_k]
+        return hits if neighbours or lexical or len(hits) <= want.top_k else hits[: want.top_k]
 
     async def _search(
         self, tenant: str, search: SearchQuery, neighbours: int

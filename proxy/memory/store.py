@@ -41,6 +41,8 @@ class SearchQuery:
     ``user`` selects that user's memories plus the tenant-shared ones (user ``""``); ``sources``
     of ``None`` means every source. With ``live_at``, only memories live then are searched (not
     expired at that time, not superseded: ``MemoryRecord.live``); retrieval always sets it.
+    With ``lexical``, a hybrid search also returns the hits of its lexical (BM25) branch that
+    the fused ``top_k`` leaves out, so it may return up to twice ``top_k`` (adr/0136).
     """
 
     vector: np.ndarray
@@ -49,6 +51,7 @@ class SearchQuery:
     sources: tuple[str, ...] | None
     top_k: int
     live_at: datetime | None = None
+    lexical: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,8 @@ class MemoryStore(Protocol):
         ...
 
     async def search(self, tenant: str, query: SearchQuery) -> builtins.list[Candidate]:
-        """Return the best ``top_k`` memories of the user and the tenant-shared ones."""
+        """Return the best ``top_k`` memories of the user and the tenant-shared ones (and with
+        ``query.lexical`` the lexical branch's other hits)."""
         ...
 
     async def search_near(

@@ -355,8 +355,15 @@ class Pipeline:
             return
         query = query_text(run.messages, self.settings.query_window)
         run.clock.mark("query")
-        neighbours = self.settings.neighbour_candidates
-        want = Retrieval(query, options.user, options.top_k, options.sources, neighbours=neighbours)
+        settings = self.settings
+        want = Retrieval(
+            query,
+            options.user,
+            options.top_k,
+            options.sources,
+            neighbours=settings.neighbour_candidates,
+            lexical=settings.lexical_candidates,
+        )
         searching = before = None
         if query and options.sources and self.retriever is not None and self._recalls(run):
             # The stamp this turn's block keeps is read before the search reads the store: a

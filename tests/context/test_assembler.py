@@ -54,7 +54,7 @@ def test_pipeline_keeps_every_intermediate_figure() -> None:
     assert by_id["dup"].status == "duplicate"
     assert result.dropped["duplicate"] == ("dup",)
     assert {m.id for m in result.packed} == {"docker", "yaml"}
-    # At the default price (0.03, adr/0122) a weak match with no shared word does not pay for
+    # At the default price (0.034, adr/0136) a weak match with no shared word does not pay for
     # its line (at similarity 0.3 it would since lines lost their labels, adr/0130); the other
     # two are similar enough to.
     assert result.dropped["floor"] == ("rsync",)

@@ -186,7 +186,9 @@ def test_headers_cannot_exceed_the_tenants_limits(memproxy: MemoryProxy) -> None
             "X-Memory-Max-Tokens": "1000000",
             "X-Memory-Top-K": "100000",
         },
-        json={"model": MODEL, "messages": [{"role": "user", "content": "lisbon facts"}]},
+        # No word of the question is in a memory: the lexical branch finds nothing, so the
+        # candidates are the search's top_k alone (its extras beyond top_k: adr/0136).
+        json={"model": MODEL, "messages": [{"role": "user", "content": "portugal?"}]},
     )
     doc = response.json()
     assert doc["budget"]["memory_tokens"] == cap.max_tokens

@@ -517,6 +517,36 @@ async def test_hybrid_search_finds_rare_words_the_vector_misses(open_store: Stor
     assert exact[0].similarity == pytest.approx(1.0, abs=1e-4)
 
 
+async def test_lexical_extras_are_the_lexical_branch_beyond_the_fused_cut(
+    open_store: StoreFactory,
+) -> None:
+    """adr/0136: with ``lexical`` a hybrid search also returns its BM25 branch's hits that the
+    fused ``top_k`` leaves out, each with its true cosine; without it, the fused cut alone."""
+    store = await open_store(hybrid=True)
+    filler = [record(f"f{i}", content=f"we talked about the weather on day {i}") for i in range(9)]
+    targets = [record(f"t{i}", content=f"greyhound number {i} named Oscar") for i in range(2)]
+    await put(store, *filler, *targets)
+    query = SearchQuery(
+        vector=vector_for(filler[0].content),
+        text="greyhound",
+        user="u1",
+        sources=None,
+        top_k=2,
+    )
+    fused = await store.search("t1", query)
+    extended = await store.search("t1", replace(query, lexical=True))
+    # Both branches rank their own first at 1/60: the cut keeps one of each, and only the
+    # lexical branch's second (the other greyhound) is added.
+    assert sorted(h.record.id[0] for h in fused) == ["f", "t"]
+    assert [h.record.id for h in extended[:2]] == [h.record.id for h in fused]
+    assert sorted(h.record.id for h in extended[2:]) == sorted(
+        {"t0", "t1"} - {h.record.id for h in fused}
+    )
+    for hit in extended:
+        cosine = float(np.dot(query.vector, vector_for(hit.record.content)))
+        assert hit.similarity == pytest.approx(max(0.0, cosine), abs=1e-4)
+
+
 async def test_hybrid_lexical_branch_stays_in_the_tenant(open_store: StoreFactory) -> None:
     store = await open_store(hybrid=True)
     await put(

@@ -1,4 +1,4 @@
-"""The retriever beyond the store contract: what a failing neighbour-turn lookup leaves."""
+"""The retriever beyond the store contract: a failing neighbour-turn lookup, lexical extras."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from proxy.cache.request_cache import RequestCache
 from proxy.context.records import Candidate
 from proxy.errors import StoreError
 from proxy.memory.retriever import Retrieval, Retriever
-from proxy.memory.store import TurnsQuery
+from proxy.memory.store import SearchQuery, TurnsQuery
 from tests.fakes.store import FakeStore
 from tests.memory.support import HashEmbedder, record, vectors_for
 
@@ -52,3 +52,31 @@ async def test_a_failing_neighbour_lookup_leaves_the_hits_and_is_not_cached(
     assert "neighbour turns failed" in caplog.text
     store.failing = False  # the next request gets them: the result without was not kept
     assert [hit.record.id for hit in await retriever.retrieve("t1", want)] == ["t2", "t1", "t3"]
+
+
+class LexicalExtras(FakeStore):
+    """The fake store answering ``lexical`` as a hybrid store does: hits beyond ``top_k``."""
+
+    async def search(self, tenant: str, query: SearchQuery) -> builtins.list[Candidate]:
+        hits = await super().search(tenant, replace(query, top_k=2 * query.top_k))
+        return hits if query.lexical else hits[: query.top_k]
+
+
+async def test_lexical_candidates_reach_the_search_uncut_and_are_cached_apart() -> None:
+    """adr/0136: the chat pipeline's ``lexical`` asks the store for the lexical branch's other
+    hits, keeps all it returns, and caches them under their own key; the API's pool never."""
+    memories = [record(f"m{i}", content=f"note {i} about biscuits") for i in range(6)]
+    embedder = HashEmbedder()
+    store = LexicalExtras(dimensions=embedder.dimensions)
+    await store.add(memories, vectors_for(memories, embedder.dimensions))
+    retriever = Retriever(store, embedder, RequestCache(LocalCache(1_000)), clock=lambda: NOW)
+    text = "biscuits"
+    hits = await retriever.retrieve("t1", Retrieval(text, "u1", top_k=2, lexical=True))
+    assert (len(hits), store.queries[-1].lexical) == (4, True)
+    plain = await retriever.retrieve("t1", Retrieval(text, "u1", top_k=2))
+    # Not the cached result with the extras: a search of its own, cut to top_k.
+    assert (len(plain), len(store.queries), store.queries[-1].lexical) == (2, 2, False)
+    api = await retriever.retrieve("t1", Retrieval(text, "u1", top_k=2, pool=10, lexical=True))
+    assert (len(api), store.queries[-1].lexical) == (2, False)
+    again = await retriever.retrieve("t1", Retrieval(text, "u1", top_k=2, lexical=True))
+    assert ([h.record.id for h in again], len(store.queries)) == ([h.record.id for h in hits], 3)

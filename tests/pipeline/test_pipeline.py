@@ -709,6 +709,26 @@ async def test_neighbour_candidates_reach_the_retrieval(seeds: int) -> None:
     assert document["candidates"] == len(seen)
 
 
+@pytest.mark.parametrize("enabled", [False, True])
+async def test_lexical_candidates_reach_the_search(enabled: bool) -> None:
+    """``memory.lexical_candidates`` (adr/0136): the chat pipeline asks the store for the
+    lexical branch's hits beyond the fused ``top_k``."""
+    store = FakeStore([BISCUIT], dimensions=DIMS)
+    pipeline = Pipeline(
+        MemorySettings(deadline_ms=200.0, lexical_candidates=enabled),
+        calculator=TokenBudgetCalculator(memory_cap=None),
+        retriever=retriever(store, FakeEmbedder(DIMS), None),
+        counts=RequestCache(LocalCache(100)),
+        metrics=Metrics(),
+        spawn=lambda coro: coro.close(),
+        clock=lambda: NOW,
+    )
+    tenant = Tenant("t1", MemorySettings())
+    headers = {"x-memory-mode": "explain", "x-memory-user": "u1"}
+    await pipeline.prepare(tenant, headers, body("biscuits?"), OPENAI_CHAT)
+    assert [query.lexical for query in store.queries] == [enabled]
+
+
 def nested(depth: int) -> object:
     value: object = "deep"
     for _ in range(depth):
