@@ -362,7 +362,9 @@ class Pipeline:
             options.top_k,
             options.sources,
             neighbours=settings.neighbour_candidates,
-            lexical=settings.lexical_candidates,
+            # A top_k lowered by X-Memory-Top-K or the tenant's limit is a hard bound the caller
+            # or operator chose: the lexical extras come beyond the deployment's top_k only.
+            lexical=settings.lexical_candidates and options.top_k >= settings.top_k,
         )
         searching = before = None
         if query and options.sources and self.retriever is not None and self._recalls(run):

@@ -729,6 +729,32 @@ async def test_lexical_candidates_reach_the_search(enabled: bool) -> None:
     assert [query.lexical for query in store.queries] == [enabled]
 
 
+@pytest.mark.parametrize(
+    ("tenant_top_k", "header", "lexical"),
+    [(50, None, True), (50, "50", True), (50, "3", False), (3, None, False), (3, "50", False)],
+)
+async def test_a_lowered_top_k_is_a_hard_bound_without_lexical_extras(
+    tenant_top_k: int, header: str | None, lexical: bool
+) -> None:
+    """A top_k below the deployment's, from the header or the tenant's limit, asks no extras."""
+    store = FakeStore([BISCUIT], dimensions=DIMS)
+    pipeline = Pipeline(
+        MemorySettings(deadline_ms=200.0, top_k=50, lexical_candidates=True),
+        calculator=TokenBudgetCalculator(memory_cap=None),
+        retriever=retriever(store, FakeEmbedder(DIMS), None),
+        counts=RequestCache(LocalCache(100)),
+        metrics=Metrics(),
+        spawn=lambda coro: coro.close(),
+        clock=lambda: NOW,
+    )
+    tenant = Tenant("t1", MemorySettings(top_k=tenant_top_k))
+    headers = {"x-memory-mode": "explain", "x-memory-user": "u1"}
+    if header is not None:
+        headers["x-memory-top-k"] = header
+    await pipeline.prepare(tenant, headers, body("biscuits?"), OPENAI_CHAT)
+    assert [query.lexical for query in store.queries] == [lexical]
+
+
 def nested(depth: int) -> object:
     value: object = "deep"
     for _ in range(depth):
