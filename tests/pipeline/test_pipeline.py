@@ -709,19 +709,26 @@ async def test_neighbour_candidates_reach_the_retrieval(seeds: int) -> None:
     assert document["candidates"] == len(seen)
 
 
-@pytest.mark.parametrize("enabled", [False, True])
-async def test_lexical_candidates_reach_the_search(enabled: bool) -> None:
-    """``memory.lexical_candidates`` (adr/0136): the chat pipeline asks the store for the
-    lexical branch's hits beyond the fused ``top_k``."""
-    store = FakeStore([BISCUIT], dimensions=DIMS)
-    pipeline = Pipeline(
-        MemorySettings(deadline_ms=200.0, lexical_candidates=enabled),
+def searching_pipeline(store: FakeStore, settings: MemorySettings) -> Pipeline:
+    """A pipeline over ``store`` whose queries the tests read back."""
+    return Pipeline(
+        settings,
         calculator=TokenBudgetCalculator(memory_cap=None),
         retriever=retriever(store, FakeEmbedder(DIMS), None),
         counts=RequestCache(LocalCache(100)),
         metrics=Metrics(),
         spawn=lambda coro: coro.close(),
         clock=lambda: NOW,
+    )
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+async def test_lexical_candidates_reach_the_search(enabled: bool) -> None:
+    """``memory.lexical_candidates`` (adr/0136): the chat pipeline asks the store for the
+    lexical branch's hits beyond the fused ``top_k``."""
+    store = FakeStore([BISCUIT], dimensions=DIMS)
+    pipeline = searching_pipeline(
+        store, MemorySettings(deadline_ms=200.0, lexical_candidates=enabled)
     )
     tenant = Tenant("t1", MemorySettings())
     headers = {"x-memory-mode": "explain", "x-memory-user": "u1"}
@@ -738,15 +745,8 @@ async def test_a_lowered_top_k_is_a_hard_bound_without_lexical_extras(
 ) -> None:
     """A top_k below the deployment's, from the header or the tenant's limit, asks no extras."""
     store = FakeStore([BISCUIT], dimensions=DIMS)
-    pipeline = Pipeline(
-        MemorySettings(deadline_ms=200.0, top_k=50, lexical_candidates=True),
-        calculator=TokenBudgetCalculator(memory_cap=None),
-        retriever=retriever(store, FakeEmbedder(DIMS), None),
-        counts=RequestCache(LocalCache(100)),
-        metrics=Metrics(),
-        spawn=lambda coro: coro.close(),
-        clock=lambda: NOW,
-    )
+    settings = MemorySettings(deadline_ms=200.0, top_k=50, lexical_candidates=True)
+    pipeline = searching_pipeline(store, settings)
     tenant = Tenant("t1", MemorySettings(top_k=tenant_top_k))
     headers = {"x-memory-mode": "explain", "x-memory-user": "u1"}
     if header is not None:
