@@ -281,12 +281,15 @@ async def open_primary(settings: Settings, stack: AsyncExitStack) -> MemoryStore
     from proxy.memory.replica import LogFolder, absorb_log
 
     embedder = await open_embedder(settings, stack)
-    # No background index build: replicas copy the files while this process holds them.
+    # No background index build: replicas copy the files while this process holds them. No
+    # record cache either: the primary only applies the log and never searches, so warming
+    # one would decode every memory (up to ~20 MB) for nothing.
     store = await EdgeStore.open(
         settings.store.data_dir,
         dimensions=embedder.dimensions,
         hybrid=settings.store.hybrid,
         optimize_after=None,
+        record_cache_entries=0,
         search_threads=search_threads(settings.store, settings.server.workers),
     )
     stack.push_async_callback(store.close)

@@ -192,6 +192,22 @@ async def test_the_primary_folds_the_workers_log_while_they_run(tmp_path: Path) 
         assert await primary.get("t1", "m1") is not None
 
 
+async def test_the_primary_keeps_no_record_cache(tmp_path: Path) -> None:
+    """The supervisor's primary never searches: it decodes no memory into a record cache."""
+    settings = settings_for(tmp_path, workers=2)
+    async with AsyncExitStack() as stack:
+        primary = await open_primary(settings, stack)
+        assert isinstance(primary, EdgeStore)
+        memory = record("m1", content="a note")
+        await primary.add([memory], vector_for(memory.content, primary.dimensions)[None, :])
+    async with AsyncExitStack() as stack:  # reopened with a memory to warm
+        primary = await open_primary(settings, stack)
+        assert isinstance(primary, EdgeStore)
+        assert await primary.warmed() == 0
+        assert primary.record_cache_entries == 0
+        assert await primary.get("t1", "m1") is not None
+
+
 @pytest.mark.parametrize(
     ("setting", "cpus", "workers", "expected"),
     [

@@ -236,8 +236,18 @@ def document_parts(document: Mapping[str, object]) -> list[object]:
     if kind == "content" and isinstance(source, Mapping):
         content = source.get("content")
         blocks = content if isinstance(content, list) else [content]
-        return [*parts, *(document_text(part) for block in blocks for part in chat_parts(block))]
+        return [*parts, *(part for block in blocks for part in source_parts(block))]
     return [*parts, {"type": "file"}]
+
+
+def source_parts(block: object) -> list[object]:
+    """One block of a content source as chat parts. Anthropic's content source holds only text
+    and image blocks, so nothing here recurses (a nested document, which ``chat_parts`` would
+    read again, let a hostile body nest deep enough to exhaust the stack): anything else is
+    billed as its JSON, as other unknown blocks are."""
+    if isinstance(block, Mapping) and block.get("type") == "image":
+        return [HIGH_DETAIL_IMAGE] * IMAGE_PARTS
+    return [document_text(block)]
 
 
 def document_text(part: object) -> object:

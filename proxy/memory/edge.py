@@ -151,6 +151,7 @@ class EdgeStore:
         optimize_after: int | None = OPTIMIZE_AFTER_POINTS,
         record_cache_entries: int = DEFAULT_MAX_ENTRIES,
         search_threads: int | None = None,
+        warm_up: bool = True,
     ) -> EdgeStore:
         """Open (or create) the store under ``data_dir``; loading runs off the event loop.
 
@@ -158,7 +159,8 @@ class EdgeStore:
         written, so it can be switched per process). ``optimize_after`` unindexed points (those
         found at open count too) start a background index build; ``None`` leaves it to explicit
         ``optimize()`` calls (bulk loads). ``search_threads`` sizes the engine's search pool
-        (``edge_shard.shard_config``; the composition root picks it, adr/0131).
+        (``edge_shard.shard_config``; the composition root picks it, adr/0131). ``warm_up``
+        False leaves the record cache's warm-up to a later ``start_warm_up`` call.
         """
         if dimensions <= 0:
             raise ConfigError(f"embedding dimensions must be positive, got {dimensions}")
@@ -189,9 +191,15 @@ class EdgeStore:
             path=path,
             unindexed=unindexed,
         )
-        # A thread's future, not the loop's: a store may be closed from another event loop.
-        store._warming = executor.submit(store._warm_sync)
+        if warm_up:
+            store.start_warm_up()
         return store
+
+    def start_warm_up(self) -> None:
+        """Start filling the record cache in the background (once; ``warmed`` waits for it)."""
+        if self._warming is None and not self._closed:
+            # A thread's future, not the loop's: a store may be closed from another event loop.
+            self._warming = self._executor.submit(self._warm_sync)
 
     async def warmed(self) -> int:
         """Wait for the record cache's warm-up after ``open``; return how many memories it

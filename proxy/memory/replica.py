@@ -253,6 +253,7 @@ class ReplicaStore:
                 hybrid=hybrid,
                 record_cache_entries=record_cache_entries,
                 search_threads=search_threads,
+                warm_up=False,  # after the log is applied: its writes would void the pages
             )
         except BaseException:
             if slot is not None:
@@ -266,6 +267,7 @@ class ReplicaStore:
         except BaseException:
             await store.close()
             raise
+        replica.start_warm_up()
         store._follower = asyncio.create_task(store._follow())
         return store
 

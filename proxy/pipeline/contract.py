@@ -61,8 +61,9 @@ class Prepared:
     # in the answer, does not undo it: the writes are cache fills); called at most once.
     on_sent: Callable[[], Job] | None = None
     # Work that needs only the answer's status (the upstream's, or the error memproxy answered
-    # with; 0 if the client left before any): called once after the response has gone to the
-    # client, in the request's task, so it must be cheap (no I/O). A failure is logged.
+    # with; 0 if the client left before any, which says nothing of the upstream): called once
+    # after the response has gone to the client, in the request's task, so it must be cheap
+    # (no I/O). A failure is logged.
     on_status: Callable[[int], None] | None = None
     reply: Response | None = None  # answer without calling the upstream (explain mode)
     encoded: bytes | None = None  # ``body`` already encoded, when the pipeline had to check it

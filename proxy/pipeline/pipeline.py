@@ -659,7 +659,8 @@ class Pipeline:
 
     def _counts(self, run: Run, status: str) -> Callable[[int], None] | None:
         """Count a retrieval of each injected memory once the upstream accepted the request
-        (``None`` when nothing was injected); needs only the answer's status."""
+        (``None`` when nothing was injected); needs only the answer's status. Status 0 (the
+        client left before any answer) counts nothing: the upstream may never have answered."""
         assembly, counter = run.assembly, self.counter
         if counter is None or assembly is None or not assembly.block:
             return None
@@ -668,7 +669,7 @@ class Pipeline:
         tenant, ids = run.tenant.id, assembly.packed_ids
 
         def on_status(answered: int) -> None:
-            if answered < 400:
+            if 0 < answered < 400:
                 counter.add(tenant, ids)
 
         return on_status

@@ -13,6 +13,7 @@ import pytest
 from proxy.apis.adapter import SYSTEM, TURN, Blocks, Injected
 from proxy.apis.answer import Answer
 from proxy.apis.anthropic_messages import ANTHROPIC_MESSAGES as API
+from proxy.apis.anthropic_messages import DOCUMENT_TEXT, HIGH_DETAIL_IMAGE, IMAGE_PARTS
 from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
 from proxy.context.position import Slot, slot
@@ -261,6 +262,26 @@ def test_a_document_with_its_text_in_the_body_counts_that_text(source: object) -
     # The document is no part of what the user said: the query and a captured turn stay theirs.
     messages = API.conversation({**body, "messages": [sent]}).messages
     assert last_user_texts(messages, 1) == ["Sum up."]
+
+
+def test_a_content_source_maps_its_blocks_without_reading_documents_again() -> None:
+    # Anthropic's content source holds text and image blocks only. Reading a nested document
+    # as a document again let a hostile body nest until the stack ran out (RecursionError, a
+    # ~1,000-frame trace logged per request): past the first level it is billed as its JSON.
+    inner: dict[str, object] = text("core")
+    for _ in range(1_000):
+        inner = {"type": "document", "source": {"type": "content", "content": [inner]}}
+    [message] = API.conversation({"model": "m", "messages": [user([inner])]}).messages
+    source = inner["source"]
+    assert isinstance(source, dict)
+    assert message["content"] == source["content"]  # the nested document, as it is
+    image = {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}
+    shallow = {"type": "document", "source": {"type": "content", "content": [text("A"), image]}}
+    [message] = API.conversation({"model": "m", "messages": [user([shallow])]}).messages
+    assert message["content"] == [
+        {"type": DOCUMENT_TEXT, "text": "A"},
+        *[HIGH_DETAIL_IMAGE] * IMAGE_PARTS,
+    ]
 
 
 def test_a_pdf_document_counts_the_file_guess() -> None:

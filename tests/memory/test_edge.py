@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -564,9 +565,50 @@ async def test_a_warm_up_page_read_while_a_write_came_is_not_kept(
         await store.close()
 
 
-async def test_closing_a_store_while_it_warms_up(tmp_path: Path) -> None:
-    store = await reopened(tmp_path, 1_200)
-    await store.close()  # the warm-up stops at its page; the shard closes after it
+async def test_closing_a_store_while_it_warms_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``close`` waits for the warm-up page being read, then the warm-up starts no other: the
+    shard is never closed under a scroll, nor scrolled once closing began."""
+    await (await reopened(tmp_path, 1_200)).close()  # three warm-up pages
+    reading, release, closing = threading.Event(), threading.Event(), threading.Event()
+    log: list[str] = []
+
+    class HeldScroll:
+        """The shard, with its first scroll held until the test lets it go."""
+
+        def __init__(self, shard: Any) -> None:
+            self.shard = shard
+
+        def scroll(self, request: qe.ScrollRequest) -> Any:
+            log.append("scroll after close" if closing.is_set() else "scroll")
+            if not reading.is_set():
+                reading.set()
+                release.wait(timeout=5)  # bounded: a broken close must fail, not hang
+            found = self.shard.scroll(request)
+            log.append("page read")
+            return found
+
+        def close(self) -> None:
+            log.append("shard closed")
+            self.shard.close()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.shard, name)
+
+    opened = edge.open_shard
+    monkeypatch.setattr(edge, "open_shard", lambda *args: HeldScroll(opened(*args)))
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    assert await asyncio.to_thread(reading.wait, 5)
+    closing.set()
+    closed = asyncio.create_task(store.close())
+    await asyncio.sleep(0.2)
+    assert not closed.done()
+    assert log == ["scroll"]  # the page is still being read: the shard is open
+    release.set()
+    await closed
+    assert log == ["scroll", "page read", "shard closed"]
+    monkeypatch.undo()
     store = await EdgeStore.open(tmp_path, dimensions=DIM)
     try:
         assert await store.count("t1") == 1_200

@@ -83,6 +83,24 @@ async def test_a_write_through_one_is_read_through_the_other(
     assert not await a.delete("t1", "m1")
 
 
+async def test_a_new_replica_warms_its_record_cache_after_applying_the_log(
+    tmp_path: Path,
+) -> None:
+    """Warmed while the log was still being applied, the pages read before the log's writes
+    would be voided by them (or, read from the copy alone, miss the logged memories)."""
+    writer = await replica(tmp_path)
+    try:
+        memories = [record(f"m{i}", content=f"note {i}") for i in range(3)]
+        await writer.add(memories, vectors_for(memories))
+        late = await replica(tmp_path)  # the primary holds none of them: all in the log
+        try:
+            assert await late._replica.warmed() == 3
+        finally:
+            await late.close()
+    finally:
+        await writer.close()
+
+
 async def test_votes_from_both_all_count(pair: tuple[ReplicaStore, ReplicaStore]) -> None:
     a, b = pair
     memory = record("m1")

@@ -130,13 +130,17 @@ class AddedCounts:
         self.added.append((tenant, ids))
 
 
-@pytest.mark.parametrize(("answered", "counted"), [(200, True), (0, True), (429, False)])
+@pytest.mark.parametrize(
+    ("answered", "counted"),
+    [(0, False), (200, True), (399, True), (400, False), (429, False), (502, False)],
+)
 async def test_injected_memories_are_counted_from_the_status_alone(
     answered: int, counted: bool
 ) -> None:
     """Without capture the answer is never read (no ``on_complete``, adr/0134): the injected
-    memories' retrievals are counted from the status the route hands ``on_status`` (0: the
-    client left before an answer, as before the status-only hook)."""
+    memories' retrievals are counted from the status the route hands ``on_status``, only when
+    the upstream accepted the request (0: the client left before any answer, which says
+    nothing about the upstream, so nothing is counted)."""
     pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
     pipeline.counter = counts = AddedCounts()  # type: ignore[assignment]
     prepared = await pipeline.prepare(TENANT, {}, body("what is my dog called?"), OPENAI_CHAT)
