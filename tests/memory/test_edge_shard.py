@@ -53,13 +53,23 @@ def test_reopening_with_another_vector_size_names_the_setting(tmp_path: Path) ->
     assert caught.value.param == "store.data_dir"
 
 
+# The engine starts its pool's threads as it opens, but on a loaded machine the last may not be
+# running yet when open returns: count until the size given is reached (or 10 s pass), then
+# once more after a pause, so a larger pool still shows as larger.
 SEARCH_THREADS_IN_A_FRESH_PROCESS = """
-import os, sys
+import os, sys, time
 from pathlib import Path
 from proxy.memory.edge_shard import open_shard
-shard = open_shard(Path(sys.argv[1]), 8, int(sys.argv[2]))
-names = [open(f"/proc/self/task/{t}/comm").read() for t in os.listdir("/proc/self/task")]
-print(sum(name.startswith("edge-search") for name in names))
+def count():
+    names = [open(f"/proc/self/task/{t}/comm").read() for t in os.listdir("/proc/self/task")]
+    return sum(name.startswith("edge-search") for name in names)
+wanted = int(sys.argv[2])
+shard = open_shard(Path(sys.argv[1]), 8, wanted)
+deadline = time.monotonic() + 10
+while count() < wanted and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(0.3)
+print(count())
 shard.close()
 """
 
