@@ -99,10 +99,10 @@ def test_a_document_past_the_scan_is_estimated_from_its_whole_size(
 def test_page_names_past_the_bound_count_without_matching(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Each "/Page" counts as a page once there are more than the bound: an over-count with no
-    # regular expression over them (the bound is lowered to keep the test small).
+    # Past the bound every "/Page" left counts as a page: an over-count with no regular
+    # expression over them (the bound is lowered to keep the test small).
     monkeypatch.setattr(documents, "PDF_PAGE_MARKS", 100)
-    flood = b"%PDF-1.7\n" + b"<< /Type /Pages >> " * 150
+    flood = b"%PDF-1.7\n" + b"<< /Type /Page >> " * 100 + b"<< /Type /Pages >> " * 50
     assert pdf_pages(flood) == 150
     assert pdf_pages(pdf(30)) == 30  # under the bound: only page objects count
 

@@ -11,6 +11,7 @@ is then readable in the file's bytes.
 from __future__ import annotations
 
 import base64
+import random
 import struct
 import zlib
 from collections.abc import Iterator
@@ -23,8 +24,11 @@ def pdf(
     fanout: int = 10,
     per_stream: int = 100,
     spelling: bytes = b"/Type /Page",
+    image_bytes: int = 0,
 ) -> bytes:
-    """A valid PDF of ``pages`` pages (module notes); ``spelling`` writes the page's type."""
+    """A valid PDF of ``pages`` pages (module notes); ``spelling`` writes the page's type;
+    ``image_bytes`` gives each page an image of that many incompressible bytes (a scan's size)."""
+    noise = random.Random(pages)
     dictionaries: dict[int, bytes] = {}  # object number -> dictionary text
     streams: dict[int, bytes] = {}  # object number -> content stream data
     number = iter(range(1, 10**9))
@@ -37,6 +41,10 @@ def pdf(
         dictionaries[page] = (
             spelling + b" /Parent %%PARENT%% /MediaBox [0 0 612 792] /Contents %d 0 R" % content
         )
+        if image_bytes:
+            image = next(number)
+            streams[image] = noise.randbytes(image_bytes)
+            dictionaries[page] += b" /Resources << /XObject << /Im0 %d 0 R >> >>" % image
     tree(dictionaries, root, leaves, fanout, number)
     dictionaries[catalog] = b"/Type /Catalog /Pages %d 0 R" % root
     if object_streams:
