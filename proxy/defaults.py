@@ -83,3 +83,21 @@ LOG_FOLD_CHECK_S = 1.0
 SEARCH_THREADS: Literal["auto"] = "auto"
 SEARCH_THREADS_MIN = 2
 SEARCH_THREADS_MAX = 256  # far above any measured gain; the value is written to the shard
+# PDF documents in a request (adr/0143). Anthropic and OpenAI both put each page into the
+# model's context as its extracted text and an image of the page. Anthropic's PDF guide puts a
+# page at 1,500-3,000 tokens depending on how dense it is; OpenAI's file-inputs guide gives no
+# figure, and its image rule alone makes a portrait page 765 tokens at high detail: the top of
+# Anthropic's range, for every API.
+PDF_PAGE_TOKENS = 3_000
+# A PDF whose page objects the scan cannot all see (malformed, encrypted, an object stream it
+# does not read) is estimated from its size: a page of text compresses to a few KiB, so one page
+# every 2 KiB over-counts all but the emptiest pages.
+PDF_BYTES_PER_PAGE = 2_048
+# Bounds on reading one document on the request path (linear work; adr/0143): the base64
+# decoded (the default body limit, so under it every document is read whole), what its object
+# streams may inflate to, how many object streams, and how many "/Page" names are matched
+# before each simply counts as a page.
+PDF_SCAN_CHARS = 16 * MIB
+PDF_INFLATE_BYTES = 8 * MIB
+PDF_OBJECT_STREAMS = 1_000
+PDF_PAGE_MARKS = 20_000
