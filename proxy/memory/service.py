@@ -4,8 +4,9 @@ Every writer goes through ``MemoryService.write`` (the memories API, ``memproxy 
 import`` and the pipeline's capture, which sees it as a ``MemoryWriter``), so a memory gets the
 same treatment wherever it comes from: validated input (``proxy.memory.inputs``), an id (the
 client's, else generated), token counts for every stored encoding counted once, one batched
-embedding call, ``store.add`` (an upsert by (tenant, id)), then ``cache.bump_generation(tenant)``
-so no cached search result can hide the write. Validation happens before any of it: a bad batch
+embedding call (a dialog turn's text joined with the turn before it, ``turn_context``),
+``store.add`` (an upsert by (tenant, id)), then ``cache.bump_generation(tenant)`` so no cached
+search result can hide the write. Validation happens before any of it: a bad batch
 writes nothing. A memory written without an id that repeats a live memory of the same user
 (``proxy.memory.duplicates``), or an earlier one of its batch, is not stored again: the existing
 record stands in for it (write hygiene, adr/0113); with an id it is the caller's upsert.
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -94,7 +96,7 @@ def build_records(
     """Turn validated inputs into records with ids, times, token counts and dialog turns'
     contexts (``turn_context``; ``preceding``: the text before the batch) (pure but
     CPU-bound)."""
-    return [
+    records = [
         with_tokens(
             MemoryRecord(
                 id=item.id if item.id is not None else new_id(),
@@ -111,10 +113,14 @@ def build_records(
                 expires_at=item.expires_at,
                 superseded_by=item.superseded_by,
                 supersedes=item.supersedes,
-                context=context,
             )
         )
-        for item, context in zip(inputs, turn_contexts(inputs, preceding), strict=True)
+        for item in inputs
+    ]
+    contexts = turn_contexts(records, preceding)
+    return [
+        dataclasses.replace(record, context=context) if context else record
+        for record, context in zip(records, contexts, strict=True)
     ]
 
 

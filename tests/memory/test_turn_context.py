@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
-from proxy.context.records import index_text
-from proxy.memory.inputs import MemoryInput
+from proxy.context.records import MemoryRecord, index_text
 from proxy.memory.turn_context import clipped, turn_contexts
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def turn(
-    content: str, user: str = "u", session: object = 1, source: str = "conversation"
-) -> MemoryInput:
+    content: str,
+    user: str = "u",
+    session: object = 1,
+    source: str = "conversation",
+    minute: float = 0.0,
+) -> MemoryRecord:
     metadata = {} if session is None else {"session": session}
-    return MemoryInput(content=content, user=user, source=source, metadata=metadata)  # type: ignore[arg-type]
+    at = AT + timedelta(minutes=minute)
+    return MemoryRecord("m", "t", user, source, content, at, metadata=metadata)
 
 
 @pytest.mark.parametrize(
-    ("inputs", "preceding", "expected"),
+    ("turns", "preceding", "expected"),
     [
         ([], "", []),
-        # Each turn takes the one before it in its session.
+        ([], "before", []),
+        # Each turn takes the one before it in its session (one time: the batch's order).
         ([turn("a"), turn("b"), turn("c")], "", ["", "a", "b"]),
         # The batch's first dialog turn takes the text before the batch (capture).
         ([turn("q"), turn("answer")], "last reply", ["last reply", "q"]),
@@ -33,10 +42,16 @@ def turn(
         ([turn("a", user="x"), turn("b", user="y")], "", ["", ""]),
         # Turns without a session form one.
         ([turn("a", session=None), turn("b", session=None)], "", ["", "a"]),
+        # Time order, not the batch's (an export lists memories in id order).
+        ([turn("c", minute=2), turn("a", minute=0), turn("b", minute=1)], "", ["b", "", "a"]),
+        # The turn before must be beside it (NEIGHBOUR_WINDOW_S): not one further back whose
+        # successor is in another batch.
+        ([turn("a", minute=0), turn("c", minute=2.5)], "", ["", ""]),
+        ([turn("a", minute=0), turn("b", minute=2)], "", ["", "a"]),
     ],
 )
-def test_turn_contexts(inputs: list[MemoryInput], preceding: str, expected: list[str]) -> None:
-    assert turn_contexts(inputs, preceding) == expected
+def test_turn_contexts(turns: list[MemoryRecord], preceding: str, expected: list[str]) -> None:
+    assert turn_contexts(turns, preceding) == expected
 
 
 def test_a_long_context_keeps_its_end() -> None:
