@@ -38,8 +38,9 @@ BUDGET_RULES: tuple[BudgetRule, ...] = get_args(BudgetRule)
 # at most 1): a memory is injected only while what the query adds to its value pays for its
 # line (adr/0110; set on the LoCoMo dev conversations as the price whose median block stays
 # under 1,000 tokens: 0.02, then 0.022 with the neighbour gains of adr/0114, then 0.03 with the
-# neighbour-turn candidates of adr/0122, then 0.034 with the lexical candidates of adr/0136).
-TOKEN_PRICE = 0.034
+# neighbour-turn candidates of adr/0122, then 0.034 with the lexical candidates of adr/0136, then
+# 0.033 with dialog turns embedded and scored with the turn before them, adr/0142).
+TOKEN_PRICE = 0.033
 PRICE_UNIT_TOKENS = 100
 # Dialog turns of one user at most this far apart in time share what the question adds to either
 # (adr/0114): a turn and the reply beside it.
@@ -52,6 +53,10 @@ NEIGHBOUR_CANDIDATES = 10
 # pipeline's candidates (adr/0136): the branch is fetched anyway, and its words find evidence
 # the static embedder ranks low (on LoCoMo dev, what the candidates hold: 87 % -> 88.6 %).
 LEXICAL_CANDIDATES = True
+# A dialog turn is embedded with the turn before it, which the assembler's overlap also reads
+# (adr/0142); only the last this many characters of that turn: a long answer before a short
+# question would otherwise outweigh it in the vector (LoCoMo turns are at most 434).
+TURN_CONTEXT_MAX_CHARS = 1_000
 MAX_CONTENT_CHARS = 8_000  # longest memory content the memories API accepts
 COUNT_FLUSH_S = 5.0  # retrieval counts are summed and written this often (adr/0082)
 CACHE_TIMEOUT_MS = 10.0  # one cache call's deadline on the request path
