@@ -48,7 +48,8 @@ FLATE = (b"/FlateDecode", b"[/FlateDecode]")
 # A PDF starts with "%PDF-"; readers accept junk before it within the first KiB.
 HEADER = b"%PDF-"
 HEADER_SPAN = 1024
-# How far before an object stream's ``/Type`` its dictionary may start, and after it its data.
+# How far before an object stream's ``/Type`` its dictionary may start (the object before it
+# ends there at the latest), and after it its data.
 DICT_SPAN = 4096
 # Deflate never grows data by more than ~5 bytes a 16 KiB block (stored blocks): a stream that
 # inflates to ``n`` bytes is at most this many bytes longer, so its input is sliced to that.
@@ -123,7 +124,11 @@ def object_streams(pdf: bytes, streams: list[int], inflate: int, marks: Marks) -
         found = STREAM.search(pdf, at, at + DICT_SPAN)
         if found is None:
             return pages, False
-        dictionary = pdf[max(done, at - DICT_SPAN) : found.start()]
+        # The dictionary is the object's own: from the end of the object before it, whose
+        # filter and parameters (a linearized file's xref stream, an image) are not its own.
+        start = max(done, at - DICT_SPAN)
+        before = pdf.rfind(b"endobj", start, at)
+        dictionary = pdf[start if before < 0 else before + len(b"endobj") : found.start()]
         filters = FILTER.search(dictionary)
         done = found.end()
         if filters is None:

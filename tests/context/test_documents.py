@@ -177,3 +177,17 @@ def test_read_files_replaces_readable_files_and_keeps_the_rest() -> None:
     assert not unseen
     assert read_files([{"role": "user", "content": [readable]}])[1] is False
     assert pages_part(data) == {"type": PAGES, "pages": 3}
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [{"first_page_xref": True}, {"compress_objects": False}],
+    ids=["linearized", "qdf"],
+)
+def test_an_object_streams_filter_is_read_from_its_own_dictionary(layout: dict[str, bool]) -> None:
+    # The object before an object stream (a linearized file's first-page xref stream with a
+    # predictor; a compressed content stream before an uncompressed object stream) has its
+    # own filter: taken for the object stream's, the pages were unknown, then estimated.
+    data = pdf(3, object_streams=True, **layout)
+    assert pdf_pages(data) == 3
+    assert document_pages(b64(data)) == 3
