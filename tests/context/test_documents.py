@@ -191,3 +191,20 @@ def test_an_object_streams_filter_is_read_from_its_own_dictionary(layout: dict[s
     data = pdf(3, object_streams=True, **layout)
     assert pdf_pages(data) == 3
     assert document_pages(b64(data)) == 3
+
+
+def test_an_object_stream_whose_filter_does_not_read_is_unknown() -> None:
+    # Its first /Filter decides: one that does not read (an array never closed) leaves the
+    # stream unread, not taken for uncompressed with its pages uncounted. (Matched once where
+    # the key is: searched for a later match, "/Filter[" without "]" cost quadratic time.)
+    hidden = zlib.compress(b"1 0 << /Type /Page >> 2 0 << /Type /Page >>")
+    data = (
+        pdf(1)
+        + b"9 0 obj\n<< /Type /ObjStm /N 2 /First 10 /Filter [/FlateDecode"
+        + b" /Filter[" * 50
+        + b" >>\nstream\n"
+        + hidden
+        + b"\nendstream\nendobj\n"
+    )
+    assert pdf_pages(data) is None
+    assert document_pages(b64(data)) == fallback_pages(len(data))
