@@ -54,6 +54,10 @@ DICT_SPAN = 4096
 # Deflate never grows data by more than ~5 bytes a 16 KiB block (stored blocks): a stream that
 # inflates to ``n`` bytes is at most this many bytes longer, so its input is sliced to that.
 DEFLATE_SLACK = 1 / 1024
+# Input fed to an inflater at a time: at the end of its stream, zlib copies out what is left of
+# what it was fed (``unused_data``). Fed the whole bound at once, every small stream copied up to
+# 8 MiB: 999 tiny object streams in a 12 MB body held the loop ~1.8 s.
+INFLATE_PIECE = 64 * 1024
 DATA_URL_HEADER = 512  # "data:<mime>;base64," is far shorter
 NOT_BASE64 = bytes(
     set(range(256)) - set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
@@ -118,6 +122,7 @@ def object_streams(pdf: bytes, streams: list[int], inflate: int, marks: Marks) -
     pages = 0
     done = 0  # where the last stream read ended: every dictionary and stream is read once
     left = inflate
+    view = memoryview(pdf)  # pieces are sliced, not copied
     for at in streams:
         if at < done:
             continue  # a second /Type inside one dictionary, or inside the stream read last
@@ -142,18 +147,22 @@ def object_streams(pdf: bytes, streams: list[int], inflate: int, marks: Marks) -
             return pages, False  # another filter: not read here
         if left <= 0:
             return pages, False
-        # Sliced, not copied; a stream that inflates within ``left`` is never longer.
-        window = memoryview(pdf)[done : done + left + int(left * DEFLATE_SLACK) + 64]
+        # A stream that inflates within ``left`` is never longer than ``end - done``.
+        end = min(len(pdf), done + left + int(left * DEFLATE_SLACK) + 64)
         inflater = zlib.decompressobj()
+        parts: list[bytes] = []
         try:
-            text = inflater.decompress(window, left)
+            while not inflater.eof and done < end and left > 0:
+                piece = view[done : min(end, done + INFLATE_PIECE)]
+                parts.append(inflater.decompress(piece, left))
+                left -= len(parts[-1])
+                done += len(piece) - len(inflater.unconsumed_tail)
         except zlib.error:
             return pages, False
         if not inflater.eof:
             return pages, False  # cut short by the bound, or by the end of the bytes
-        left -= len(text)
-        done += len(window) - len(inflater.unused_data)
-        pages += marks.find(text)[0]  # (no object stream is ever inside one)
+        done -= len(inflater.unused_data)
+        pages += marks.find(b"".join(parts))[0]  # (no object stream is ever inside one)
     return pages, True
 
 

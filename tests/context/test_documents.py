@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import zlib
+from types import SimpleNamespace
 
 import pytest
 
@@ -208,3 +209,33 @@ def test_an_object_stream_whose_filter_does_not_read_is_unknown() -> None:
     )
     assert pdf_pages(data) is None
     assert document_pages(b64(data)) == fallback_pages(len(data))
+
+
+class FedInflater:
+    """A ``zlib`` inflater that adds up the bytes it is fed (``fed``)."""
+
+    fed = 0
+
+    def __init__(self) -> None:
+        self.real = zlib.decompressobj()
+
+    def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+        FedInflater.fed += len(data)
+        return self.real.decompress(data, max_length)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
+
+
+def test_each_object_stream_is_fed_no_further_than_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Fed everything up to the inflate bound, zlib copied out the rest (the bytes after the
+    # stream) for each small stream: work of streams x bound, not of the document's size.
+    data = pdf(50, object_streams=True, per_stream=5) + b"%" + b"x" * (1 << 20) + b"\n"
+    monkeypatch.setattr(FedInflater, "fed", 0)
+    monkeypatch.setattr(
+        documents, "zlib", SimpleNamespace(decompressobj=FedInflater, error=zlib.error)
+    )
+    assert pdf_pages(data) == 50
+    assert FedInflater.fed <= len(data)
