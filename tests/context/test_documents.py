@@ -20,7 +20,7 @@ from proxy.context.documents import (
     read_files,
     unseen_files,
 )
-from proxy.defaults import PDF_BYTES_PER_PAGE
+from proxy.defaults import PDF_BYTES_PER_PAGE, PDF_INFLATE_BYTES, PDF_INFLATE_RATIO
 from tests.fakes.pdfs import b64, pdf
 
 SPELLINGS = [b"/Type /Page", b"/Type/Page", b"/Type\n/Page", b"/Type\r\n  /Page"]
@@ -239,3 +239,18 @@ def test_each_object_stream_is_fed_no_further_than_its_end(
     )
     assert pdf_pages(data) == 50
     assert FedInflater.fed <= len(data)
+
+
+def test_a_small_document_inflates_no_more_than_its_ratio() -> None:
+    # 20,000 page names inflate from ~1 KB: past PDF_INFLATE_RATIO times the document's size
+    # (so a request of many small bombs inflates in proportion to its bytes), unknown.
+    hidden = zlib.compress(b"<< /Type /Page >> " * 20_000, 9)
+    data = (
+        b"%PDF-1.7\n1 0 obj\n<< /Type /ObjStm /N 1 /First 4 /Filter /FlateDecode >>\nstream\n"
+        + hidden
+        + b"\nendstream\nendobj\n"
+    )
+    assert len(data) * PDF_INFLATE_RATIO < 18 * 20_000 < PDF_INFLATE_BYTES
+    assert pdf_pages(data) is None
+    assert document_pages(b64(data)) == fallback_pages(len(data))
+    assert pdf_pages(pdf(600, object_streams=True)) == 600  # real ones inflate far less
