@@ -104,5 +104,10 @@ PDF_BYTES_PER_PAGE = 2_048
 # before each simply counts as a page.
 PDF_SCAN_CHARS = 16 * MIB
 PDF_INFLATE_BYTES = 8 * MIB
+# ... and at most this many times the document's own size, so that a request's many documents
+# together inflate in proportion to its body. Real object streams inflate to 0.1-1.3x their
+# document's size (producers measured: pdfTeX, ReportLab, qpdf, Ghostscript, pikepdf, 2,000
+# blank pages); past the bound the pages are estimated from the size.
+PDF_INFLATE_RATIO = 8
 PDF_OBJECT_STREAMS = 1_000
 PDF_PAGE_MARKS = 20_000

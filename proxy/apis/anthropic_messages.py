@@ -226,7 +226,8 @@ def chat_parts(block: object) -> list[object]:
 
 def document_parts(document: Mapping[str, object]) -> list[object]:
     """A document as chat parts: its title and context, and a plain-text or content source's
-    text, as the text Anthropic reads; a PDF (base64, URL, file) as the billing's file guess."""
+    text, as the text Anthropic reads; a base64 PDF as its pages, one by URL or file id as the
+    billing's file guess."""
     parts = [
         document_text({"type": "text", "text": document.get(key)})
         for key in ("title", "context")

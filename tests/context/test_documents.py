@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import zlib
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,7 +20,7 @@ from proxy.context.documents import (
     read_files,
     unseen_files,
 )
-from proxy.defaults import PDF_BYTES_PER_PAGE
+from proxy.defaults import PDF_BYTES_PER_PAGE, PDF_INFLATE_BYTES, PDF_INFLATE_RATIO
 from tests.fakes.pdfs import b64, pdf
 
 SPELLINGS = [b"/Type /Page", b"/Type/Page", b"/Type\n/Page", b"/Type\r\n  /Page"]
@@ -177,3 +178,79 @@ def test_read_files_replaces_readable_files_and_keeps_the_rest() -> None:
     assert not unseen
     assert read_files([{"role": "user", "content": [readable]}])[1] is False
     assert pages_part(data) == {"type": PAGES, "pages": 3}
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [{"first_page_xref": True}, {"compress_objects": False}],
+    ids=["linearized", "qdf"],
+)
+def test_an_object_streams_filter_is_read_from_its_own_dictionary(layout: dict[str, bool]) -> None:
+    # The object before an object stream (a linearized file's first-page xref stream with a
+    # predictor; a compressed content stream before an uncompressed object stream) has its
+    # own filter: taken for the object stream's, the pages were unknown, then estimated.
+    data = pdf(3, object_streams=True, **layout)
+    assert pdf_pages(data) == 3
+    assert document_pages(b64(data)) == 3
+
+
+def test_an_object_stream_whose_filter_does_not_read_is_unknown() -> None:
+    # Its first /Filter decides: one that does not read (an array never closed) leaves the
+    # stream unread, not taken for uncompressed with its pages uncounted. (Matched once where
+    # the key is: searched for a later match, "/Filter[" without "]" cost quadratic time.)
+    hidden = zlib.compress(b"1 0 << /Type /Page >> 2 0 << /Type /Page >>")
+    data = (
+        pdf(1)
+        + b"9 0 obj\n<< /Type /ObjStm /N 2 /First 10 /Filter [/FlateDecode"
+        + b" /Filter[" * 50
+        + b" >>\nstream\n"
+        + hidden
+        + b"\nendstream\nendobj\n"
+    )
+    assert pdf_pages(data) is None
+    assert document_pages(b64(data)) == fallback_pages(len(data))
+
+
+class FedInflater:
+    """A ``zlib`` inflater that adds up the bytes it is fed (``fed``)."""
+
+    fed = 0
+
+    def __init__(self) -> None:
+        self.real = zlib.decompressobj()
+
+    def decompress(self, data: bytes, max_length: int = 0) -> bytes:
+        FedInflater.fed += len(data)
+        return self.real.decompress(data, max_length)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
+
+
+def test_each_object_stream_is_fed_no_further_than_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Fed everything up to the inflate bound, zlib copied out the rest (the bytes after the
+    # stream) for each small stream: work of streams x bound, not of the document's size.
+    data = pdf(50, object_streams=True, per_stream=5) + b"%" + b"x" * (1 << 20) + b"\n"
+    monkeypatch.setattr(FedInflater, "fed", 0)
+    monkeypatch.setattr(
+        documents, "zlib", SimpleNamespace(decompressobj=FedInflater, error=zlib.error)
+    )
+    assert pdf_pages(data) == 50
+    assert FedInflater.fed <= len(data)
+
+
+def test_a_small_document_inflates_no_more_than_its_ratio() -> None:
+    # 20,000 page names inflate from ~1 KB: past PDF_INFLATE_RATIO times the document's size
+    # (so a request of many small bombs inflates in proportion to its bytes), unknown.
+    hidden = zlib.compress(b"<< /Type /Page >> " * 20_000, 9)
+    data = (
+        b"%PDF-1.7\n1 0 obj\n<< /Type /ObjStm /N 1 /First 4 /Filter /FlateDecode >>\nstream\n"
+        + hidden
+        + b"\nendstream\nendobj\n"
+    )
+    assert len(data) * PDF_INFLATE_RATIO < 18 * 20_000 < PDF_INFLATE_BYTES
+    assert pdf_pages(data) is None
+    assert document_pages(b64(data)) == fallback_pages(len(data))
+    assert pdf_pages(pdf(600, object_streams=True)) == 600  # real ones inflate far less

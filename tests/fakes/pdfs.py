@@ -5,7 +5,9 @@ documents get inner ``/Pages`` nodes), one page and one content stream a page, a
 table. ``object_streams=True`` writes PDF 1.5 instead, the way pdfTeX and Word save: every
 dictionary object (catalog, tree nodes, pages) inside Flate-compressed object streams of
 ``per_stream`` objects, found through a compressed cross-reference stream; no ``/Type /Page``
-is then readable in the file's bytes.
+is then readable in the file's bytes. Its ``first_page_xref`` starts the body with a
+cross-reference stream with a predictor (as a linearized file's first-page section does), and
+``compress_objects=False`` leaves the object streams uncompressed (as ``qpdf --qdf`` writes).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def pdf(
     per_stream: int = 100,
     spelling: bytes = b"/Type /Page",
     image_bytes: int = 0,
+    first_page_xref: bool = False,
+    compress_objects: bool = True,
 ) -> bytes:
     """A valid PDF of ``pages`` pages (module notes); ``spelling`` writes the page's type;
     ``image_bytes`` gives each page an image of that many incompressible bytes (a scan's size)."""
@@ -48,7 +52,15 @@ def pdf(
     tree(dictionaries, root, leaves, fanout, number)
     dictionaries[catalog] = b"/Type /Catalog /Pages %d 0 R" % root
     if object_streams:
-        return packed(dictionaries, streams, catalog, per_stream, number)
+        return packed(
+            dictionaries,
+            streams,
+            catalog,
+            per_stream,
+            number,
+            first_page_xref=first_page_xref,
+            compress_objects=compress_objects,
+        )
     return classic(dictionaries, streams, catalog)
 
 
@@ -116,10 +128,19 @@ def packed(
     catalog: int,
     per_stream: int,
     number: Iterator[int],
+    *,
+    first_page_xref: bool = False,
+    compress_objects: bool = True,
 ) -> bytes:
     """PDF 1.5: dictionaries in compressed object streams, a compressed xref stream."""
     out = bytearray(b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n")
     entries: dict[int, tuple[int, int, int]] = {}  # number -> (type, field 2, field 3)
+    if first_page_xref:  # its filter and predictor are its own, not the next objects'
+        head = next(number)
+        entries[head] = (1, len(out), 0)
+        parms = b"/Type /XRef /Size 1 /W [1 4 2] /Filter /FlateDecode"
+        parms += b" /DecodeParms << /Columns 7 /Predictor 12 >>"
+        out += stream_object(head, parms, zlib.compress(bytes(8 * 4)))
     for content in sorted(streams):
         entries[content] = (1, len(out), 0)
         out += stream_object(content, b"/Filter /FlateDecode", zlib.compress(streams[content]))
@@ -137,8 +158,11 @@ def packed(
         data = header + b"\n" + b" ".join(bodies)
         first = len(header) + 1
         entries[holder] = (1, len(out), 0)
-        dictionary = b"/Type /ObjStm /N %d /First %d /Filter /FlateDecode" % (len(group), first)
-        out += stream_object(holder, dictionary, zlib.compress(data))
+        dictionary = b"/Type /ObjStm /N %d /First %d" % (len(group), first)
+        if compress_objects:
+            dictionary += b" /Filter /FlateDecode"
+            data = zlib.compress(data)
+        out += stream_object(holder, dictionary, data)
     xref_number = next(number)
     entries[xref_number] = (1, len(out), 0)
     size = xref_number + 1
