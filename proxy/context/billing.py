@@ -145,8 +145,9 @@ def walk_size(body: Mapping[str, Any]) -> int:
 
 
 # Salts the key of a message with a file part: such messages were counted as a flat guess before
-# PDFs were counted by their pages (adr/0143), and a cached count outlives a release.
-FILE_KEY_SALT = b"\x00pdf-pages"
+# PDFs were counted by their pages (adr/0143), and a cached count outlives a release; the page
+# price is part of it so that a changed price never reads a count made at the old one.
+FILE_KEY_SALT = b"\x00pdf-pages-%d" % PDF_PAGE_TOKENS
 
 
 def message_key(message: Mapping[str, Any], encoding: str) -> str:

@@ -296,3 +296,16 @@ def test_a_message_with_a_file_gets_a_key_no_older_count_was_cached_under() -> N
     plain = {"role": "user", "content": "hi"}
     raw = orjson.dumps(plain, option=orjson.OPT_SORT_KEYS) + b"o200k_base"
     assert message_key(plain, "o200k_base") == hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def test_a_file_message_key_changes_with_the_page_price() -> None:
+    # A count cached at one page price must not be read at another (a release that re-prices
+    # pages would otherwise under-count every cached PDF message).
+    message = {"role": "user", "content": [{"type": "file", "file": {"file_data": "JVBER"}}]}
+    raw = orjson.dumps(message, option=orjson.OPT_SORT_KEYS) + b"o200k_base"
+    at_price = {
+        price: hashlib.blake2b(raw + b"\x00pdf-pages-%d" % price, digest_size=16).hexdigest()
+        for price in (PDF_PAGE_TOKENS, PDF_PAGE_TOKENS + 1)
+    }
+    assert message_key(message, "o200k_base") == at_price[PDF_PAGE_TOKENS]
+    assert at_price[PDF_PAGE_TOKENS] != at_price[PDF_PAGE_TOKENS + 1]
