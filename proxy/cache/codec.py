@@ -18,8 +18,9 @@ from proxy.context.records import Candidate, MemoryRecord
 from proxy.errors import CacheError
 
 VECTOR_DTYPE = np.dtype("<f4")  # little-endian float32, whatever the host's byte order
-# The record's 11 fields, its expiry and the memory it superseded, then the similarity (a
-# superseded memory is never a search hit, so ``superseded_by`` is not carried).
+# The record's 11 fields, its expiry, the memory it superseded and its context (adr/0142; a
+# row of the version before has one field fewer: a miss), then the similarity (a superseded
+# memory is never a search hit, so ``superseded_by`` is not carried).
 ROW_LENGTH = 15
 NUMBER_TYPES = (float, int)
 

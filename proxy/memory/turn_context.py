@@ -41,7 +41,8 @@ class Turn(Protocol):
 
 def clipped(text: str, limit: int = TURN_CONTEXT_MAX_CHARS) -> str:
     """The last ``limit`` characters of ``text`` (the end is what the next turn answers)."""
-    return text[-limit:] if len(text) > limit else text
+    # Not ``text[-limit:]``: at ``limit`` 0 that is the whole text.
+    return text[len(text) - limit :] if len(text) > limit else text
 
 
 def turn_contexts(

@@ -430,3 +430,21 @@ async def test_the_text_before_a_batch_is_its_first_turns_context() -> None:
     (record,) = await service.write("t1", [said], preceding="Did you go?")
     assert record.context == "Did you go?"
     assert embedder.calls == [["Did you go?\nYes, twice"]]
+
+
+async def test_a_turns_repeat_is_found_by_its_own_text_not_its_context() -> None:
+    # Write hygiene (adr/0113) compares the turns' own texts: a "Yes" after another question
+    # repeats the stored "Yes", which answers for it, context and all (adr/0142).
+    service, store, _, _ = make()
+
+    def turns(*texts: str) -> list[MemoryInput]:
+        return [MemoryInput(content=t, user="u", source="conversation") for t in texts]
+
+    first = await service.write("t1", turns("Paris?", "Yes"))
+    again = await service.write_unique("t1", turns("Kids?", "Yes"))
+    assert [(r.content, r.context, new) for r, new in again] == [
+        ("Kids?", "", True),
+        ("Yes", "Paris?", False),
+    ]
+    assert again[1][0] == first[1]
+    assert [r.content for r in store.adds[-1][0]] == ["Kids?"]

@@ -61,7 +61,7 @@ def test_a_long_context_keeps_its_end() -> None:
 
 @pytest.mark.parametrize(
     ("text", "limit", "expected"),
-    [("", 3, ""), ("abc", 3, "abc"), ("abcd", 3, "bcd")],
+    [("", 3, ""), ("abc", 3, "abc"), ("abcd", 3, "bcd"), ("abc", 0, "")],
 )
 def test_clipped(text: str, limit: int, expected: str) -> None:
     assert clipped(text, limit) == expected
