@@ -23,7 +23,7 @@ from proxy.memory import edge, edge_maintenance
 from proxy.memory.edge import EdgeStore, is_engine_error
 from proxy.memory.edge_query import search_hits
 from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB
-from proxy.memory.points import DENSE_VECTOR, EXPIRES_KEY, EXPIRES_TS_KEY, point_id
+from proxy.memory.points import DENSE_VECTOR, EXPIRES_KEY, EXPIRES_TS_KEY
 from proxy.memory.store import SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
 
@@ -275,7 +275,7 @@ async def test_a_dead_memory_found_without_the_condition_is_searched_again(
         store._lifecycle.may_hold("t1", lambda: False)  # looked up before the write below
         expiry = {EXPIRES_KEY: LIVE_AT.isoformat(), EXPIRES_TS_KEY: LIVE_AT.timestamp()}
         # The write as add makes it, without add's note; the shard holds it from now on.
-        store._shard.update(qe.UpdateOperation.set_payload([point_id("t1", "m2")], expiry))
+        store._shard.update(qe.UpdateOperation.set_payload([store._point_id("t1", "m2")], expiry))
         store._records.clear()
         seen = spy_searches(monkeypatch)
         assert await live_ids(store) == ["m1"]
