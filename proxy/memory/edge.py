@@ -53,12 +53,15 @@ from proxy.memory.edge_query import (
     key_of,
     lifecycle_filters,
     list_filter,
+    others_filter,
     repeat_filter,
     search_hits,
     tenant_filter,
     turns_filter,
 )
 from proxy.memory.edge_shard import open_shard
+from proxy.memory.edge_users import TenantUsers
+from proxy.memory.filters import scope_users
 from proxy.memory.near import near_turns, ranked, turns_failed, turns_query
 from proxy.memory.points import (
     COUNT_FIELDS,
@@ -146,6 +149,7 @@ class EdgeStore:
         self._records = RecordCache(record_cache_entries)
         self._counts = counts if counts is not None else RetrievalCounts()
         self._lifecycle = LifecycleTenants()
+        self._users = TenantUsers()
         self._warming: Future[int] | None = None
         self._ids = ids
 
@@ -280,10 +284,12 @@ class EdgeStore:
             indices, values = lexical.encode_document(full.content)
             vector = {DENSE_VECTOR: row, SPARSE_VECTOR: qe.SparseVector(indices, values)}
             points.append(qe.Point(self._ids.wire(pid), vector, to_payload(full)))
-        # Before the write is visible: a search from now on filters these tenants on liveness.
+        # Before the write is visible: a search from now on filters these tenants on liveness,
+        # and on the user where another user's memory arrives.
         self._lifecycle.note(
             r.tenant for r in records if r.expires_at is not None or r.superseded_by is not None
         )
+        self._users.note({(r.tenant, r.user) for r in records})
         self._shard.update(qe.UpdateOperation.upsert_points(points))
         self._counts.drop(written)  # the payload carries the record's own count again
         self._records.invalidate(written)
@@ -400,15 +406,28 @@ class EdgeStore:
         self, tenant: str, query: SearchQuery, vector: np.ndarray
     ) -> builtins.list[Candidate]:
         """Blocking ``search`` (the benchmark uses it to measure the cost of offloading)."""
-        at = query.live_at
-        if at is None or self._lifecycle.may_hold(tenant, lambda: self._holds_lifecycle(tenant)):
+        at, user = query.live_at, query.user
+        # Whether the search needs its liveness and its user condition: only if the tenant may
+        # hold a dead memory (edge_lifecycle), or another user's memory (edge_users).
+        lives = at is None or self._lifecycle.may_hold(
+            tenant, lambda: self._holds_lifecycle(tenant)
+        )
+        users = self._users.others(tenant, user, lambda: self._holds_others(tenant, user))
+        if lives and users:
             return self._search_once(tenant, query, vector)
-        # No memory of the tenant can be dead: search without the liveness condition, but
-        # check what comes back (a write may have raced the lookup; edge_lifecycle).
-        found = self._search_once(tenant, replace(query, live_at=None), vector)
-        if all(hit.record.live(at) for hit in found):
+        # Search without them, but check what comes back: a write may have raced the lookup.
+        found = self._search_once(
+            tenant, query if lives else replace(query, live_at=None), vector, users=users
+        )
+        dead = at is not None and not lives and not all(hit.record.live(at) for hit in found)
+        seen = scope_users(user)
+        foreign = not users and not all(hit.record.user in seen for hit in found)
+        if not dead and not foreign:
             return found
-        self._lifecycle.note([tenant])
+        if dead:
+            self._lifecycle.note([tenant])
+        if foreign:
+            self._users.note_others(tenant, user)
         return self._search_once(tenant, query, vector)
 
     async def search_near(
@@ -437,6 +456,12 @@ class EdgeStore:
             return Found(hits, None)
         return Found(hits, near_turns(hits, chosen, near, window_s))
 
+    def _holds_others(self, tenant: str, user: str) -> bool:
+        """Whether the shard holds a memory of ``tenant`` that a search of ``user`` may not see."""
+        return bool(
+            self._shard.count(qe.CountRequest(exact=True, filter=others_filter(tenant, user)))
+        )
+
     def _holds_lifecycle(self, tenant: str) -> bool:
         """Whether the shard holds a memory of ``tenant`` with an expiry or a successor."""
         return any(
@@ -445,12 +470,12 @@ class EdgeStore:
         )
 
     def _search_once(
-        self, tenant: str, query: SearchQuery, vector: np.ndarray
+        self, tenant: str, query: SearchQuery, vector: np.ndarray, *, users: bool = True
     ) -> builtins.list[Candidate]:
-        return self._candidates(
-            tenant,
-            search_hits(self._shard, tenant, query, vector, hybrid=self.hybrid, ids=self._ids),
+        hits = search_hits(
+            self._shard, tenant, query, vector, hybrid=self.hybrid, ids=self._ids, users=users
         )
+        return self._candidates(tenant, hits)
 
     def _candidates(
         self, tenant: str, hits: builtins.list[tuple[int, float]]

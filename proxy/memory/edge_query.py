@@ -32,6 +32,7 @@ from proxy.memory.filters import (
     liveness,
     repeat_conditions,
     scope_conditions,
+    scope_users,
     turn_conditions,
     windows,
 )
@@ -43,6 +44,7 @@ from proxy.memory.points import (
     SPARSE_VECTOR,
     SUPERSEDED_KEY,
     TENANT_KEY,
+    USER_KEY,
 )
 from proxy.memory.store import RepeatKey, SearchQuery, TurnsQuery
 
@@ -110,9 +112,21 @@ def lifecycle_filters(tenant: str) -> list[qe.Filter]:
     ]
 
 
-def scope_filter(tenant: str, query: SearchQuery) -> qe.Filter:
-    """Return the filter of a search (``store.scope_conditions``)."""
-    return to_filter(scope_conditions(tenant, query), liveness(query))
+def scope_filter(tenant: str, query: SearchQuery, *, users: bool = True) -> qe.Filter:
+    """Return the filter of a search (``store.scope_conditions``); ``users`` False leaves the
+    user condition out (the tenant holds no other user's memory: ``edge_users``)."""
+    conditions = scope_conditions(tenant, query)
+    if not users:
+        conditions = [condition for condition in conditions if condition[0] != USER_KEY]
+    return to_filter(conditions, liveness(query))
+
+
+def others_filter(tenant: str, user: str) -> qe.Filter:
+    """Return the filter of the tenant's memories a search of ``user`` does not see."""
+    return qe.Filter(
+        must=[qe.FieldCondition(TENANT_KEY, match=qe.MatchValue(tenant))],
+        must_not=[qe.FieldCondition(USER_KEY, match=qe.MatchAny(list(scope_users(user))))],
+    )
 
 
 def repeat_filter(tenant: str, keys: Collection[RepeatKey], live_at: float) -> qe.Filter:
@@ -147,14 +161,16 @@ def search_hits(
     *,
     hybrid: bool,
     ids: PointIds,
+    users: bool = True,
 ) -> list[Hit]:
     """Return the best ``query.top_k`` (point key, cosine) pairs of the query's scope, best first.
 
     Dense only, or (``hybrid`` and the text has terms) dense and BM25 fused by RRF; with
     ``query.lexical`` the BM25 branch's hits the fused cut leaves out follow, in BM25 order
-    (the branch is fetched anyway: they cost their dense rescoring only; adr/0136).
+    (the branch is fetched anyway: they cost their dense rescoring only; adr/0136). ``users``
+    False searches without the user condition (``scope_filter``).
     """
-    scope = scope_filter(tenant, query)
+    scope = scope_filter(tenant, query, users=users)
     dense = qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR)
     indices, values = lexical.encode_query(query.text) if hybrid else ([], [])
     if not indices:

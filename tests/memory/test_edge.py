@@ -624,3 +624,78 @@ def test_a_store_opened_in_one_event_loop_closes_in_another(tmp_path: Path) -> N
     store = asyncio.run(EdgeStore.open(tmp_path, dimensions=DIM))
     assert asyncio.run(store.warmed()) == 30
     asyncio.run(store.close())
+
+
+def spy_users(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record whether every shard search the store runs has the user condition."""
+    seen: list[bool] = []
+
+    def spy(shard: qe.EdgeShard, tenant: str, query: SearchQuery, *args: Any, **kw: Any) -> Any:
+        seen.append(kw.get("users", True))
+        return search_hits(shard, tenant, query, *args, **kw)
+
+    monkeypatch.setattr(edge, "search_hits", spy)
+    return seen
+
+
+async def test_a_tenant_without_other_users_memories_is_searched_without_the_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = spy_users(monkeypatch)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM, hybrid=True)
+    try:
+        mine = [record("m1", content="a red van"), record("s1", user="", content="a red van")]
+        await store.add(mine, vectors_for(mine, DIM))
+        elsewhere = record("x", tenant="t2", user="u2", content="a red van")
+        await store.add([elsewhere], vectors_for([elsewhere], DIM))
+        assert sorted(await live_ids(store)) == ["m1", "s1"]
+        assert seen == [False]
+        # Another user's memory written: from the next search on, the condition again.
+        theirs = record("m2", user="u2", content="a red van")
+        await store.add([theirs], vectors_for([theirs], DIM))
+        seen.clear()
+        assert sorted(await live_ids(store)) == ["m1", "s1"]
+        assert seen == [True]
+    finally:
+        await store.close()
+
+
+async def test_another_users_memory_found_without_the_user_is_searched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write racing the shard lookup (simulated: the store is told the tenant has none)."""
+    records = [record("m1", content="a red van"), record("m2", user="u2", content="a red van")]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        await store.add(records, vectors_for(records, DIM))
+        store._users = edge.TenantUsers()  # forgets the write's note
+        store._users.others("t1", "u1", lambda: False)  # looked up before the write
+        seen = spy_users(monkeypatch)
+        assert await live_ids(store) == ["m1"]
+        assert seen == [False, True]
+        seen.clear()
+        assert await live_ids(store) == ["m1"]
+        assert seen == [True]  # noted
+    finally:
+        await store.close()
+
+
+async def test_after_a_restart_the_shard_says_which_users_a_tenant_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = [
+        record("m1", content="a red van"),
+        record("m2", user="u2", content="a red van"),
+        record("m3", tenant="t2", content="a red van"),
+    ]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    await store.add(records, vectors_for(records, DIM))
+    await store.close()
+    seen = spy_users(monkeypatch)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        assert await live_ids(store) == ["m1"]
+        assert await live_ids(store, "t2") == ["m3"]
+        assert seen == [True, False]
+    finally:
+        await store.close()
