@@ -21,6 +21,7 @@ import qdrant_edge as qe
 from proxy.errors import StoreError
 from proxy.memory import edge, edge_maintenance
 from proxy.memory.edge import EdgeStore, is_engine_error
+from proxy.memory.edge_ids import Scheme
 from proxy.memory.edge_query import search_hits
 from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB
 from proxy.memory.points import DENSE_VECTOR, EXPIRES_KEY, EXPIRES_TS_KEY
@@ -416,7 +417,7 @@ async def test_a_failing_neighbour_lookup_in_the_search_keeps_the_hits(
     retriever does not cache the result; the search's own failures still raise."""
     store, query = await dialog_store(tmp_path)
 
-    def failing(*args: Any) -> Any:
+    def failing(*args: Any, **kwargs: Any) -> Any:
         raise Exception("Service runtime error: timed out")  # the engine's own error type
 
     monkeypatch.setattr(store, "_turns_near_sync", failing)
@@ -466,10 +467,11 @@ class CountingShard:
         return getattr(self._shard, name)
 
 
+@pytest.mark.parametrize("point_ids", ["uuid", "u64"])
 async def test_a_hybrid_search_reads_each_returned_id_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point_ids: Scheme
 ) -> None:
-    store = await EdgeStore.open(tmp_path, dimensions=DIM, hybrid=True)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM, hybrid=True, point_ids=point_ids)
     try:
         records = [record(f"m{i}", content=f"note {i} about item {i % 7}") for i in range(40)]
         await store.add(records, vectors_for(records, DIM))
