@@ -48,6 +48,7 @@ if __package__ in (None, ""):
 from bench.lib import stats
 from bench.lib.locomo_data import turn_content
 from bench.lib.servers import ROOT, ServerProcess, fake_upstream, memproxy, served_from
+from tests.fakes.pdfs import b64, pdf
 
 DEFAULT_DATA = ROOT.parent / "shared" / "bench" / "locomo" / "locomo_dev.json"
 TARGET_P99_MS = 50.0
@@ -89,6 +90,15 @@ def fresh(body: bytes) -> bytes:
     return body.replace(NONCE, b"nonce-" + uuid.uuid4().hex[:26].encode())
 
 
+def with_pdf(pages: int, image_bytes: int) -> list[dict[str, Any]]:
+    """A user turn with a base64 PDF (chat ``file`` part) of ``pages`` pages, each with an
+    incompressible image of ``image_bytes`` (a scan's size), read by its pages (adr/0143)."""
+    data = "data:application/pdf;base64," + b64(pdf(pages, image_bytes=image_bytes))
+    part = {"type": "file", "file": {"filename": "scan.pdf", "file_data": data}}
+    text = {"type": "text", "text": NONCE.decode() + " Sum this up."}
+    return [{"role": "user", "content": [part, text]}]
+
+
 def bodies(data: Path, smoke: bool) -> dict[str, bytes]:
     """The worst cases, by name (model after the slash)."""
     big = 16 * MB
@@ -96,6 +106,7 @@ def bodies(data: Path, smoke: bool) -> dict[str, bytes]:
         return {
             "one-char-1MB/gpt-4.1": chat("gpt-4.1", user("a" * MB)),
             "prose-1MB/gpt-4.1": chat("gpt-4.1", user(prose(data, MB))),
+            "pdf-1MB/gpt-4.1": chat("gpt-4.1", with_pdf(10, 75_000)),
         }
     depth = 1000
     deep = b'{"model":"gpt-4o","messages":[{"role":"user","content":"tea?"}],"x":'
@@ -111,6 +122,8 @@ def bodies(data: Path, smoke: bool) -> dict[str, bytes]:
             "gpt-4o", [{"role": "user", "content": NONCE.decode() + t} for t in turns]
         ),
         "nested-1000": deep + b"[" * depth + b"]" * depth + b"}",
+        "pdf-3MB/gpt-4.1": chat("gpt-4.1", with_pdf(30, 75_000)),
+        "pdf-12MB/gpt-4.1": chat("gpt-4.1", with_pdf(120, 100_000)),
     }
 
 
@@ -255,8 +268,11 @@ def main() -> None:
         help="also memproxy served from this source tree (an older commit, git archive)",
     )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--only", help="the bodies whose name contains this (e.g. pdf)")
     args = parser.parse_args()
     cases = bodies(args.data, args.smoke)
+    if args.only:
+        cases = {name: body for name, body in cases.items() if args.only in name}
     with tempfile.TemporaryDirectory(prefix="memproxy-healthz-") as tmp, ExitStack() as stack:
         fake = stack.enter_context(fake_upstream(chunks=5, compress=True, name="fake"))
         upstream = fake.base_url + "/v1"

@@ -377,18 +377,32 @@ async def evaluate(
     }
 
 
-def measured_config(timeouts: dict[str, Any], top_k: int | None) -> dict[str, Any]:
+def measured_config(
+    timeouts: dict[str, Any], top_k: int | None, memory: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The measured server's config: ``timeouts``, and ``memory.top_k`` when ``--top-k`` is given
-    (``X-Memory-Top-K`` can only lower the tenant's ``top_k``, so the server is configured)."""
-    if top_k is None:
+    (``X-Memory-Top-K`` can only lower the tenant's ``top_k``, so the server is configured),
+    ``memory`` (``--memory``) over the memory settings."""
+    if top_k is None and not memory:
         return timeouts
-    memory = {**timeouts.get("memory", {}), "top_k": top_k}
-    return {**timeouts, "memory": memory}
+    settings = {**timeouts.get("memory", {}), **({} if top_k is None else {"top_k": top_k})}
+    return {**timeouts, "memory": {**settings, **(memory or {})}}
 
 
 def before_config(config: dict[str, Any]) -> dict[str, Any]:
     """``config`` with ``BEFORE_CONFIG``'s memory settings over it."""
     return {**config, "memory": {**config.get("memory", {}), **BEFORE_CONFIG["memory"]}}
+
+
+def before_server(
+    upstream_url: str, folder: Path, config: Path, tree: Path | None
+) -> servers.ServerProcess:
+    """The before memproxy: this tree under ``BEFORE_CONFIG``, or ``tree`` (``--before-tree``)
+    under the measured config."""
+    server = servers.memproxy(
+        upstream_url, folder / "before", extra_env={"MEMPROXY_CONFIG": str(config)}
+    )
+    return server if tree is None else servers.served_from(server, tree, BEFORE)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -407,11 +421,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         folder = Path(tmp)
         timeouts = {} if args.default_timeouts else RELAXED_TIMEOUTS
         measured = folder / "measured.yaml"
-        measured.write_text(json.dumps(measured_config(timeouts, args.top_k)))  # JSON is YAML
+        memory = json.loads(args.memory) if args.memory else None
+        # JSON is YAML
+        measured.write_text(json.dumps(measured_config(timeouts, args.top_k, memory)))
         dense = folder / "dense.yaml"
         dense.write_text(json.dumps({**timeouts, **DENSE_ONLY}))
         old = folder / "before.yaml"
-        old.write_text(json.dumps(before_config(measured_config(timeouts, args.top_k))))
+        # Another tree runs with its own defaults: the before of a change to the code.
+        plain = measured_config(timeouts, args.top_k)
+        old.write_text(json.dumps(plain if args.before_tree else before_config(plain)))
         with (
             servers.fake_upstream() as upstream,
             servers.memproxy(
@@ -424,11 +442,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 folder / "dense",
                 extra_env={"MEMPROXY_CONFIG": str(dense)},
             ) as cosine,
-            servers.memproxy(
-                upstream.base_url + "/v1",
-                folder / "before",
-                extra_env={"MEMPROXY_CONFIG": str(old)},
-            ) as previous,
+            before_server(upstream.base_url + "/v1", folder, old, args.before_tree) as previous,
         ):
             return asyncio.run(
                 evaluate(proxy.base_url, samples, args, cosine.base_url, previous.base_url)
@@ -449,6 +463,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--url", help="use a running memproxy instead of starting one")
     parser.add_argument("--baseline-url", help="with --url: a memproxy with hybrid search off")
     parser.add_argument("--before-url", help=f"with --url: a memproxy configured {BEFORE_CONFIG}")
+    parser.add_argument(
+        "--before-tree",
+        type=Path,
+        help=f"run {BEFORE} from this source tree (e.g. a git archive) with the measured config, "
+        f"instead of this tree with {BEFORE_CONFIG}",
+    )
+    parser.add_argument(
+        "--memory", help='JSON memory settings for the measured server, e.g. {"token_price": 0.03}'
+    )
     parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
     parser.add_argument("--conversations", type=int, default=0, help="first N (0 = all)")
     parser.add_argument("--questions", type=int, default=0, help="first N questions (0 = all)")
@@ -493,7 +516,7 @@ def verdicts(results: dict[str, Any], budgets: Sequence[int]) -> list[str]:
     if DEFAULT in recall.get(BEFORE, {}):
         carried = recall[BEFORE][DEFAULT]["overall"]
         median = blocks[BEFORE][DEFAULT]["median"]
-        lines.append(f"before (ADR 0136): recall {100 * carried:.1f} % in a median {median:.0f}")
+        lines.append(f"{BEFORE}: recall {100 * carried:.1f} % in a median {median:.0f}")
     mid = "1000" if 1000 in budgets else str(budgets[0])
     for method in (m for m in RULES if mid in recall.get(m, {})):
         for base in (m for m in ("topk", "topk-hybrid") if mid in recall.get(m, {})):

@@ -38,8 +38,9 @@ BUDGET_RULES: tuple[BudgetRule, ...] = get_args(BudgetRule)
 # at most 1): a memory is injected only while what the query adds to its value pays for its
 # line (adr/0110; set on the LoCoMo dev conversations as the price whose median block stays
 # under 1,000 tokens: 0.02, then 0.022 with the neighbour gains of adr/0114, then 0.03 with the
-# neighbour-turn candidates of adr/0122, then 0.034 with the lexical candidates of adr/0136).
-TOKEN_PRICE = 0.034
+# neighbour-turn candidates of adr/0122, then 0.034 with the lexical candidates of adr/0136, then
+# 0.033 with dialog turns embedded and scored with the turn before them, adr/0142).
+TOKEN_PRICE = 0.033
 PRICE_UNIT_TOKENS = 100
 # Dialog turns of one user at most this far apart in time share what the question adds to either
 # (adr/0114): a turn and the reply beside it.
@@ -52,6 +53,10 @@ NEIGHBOUR_CANDIDATES = 10
 # pipeline's candidates (adr/0136): the branch is fetched anyway, and its words find evidence
 # the static embedder ranks low (on LoCoMo dev, what the candidates hold: 87 % -> 88.6 %).
 LEXICAL_CANDIDATES = True
+# A dialog turn is embedded with the turn before it, which the assembler's overlap also reads
+# (adr/0142); only the last this many characters of that turn: a long answer before a short
+# question would otherwise outweigh it in the vector (LoCoMo turns are at most 434).
+TURN_CONTEXT_MAX_CHARS = 1_000
 MAX_CONTENT_CHARS = 8_000  # longest memory content the memories API accepts
 COUNT_FLUSH_S = 5.0  # retrieval counts are summed and written this often (adr/0082)
 CACHE_TIMEOUT_MS = 10.0  # one cache call's deadline on the request path
@@ -83,3 +88,26 @@ LOG_FOLD_CHECK_S = 1.0
 SEARCH_THREADS: Literal["auto"] = "auto"
 SEARCH_THREADS_MIN = 2
 SEARCH_THREADS_MAX = 256  # far above any measured gain; the value is written to the shard
+# PDF documents in a request (adr/0143). Anthropic and OpenAI both put each page into the
+# model's context as its extracted text and an image of the page. Anthropic's PDF guide puts a
+# page at 1,500-3,000 tokens depending on how dense it is; OpenAI's file-inputs guide gives no
+# figure, and its image rule alone makes a portrait page 765 tokens at high detail: the top of
+# Anthropic's range, for every API.
+PDF_PAGE_TOKENS = 3_000
+# A PDF whose page objects the scan cannot all see (malformed, encrypted, an object stream it
+# does not read) is estimated from its size: a page of text compresses to a few KiB, so one page
+# every 2 KiB over-counts all but the emptiest pages.
+PDF_BYTES_PER_PAGE = 2_048
+# Bounds on reading one document on the request path (linear work; adr/0143): the base64
+# decoded (the default body limit, so under it every document is read whole), what its object
+# streams may inflate to, how many object streams, and how many "/Page" names are matched
+# before each simply counts as a page.
+PDF_SCAN_CHARS = 16 * MIB
+PDF_INFLATE_BYTES = 8 * MIB
+# ... and at most this many times the document's own size, so that a request's many documents
+# together inflate in proportion to its body. Real object streams inflate to 0.1-1.3x their
+# document's size (producers measured: pdfTeX, ReportLab, qpdf, Ghostscript, pikepdf, 2,000
+# blank pages); past the bound the pages are estimated from the size.
+PDF_INFLATE_RATIO = 8
+PDF_OBJECT_STREAMS = 1_000
+PDF_PAGE_MARKS = 20_000

@@ -53,7 +53,8 @@ class Conversation:
     ``messages``, ``tools``, ``response_format``, ``max_completion_tokens``): the budget counts
     it. Empty ``messages`` mean nothing to retrieve for (a malformed body goes upstream as is).
     ``unseen_history`` says the request continues a context the proxy cannot see (e.g. the
-    Responses API's ``previous_response_id``): the budget then holds room back for it.
+    Responses API's ``previous_response_id``, a PDF by URL or file id): the budget then holds
+    room back for it.
     ``turns`` are the API's own turn list, where position ``turn`` puts blocks (``Slot``
     indices count in it); ``preamble`` is what comes before them in the prompt and is not in
     them (instructions, a stored context's id), as text: it is part of the blocks' keys, so a

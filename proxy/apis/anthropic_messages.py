@@ -4,8 +4,9 @@ Reading a request: ``system`` (a string or text blocks) and ``messages`` become 
 chat-shaped conversation the pipeline budgets, queries and captures. Text blocks stay text
 parts; an image counts as two high-detail chat images (1,530 tokens: Anthropic bills an image
 of its largest size, 1.15 megapixels, ~1,600 = pixels / 750); a document with its text in the
-body (a plain-text or content source) as that text, a PDF as a file part (the billing's
-guess); a ``tool_use`` becomes an assistant tool call, a ``tool_result`` a tool
+body (a plain-text or content source) as that text, a base64 PDF by its pages (read once here,
+``proxy/context/documents.py``), a PDF by URL or file id as a file the budget holds room back
+for (adr/0143); a ``tool_use`` becomes an assistant tool call, a ``tool_result`` a tool
 message; ``thinking`` counts as its text; any other block as its compact JSON, an upper
 estimate. ``tools`` count as chat tools, ``max_tokens`` (required by the API) is the response
 reserve. Claude models are counted with Claude's tokenizer and a margin
@@ -51,6 +52,7 @@ from proxy.apis.adapter import (
     instead_of_system,
 )
 from proxy.apis.answer import Answer, read_answer
+from proxy.context.documents import pages_part, unseen_files
 from proxy.context.position import BREAKPOINT, SEPARATOR, carries_breakpoint, has_breakpoint
 from proxy.defaults import Position
 from proxy.error_responses import ANTHROPIC, ErrorShape
@@ -114,6 +116,7 @@ class AnthropicMessages:
             model=model,
             messages=messages,
             billed=billed_body(body, messages),
+            unseen_history=unseen_files(messages),
             turns=sent,
             preamble=preamble(system),
         )
@@ -223,7 +226,8 @@ def chat_parts(block: object) -> list[object]:
 
 def document_parts(document: Mapping[str, object]) -> list[object]:
     """A document as chat parts: its title and context, and a plain-text or content source's
-    text, as the text Anthropic reads; a PDF (base64, URL, file) as the billing's file guess."""
+    text, as the text Anthropic reads; a base64 PDF as its pages, one by URL or file id as the
+    billing's file guess."""
     parts = [
         document_text({"type": "text", "text": document.get(key)})
         for key in ("title", "context")
@@ -237,7 +241,8 @@ def document_parts(document: Mapping[str, object]) -> list[object]:
         content = source.get("content")
         blocks = content if isinstance(content, list) else [content]
         return [*parts, *(part for block in blocks for part in source_parts(block))]
-    return [*parts, {"type": "file"}]
+    data = source.get("data") if kind == "base64" and isinstance(source, Mapping) else None
+    return [*parts, pages_part(data) if isinstance(data, str) else {"type": "file"}]
 
 
 def source_parts(block: object) -> list[object]:

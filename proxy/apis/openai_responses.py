@@ -2,8 +2,10 @@
 
 Reading a request: ``instructions`` and ``input`` (a string, or a list of items) become the
 chat-shaped conversation the pipeline budgets, queries and captures: message items keep their
-role, their ``input_text``/``output_text`` parts become ``text`` parts, images, audio and files
-the parts the chat billing estimates; a ``function_call`` becomes an assistant tool call, a
+role, their ``input_text``/``output_text`` parts become ``text`` parts, images and audio the
+parts the chat billing estimates, a file sent as ``file_data`` its pages (read once here,
+``proxy/context/documents.py``), one by ``file_id`` or ``file_url`` a file the budget holds
+room back for (adr/0143); a ``function_call`` becomes an assistant tool call, a
 ``function_call_output`` a tool message, any other item (reasoning, built-in tool calls) is
 counted as its compact JSON, an upper estimate. ``tools``, ``text.format`` and
 ``max_output_tokens`` count as their chat equivalents. Context the request only points at (a
@@ -44,6 +46,7 @@ from proxy.apis.adapter import (
     in_turns,
 )
 from proxy.apis.answer import Answer, read_answer
+from proxy.context.documents import pages_part, unseen_files
 from proxy.context.position import SEPARATOR
 from proxy.defaults import Position
 from proxy.error_responses import OPENAI_RESPONSES, ErrorShape
@@ -83,8 +86,10 @@ class OpenAIResponses:
         if instructions:
             messages.append({"role": "system", "content": instructions})
         messages += [as_message(item) for item in items]
-        unseen = any(body.get(name) is not None for name in UNSEEN_FIELDS) or any(
-            item.get("type") in UNSEEN_ITEMS for item in items
+        unseen = (
+            any(body.get(name) is not None for name in UNSEEN_FIELDS)
+            or any(item.get("type") in UNSEEN_ITEMS for item in items)
+            or unseen_files(messages)
         )
         return Conversation(
             model=model,
@@ -178,7 +183,8 @@ def chat_part(part: object) -> object:
     if kind == "input_image":
         return {"type": "image_url", "image_url": {"detail": part.get("detail", "auto")}}
     if kind == "input_file":
-        return {"type": "file"}
+        data = part.get("file_data")
+        return pages_part(data) if isinstance(data, str) else {"type": "file"}
     return part  # refusal, input_audio: billed as in chat; anything else as its JSON
 
 

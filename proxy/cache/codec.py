@@ -20,7 +20,7 @@ from proxy.errors import CacheError
 VECTOR_DTYPE = np.dtype("<f4")  # little-endian float32, whatever the host's byte order
 # The record's 11 fields, its expiry and the memory it superseded, then the similarity (a
 # superseded memory is never a search hit, so ``superseded_by`` is not carried).
-ROW_LENGTH = 14
+ROW_LENGTH = 15
 NUMBER_TYPES = (float, int)
 
 
@@ -87,6 +87,7 @@ def encode_candidates(candidates: Sequence[Candidate]) -> bytes:
                 r.metadata,
                 r.expires_at,
                 r.supersedes,
+                r.context,
                 candidate.similarity,
             )
         )
@@ -122,7 +123,7 @@ def _decode_row(row: Any, tenant: str) -> Candidate:
     if type(row) is not list or len(row) != ROW_LENGTH:
         raise CacheDecodeError("candidate row has the wrong shape")
     (id_, rec_tenant, user, source, content, created, conf, use, count, tokens, meta) = row[:11]
-    expires, supersedes, sim = row[11:]
+    expires, supersedes, context, sim = row[11:]
     if rec_tenant != tenant:
         raise CacheDecodeError("cached record belongs to another tenant")
     if not (type(id_) is str and type(user) is str and type(source) is str):
@@ -145,6 +146,8 @@ def _decode_row(row: Any, tenant: str) -> Candidate:
         raise CacheDecodeError("candidate expires_at is not a string")
     if not (supersedes is None or type(supersedes) is str):
         raise CacheDecodeError("candidate supersedes is not a string")
+    if type(context) is not str:
+        raise CacheDecodeError("candidate context is not a string")
     expires_at = datetime.fromisoformat(expires) if expires is not None else None
     if expires_at is not None and expires_at.tzinfo is None:
         raise CacheDecodeError("expires_at lost its timezone")
@@ -162,5 +165,6 @@ def _decode_row(row: Any, tenant: str) -> Candidate:
         meta,
         expires_at=expires_at,
         supersedes=supersedes,
+        context=context,
     )
     return Candidate(record, sim)

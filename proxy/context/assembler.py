@@ -81,6 +81,7 @@ from proxy.context.words import (
     idf_weights,
     normalise_words,
     query_forms,
+    text_words,
     unseen_weight,
 )
 from proxy.defaults import MEMORY_MAX_TOKENS as DEFAULT_MAX_TOKENS
@@ -351,7 +352,14 @@ def assemble(
     # text is first met); the found words are ``query_matcher``'s.
     profiles = text_profile.each([record.content for record in records_in])
     keys, lookup = query_forms(query_words, stemmed=cfg.stemmed)
-    matches = [set(map(lookup, keys & words)) for words, _ in profiles]
+    # A dialog turn's overlap also finds the words of the turn before it, the text it was
+    # embedded with (adr/0142); its dedup signature and tokens stay its own text's.
+    matches = [
+        set(map(lookup, keys & words | keys & text_words(record.context)))
+        if record.context
+        else set(map(lookup, keys & words))
+        for (words, _), record in zip(profiles, records_in, strict=True)
+    ]
     idf = cfg.idf_overlap
     weights = idf_weights(matches) if idf else {}
     weight_of = weights.__getitem__

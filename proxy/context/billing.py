@@ -2,8 +2,10 @@
 
 3 tokens a message + role + content, +1 and the name for ``name``, +3 reply priming (OpenAI
 cookbook). Array content: text parts counted, images by a documented estimate per detail level,
-audio and file parts by documented guesses. Tool calls: name + JSON arguments + 3. Tool and schema
-definitions: compact JSON plus framing, an upper estimate of the provider's private rendering.
+audio by a documented guess, a PDF by its pages (``documents``: a ``file`` part carrying its
+bytes, or the part an adapter made of it) and a file the request only points at by a guess.
+Tool calls: name + JSON arguments + 3. Tool and schema definitions: compact JSON plus framing,
+an upper estimate of the provider's private rendering.
 ``message_key`` is the content hash a caller can cache per-message counts under.
 
 Every text is measured by a ``Measure``: the exact one is the tokenizer's count; ``upper_bound``
@@ -25,7 +27,9 @@ from typing import Any
 
 import orjson
 
+from proxy.context.documents import PAGES, document_pages
 from proxy.context.tokens import Bytes, Tokenizer
+from proxy.defaults import PDF_PAGE_TOKENS
 
 # OpenAI's chat format: <|start|>{role}<|message|>{content}<|end|> costs 3 tokens a message,
 # a name 1 more, and every reply is primed with 3 (OpenAI cookbook, "How to count tokens").
@@ -42,7 +46,9 @@ RESPONSE_FORMAT_BASE = 8
 # 1024x1024 image (4 tiles x 170 + 85).
 IMAGE_TOKENS: dict[str, int] = {"low": 85, "high": 765, "auto": 765}
 AUDIO_PART_TOKENS = 200  # a documented guess; audio input is billed separately by duration
-FILE_PART_TOKENS = 1_000  # a documented guess for file parts we cannot read
+# A file the request only points at (a file id, a URL): its bytes are not here to count; the
+# pipeline also holds room back for it (proxy/pipeline/unseen.py, adr/0143).
+FILE_PART_TOKENS = 1_000
 
 # How a count was made: exactly, or bounded from the UTF-8 length without encoding.
 EXACT, UPPER_BOUND, LOWER_BOUND = "exact", "upper_bound", "lower_bound"
@@ -138,9 +144,17 @@ def walk_size(body: Mapping[str, Any]) -> int:
     return size
 
 
+# Salts the key of a message with a file part: such messages were counted as a flat guess before
+# PDFs were counted by their pages (adr/0143), and a cached count outlives a release; the page
+# price is part of it so that a changed price never reads a count made at the old one.
+FILE_KEY_SALT = b"\x00pdf-pages-%d" % PDF_PAGE_TOKENS
+
+
 def message_key(message: Mapping[str, Any], encoding: str) -> str:
     """A stable content hash of one message for ``encoding`` (for the caller's count cache)."""
     raw = orjson.dumps(message, option=orjson.OPT_SORT_KEYS) + encoding.encode()
+    if b'"type":"file"' in raw:
+        raw += FILE_KEY_SALT
     return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
@@ -221,11 +235,27 @@ def count_content(content: Any, size: Measure) -> int:
             total += IMAGE_TOKENS.get(str(detail), IMAGE_TOKENS["auto"])
         elif kind == "input_audio":
             total += AUDIO_PART_TOKENS
+        elif kind == PAGES:
+            total += PDF_PAGE_TOKENS * pages_of(part.get("pages"))
         elif kind == "file":
-            total += FILE_PART_TOKENS
+            total += file_tokens(part.get("file"))
         else:
             total += size(json_text(part))
     return total
+
+
+def pages_of(value: object) -> int:
+    """A billed pages part's count (an adapter wrote it; anything else counts as one page)."""
+    return value if type(value) is int and value > 0 else 1
+
+
+def file_tokens(file: object) -> int:
+    """A chat ``file`` part's tokens: a document carried as ``file_data`` by its pages, one
+    only pointed at (``file_id``) by the guess."""
+    data = file.get("file_data") if isinstance(file, Mapping) else None
+    if isinstance(data, str):
+        return PDF_PAGE_TOKENS * document_pages(data)
+    return FILE_PART_TOKENS
 
 
 def count_definitions(body: Mapping[str, Any], size: Measure) -> int:

@@ -44,6 +44,10 @@ class MemoryRecord:
     expires_at: datetime | None = None
     superseded_by: str | None = None
     supersedes: str | None = None
+    # A dialog turn's context (adr/0142): the turn before it in its session, embedded with it
+    # and read by the assembler's overlap; ``""`` for anything else and for points written
+    # before it existed. ``content`` stays what the API returns and the block shows.
+    context: str = ""
 
     def live(self, at: datetime) -> bool:
         """Whether retrieval may return it at ``at``: not expired, not superseded."""
@@ -53,6 +57,11 @@ class MemoryRecord:
         """The stored count for ``encoding``; counted with ``count`` only if none was stored."""
         stored = self.tokens.get(encoding)
         return stored if stored is not None else count(self.content)
+
+
+def index_text(content: str, context: str) -> str:
+    """The text a memory is embedded with: its context (if any), then itself, one a line."""
+    return f"{context}\n{content}" if context else content
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,9 @@ SUPERSEDES_KEY = "supersedes"
 # ``created_at`` as epoch seconds, for the range filter of ``turns_near`` (adr/0122); points
 # written before it existed lack it and are simply never found as neighbours.
 CREATED_TS_KEY = "created_ts"
+# A dialog turn's context (adr/0142): written only when non-empty, so points written before it
+# existed read as a turn without context (no re-index needed).
+CONTEXT_KEY = "context"
 POINT_ID_CACHE_SIZE = 32_768  # ~200 B an entry
 # What an increment reads back of each point: just enough to check the owner and add.
 COUNT_FIELDS: tuple[str, ...] = (TENANT_KEY, RETRIEVAL_COUNT_KEY)
@@ -98,6 +101,11 @@ def to_payload(record: MemoryRecord) -> dict[str, Any]:
         payload[SUPERSEDED_KEY] = record.superseded_by
     if record.supersedes is not None:
         payload[SUPERSEDES_KEY] = record.supersedes
+    # A record unpickled from a write log written before the field existed lacks its slot
+    # (adr/0142): it was written without context.
+    context: str = getattr(record, "context", "")
+    if context:
+        payload[CONTEXT_KEY] = context
     return payload
 
 
@@ -118,6 +126,7 @@ def from_payload(payload: Mapping[str, Any]) -> MemoryRecord:
         expires_at=_time_or_none(payload.get(EXPIRES_KEY)),
         superseded_by=_text_or_none(payload.get(SUPERSEDED_KEY)),
         supersedes=_text_or_none(payload.get(SUPERSEDES_KEY)),
+        context=str(payload.get(CONTEXT_KEY) or ""),
     )
 
 

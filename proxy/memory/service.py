@@ -4,8 +4,9 @@ Every writer goes through ``MemoryService.write`` (the memories API, ``memproxy 
 import`` and the pipeline's capture, which sees it as a ``MemoryWriter``), so a memory gets the
 same treatment wherever it comes from: validated input (``proxy.memory.inputs``), an id (the
 client's, else generated), token counts for every stored encoding counted once, one batched
-embedding call, ``store.add`` (an upsert by (tenant, id)), then ``cache.bump_generation(tenant)``
-so no cached search result can hide the write. Validation happens before any of it: a bad batch
+embedding call (a dialog turn's text joined with the turn before it, ``turn_context``),
+``store.add`` (an upsert by (tenant, id)), then ``cache.bump_generation(tenant)`` so no cached
+search result can hide the write. Validation happens before any of it: a bad batch
 writes nothing. A memory written without an id that repeats a live memory of the same user
 (``proxy.memory.duplicates``), or an earlier one of its batch, is not stored again: the existing
 record stands in for it (write hygiene, adr/0113); with an id it is the caller's upsert.
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +43,7 @@ import numpy as np
 
 from proxy.cache.blocks import TurnBlocks
 from proxy.cache.protocol import MemoryCache
-from proxy.context.records import Candidate, MemoryRecord
+from proxy.context.records import Candidate, MemoryRecord, index_text
 from proxy.context.tokens import O200K
 from proxy.defaults import MAX_CONTENT_CHARS
 from proxy.errors import BackendError, EmbedderError, NotFound, RequestError
@@ -58,6 +60,7 @@ from proxy.memory.inputs import (
 from proxy.memory.parsing import parse_memories
 from proxy.memory.retriever import Retrieval, Retriever
 from proxy.memory.store import MemoryStore, Page, with_tokens
+from proxy.memory.turn_context import turn_contexts
 from proxy.tokenizer import count_tokens
 
 # The one token count the API shows: o200k_base, the encoding of OpenAI's current models
@@ -88,10 +91,12 @@ def new_id() -> str:
 
 
 def build_records(
-    tenant: str, inputs: Sequence[MemoryInput], now: datetime
+    tenant: str, inputs: Sequence[MemoryInput], now: datetime, preceding: str = ""
 ) -> builtins.list[MemoryRecord]:
-    """Turn validated inputs into records with ids, times and token counts (pure but CPU-bound)."""
-    return [
+    """Turn validated inputs into records with ids, times, token counts and dialog turns'
+    contexts (``turn_context``; ``preceding``: the text before the batch) (pure but
+    CPU-bound)."""
+    records = [
         with_tokens(
             MemoryRecord(
                 id=item.id if item.id is not None else new_id(),
@@ -111,6 +116,11 @@ def build_records(
             )
         )
         for item in inputs
+    ]
+    contexts = turn_contexts(records, preceding)
+    return [
+        dataclasses.replace(record, context=context) if context else record
+        for record, context in zip(records, contexts, strict=True)
     ]
 
 
@@ -178,9 +188,10 @@ class MemoryWriter(Protocol):
     """The write path as its writers see it (capture, import, the API)."""
 
     async def write(
-        self, tenant: str, inputs: Sequence[MemoryInput]
+        self, tenant: str, inputs: Sequence[MemoryInput], *, preceding: str = ""
     ) -> builtins.list[MemoryRecord]:
-        """Write validated memories as one batch; return the stored records."""
+        """Write validated memories as one batch (``preceding``: the dialog text just before
+        it, the context of its first dialog turn); return the stored records."""
         ...
 
 
@@ -225,13 +236,16 @@ class MemoryService:
         return await self.write(tenant, inputs)
 
     async def write(
-        self, tenant: str, inputs: Sequence[MemoryInput]
+        self, tenant: str, inputs: Sequence[MemoryInput], *, preceding: str = ""
     ) -> builtins.list[MemoryRecord]:
-        """Write validated memories as one batch; return the stored records (upsert by id)."""
-        return [record for record, _ in await self.write_unique(tenant, inputs)]
+        """Write validated memories as one batch; return the stored records (upsert by id).
+        ``preceding``: the dialog text before the batch (``turn_context``)."""
+        return [
+            record for record, _ in await self.write_unique(tenant, inputs, preceding=preceding)
+        ]
 
     async def write_unique(
-        self, tenant: str, inputs: Sequence[MemoryInput]
+        self, tenant: str, inputs: Sequence[MemoryInput], *, preceding: str = ""
     ) -> builtins.list[tuple[MemoryRecord, bool]]:
         """``write``, telling for each input whether it was stored (``False``: a duplicate,
         answered by the record it repeats)."""
@@ -239,7 +253,7 @@ class MemoryService:
             raise RequestError("a tenant is required to write memories", param="tenant")
         if not inputs:
             return []
-        return await self._store(tenant, await self._prepare(tenant, inputs))
+        return await self._store(tenant, await self._prepare(tenant, inputs, preceding))
 
     async def import_batches(
         self, tenant: str, batches: Iterable[Sequence[MemoryInput]]
@@ -267,14 +281,18 @@ class MemoryService:
     async def _stored(self, tenant: str, prepared: Prepared) -> builtins.list[MemoryRecord]:
         return [record for record, _ in await self._store(tenant, prepared)]
 
-    async def _prepare(self, tenant: str, inputs: Sequence[MemoryInput]) -> Prepared:
+    async def _prepare(
+        self, tenant: str, inputs: Sequence[MemoryInput], preceding: str = ""
+    ) -> Prepared:
         """Records (ids, times, token counts) and their embeddings: nothing stored yet."""
         now = self._clock()
         if sum(len(item.content) for item in inputs) > INLINE_COUNT_MAX_CHARS:
-            records = await asyncio.to_thread(build_records, tenant, inputs, now)
+            records = await asyncio.to_thread(build_records, tenant, inputs, now, preceding)
         else:
-            records = build_records(tenant, inputs, now)
-        vectors = await self._embed([r.content for r in records])
+            records = build_records(tenant, inputs, now, preceding)
+        # A dialog turn's vector holds the turn before it (adr/0142); BM25 encodes its own
+        # text only (the store's ``content``): the joined text lost evidence there.
+        vectors = await self._embed([index_text(r.content, r.context) for r in records])
         return Prepared(inputs, records, vectors, now)
 
     async def _store(

@@ -6,10 +6,11 @@ their metadata. ``facts`` stores neither: ``FactCapture`` queues the turn for ex
 (``proxy.memory.extraction``), whose facts are reconciled with the user's memories
 (``proxy.memory.reconcile``), all after the response and off the request's path. Only the
 client's own words are stored: anything fenced like memproxy's block is cut out, so injected
-memories never come back as new ones. Writes go through
-``MemoryService.write``, the one write path (validation, token counts, embedding, store, cache
-generation bump), seen here as a ``MemoryWriter``. A failed or refused upstream answer captures
-nothing.
+memories never come back as new ones. The message before the captured one (``preceding_text``)
+is the captured turn's context, embedded with it (adr/0142); the answer's is the user's
+message. Writes go through ``MemoryService.write``, the one write path (validation, token
+counts, embedding, store, cache generation bump), seen here as a ``MemoryWriter``. A failed or
+refused upstream answer captures nothing.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from proxy.memory.service import MemoryService, MemoryWriter
 from proxy.metrics import Metrics
 from proxy.pipeline.contract import Completion
 from proxy.pipeline.options import RequestOptions
-from proxy.pipeline.query import last_user_texts, strip_block
+from proxy.pipeline.query import USER_ROLE, content_text, last_user_texts, strip_block
 from proxy.settings import ExtractionSettings
 from proxy.tenancy import BILLING_HEADERS, CREDENTIAL_HEADERS, Tenant, bearer_auth
 
 CONVERSATION = "conversation"
+ASSISTANT_ROLE = "assistant"
 LOGGER = logging.getLogger("memproxy.pipeline")
 
 
@@ -74,14 +76,40 @@ def capture_inputs(
     return inputs
 
 
+def preceding_text(messages: Sequence[Mapping[str, object]]) -> str:
+    """The dialog text just before the last user message ``capture_inputs`` keeps: the message
+    before it when that is a user's or the assistant's (block cut out), else ``""``."""
+    position = len(messages) - 1
+    while position >= 0:  # the last user message with text, as ``last_user_texts`` finds it
+        message = messages[position]
+        if (
+            isinstance(message, dict)
+            and message.get("role") == USER_ROLE
+            and strip_block(content_text(message.get("content"))).strip()
+        ):
+            break
+        position -= 1
+    if position < 1:
+        return ""
+    before = messages[position - 1]
+    if not isinstance(before, dict) or before.get("role") not in (USER_ROLE, ASSISTANT_ROLE):
+        return ""
+    return strip_block(content_text(before.get("content"))).strip()
+
+
 async def capture_turn(
-    writer: MemoryWriter, tenant: str, inputs: Sequence[MemoryInput], metrics: Metrics
+    writer: MemoryWriter,
+    tenant: str,
+    inputs: Sequence[MemoryInput],
+    metrics: Metrics,
+    preceding: str = "",
 ) -> None:
-    """Write the captured memories; a failure is logged and counted, never raised."""
+    """Write the captured memories (``preceding``: the text before them, ``preceding_text``);
+    a failure is logged and counted, never raised."""
     if not inputs:
         return
     try:
-        await writer.write(tenant, inputs)
+        await writer.write(tenant, inputs, preceding=preceding)
     except Exception as exc:  # capture is best effort: the client already has its answer
         LOGGER.warning("capture failed for tenant %s: %s", tenant, type(exc).__name__)
         metrics.count_memory_work("capture", ok=False)

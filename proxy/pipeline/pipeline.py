@@ -56,6 +56,7 @@ from proxy.pipeline.capture import (
     capture_inputs,
     capture_turn,
     fact_request,
+    preceding_text,
 )
 from proxy.pipeline.contract import Completion, Prepared
 from proxy.pipeline.counters import RetrievalCounter
@@ -687,7 +688,9 @@ class Pipeline:
                 inputs = capture_inputs(
                     run.options, run.messages, completion, self.settings.max_content_chars
                 )
-                await capture_turn(writer, run.tenant.id, inputs, self.metrics)
+                # Only when something is kept: the text before it is read for nothing else.
+                preceding = preceding_text(run.messages) if inputs else ""
+                await capture_turn(writer, run.tenant.id, inputs, self.metrics, preceding)
             if facts is not None and self.facts is not None:
                 self.facts.submit(run.tenant.id, run.options, run.messages, completion, facts)
 

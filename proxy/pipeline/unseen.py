@@ -1,7 +1,8 @@
 """Room held back for context a request continues but does not carry.
 
 A Responses API request with ``previous_response_id`` (or a stored ``conversation``, a
-``prompt`` template, an ``item_reference``) is billed for context the proxy never sees. Its
+``prompt`` template, an ``item_reference``), or a request of any API with a document it only
+points at (a file id or URL, adr/0143), is billed for context the proxy never sees. Its
 exact size is unknown, so the budget is conservative: it counts that context as
 ``UNSEEN_SHARE`` of the model's window, on top of everything the request itself holds. Memory
 then never pushes a continued conversation over the window unless that conversation already
@@ -44,6 +45,7 @@ def note(budget: TokenBudget | None) -> str:
     held = unseen_tokens(budget) if budget is not None else 0
     return (
         "budget: the request continues context memproxy cannot see (previous_response_id, "
-        f"conversation, prompt or item_reference); {held} tokens, half the model's context "
-        "window, are held back for it: available_tokens and memory_tokens are net of them."
+        "conversation, prompt or item_reference, or a file by id or URL); "
+        f"{held} tokens, half the model's context window, are held back for it: "
+        "available_tokens and memory_tokens are net of them."
     )

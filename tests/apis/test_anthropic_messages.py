@@ -15,10 +15,12 @@ from proxy.apis.answer import Answer
 from proxy.apis.anthropic_messages import ANTHROPIC_MESSAGES as API
 from proxy.apis.anthropic_messages import DOCUMENT_TEXT, HIGH_DETAIL_IMAGE, IMAGE_PARTS
 from proxy.context.allocation import BudgetCalculator
+from proxy.context.documents import PAGES
 from proxy.context.limits import ModelLimits
 from proxy.context.position import Slot, slot
 from proxy.pipeline.query import last_user_texts
 from proxy.tokenizer import tiktoken_tokenizer
+from tests.fakes.pdfs import b64, pdf
 from tests.fakes.upstream import message_events, message_object
 
 BLOCK = "<memories>\nthe user's cat is Miso\n</memories>"
@@ -284,15 +286,33 @@ def test_a_content_source_maps_its_blocks_without_reading_documents_again() -> N
     ]
 
 
-def test_a_pdf_document_counts_the_file_guess() -> None:
-    pdf = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"}
-    [message] = API.conversation(
-        {
-            "model": "m",
-            "messages": [{"role": "user", "content": [{"type": "document", "source": pdf}]}],
-        }
-    ).messages
+def pdf_document(source: dict[str, object]) -> dict[str, object]:
+    return {"model": "m", "messages": [user([{"type": "document", "source": source}])]}
+
+
+def test_a_base64_pdf_counts_its_pages() -> None:
+    data = b64(pdf(50, object_streams=True))
+    pdf_source = {"type": "base64", "media_type": "application/pdf", "data": data}
+    conversation = API.conversation(pdf_document(pdf_source))
+    [message] = conversation.messages
+    assert message["content"] == [{"type": PAGES, "pages": 50}]
+    assert not conversation.unseen_history
+    # Not a PDF past its header: estimated from its size, one page at least.
+    header = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"}
+    [message] = API.conversation(pdf_document(header)).messages
+    assert message["content"] == [{"type": PAGES, "pages": 1}]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [{"type": "url", "url": "https://x/y.pdf"}, {"type": "file", "file_id": "file_1"}],
+    ids=["url", "file"],
+)
+def test_a_pdf_it_only_points_at_holds_room_back(source: dict[str, object]) -> None:
+    conversation = API.conversation(pdf_document(source))
+    [message] = conversation.messages
     assert message["content"] == [{"type": "file"}]
+    assert conversation.unseen_history
 
 
 @pytest.mark.parametrize(

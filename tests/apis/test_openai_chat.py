@@ -11,8 +11,10 @@ import pytest
 from proxy.apis.adapter import Blocks, Injected
 from proxy.apis.answer import Answer
 from proxy.apis.openai_chat import OPENAI_CHAT, assistant_text, read_completion
+from proxy.context.documents import PAGES
 from proxy.context.position import Slot, slot
 from proxy.defaults import Position
+from tests.fakes.pdfs import b64, pdf
 from tests.fakes.upstream import StackedEncoder, completion, stream_events
 
 TEXT = "Hello from the fake upstream"
@@ -31,6 +33,29 @@ def test_whole_body_text_and_tool_calls() -> None:
     assert assistant_text(b"", streamed=False, body=body) == "Hello from the fake upstream"
     assert assistant_text(b"", streamed=False, body=completion("m", 1, 4, tools=True)) == ""
     assert assistant_text(b"", streamed=False, body=None) == ""
+
+
+def test_a_file_part_is_billed_by_its_pages_and_forwarded_as_sent() -> None:
+    data = "data:application/pdf;base64," + b64(pdf(50, object_streams=True))
+    part = {"type": "file", "file": {"filename": "r.pdf", "file_data": data}}
+    messages = [SYSTEM, {"role": "user", "content": [part, {"type": "text", "text": "Sum up."}]}]
+    body = {"model": "gpt-4o", "messages": messages}
+    read = OPENAI_CHAT.conversation(body)
+    billed = read.billed["messages"]
+    assert isinstance(billed, list)
+    assert billed[1]["content"][0] == {"type": PAGES, "pages": 50}
+    assert read.messages == messages  # the turns a block goes into keep the file as sent
+    assert read.turns == messages
+    assert not read.unseen_history
+    plain = {"model": "gpt-4o", "messages": [SYSTEM]}
+    assert OPENAI_CHAT.conversation(plain).billed is plain  # no file: the body, no copy
+    by_id = {"type": "file", "file": {"file_id": "file-1"}}
+    pointed = OPENAI_CHAT.conversation({"model": "gpt-4o", "messages": [user_with(by_id)]})
+    assert pointed.unseen_history
+
+
+def user_with(part: dict[str, object]) -> dict[str, object]:
+    return {"role": "user", "content": [part]}
 
 
 WHOLE = orjson.dumps(completion("m", 1, 5, tools=False))

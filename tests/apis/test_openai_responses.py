@@ -12,8 +12,11 @@ from proxy.apis.adapter import SYSTEM, TURN, Blocks, Injected
 from proxy.apis.answer import Answer
 from proxy.apis.openai_responses import RESPONSES
 from proxy.context.billing import IMAGE_TOKENS, count_content
+from proxy.context.documents import PAGES
 from proxy.context.position import SEPARATOR, Slot, slot
+from proxy.defaults import PDF_PAGE_TOKENS
 from proxy.pipeline.query import last_user_texts, query_text
+from tests.fakes.pdfs import b64, pdf
 from tests.fakes.upstream import StackedEncoder, response_events, response_object
 
 BLOCK = "<memories>\nthe dog is Biscuit\n</memories>"
@@ -111,6 +114,33 @@ def test_media_parts_cost_what_chat_parts_cost() -> None:
         return len(text)
 
     assert count_content(message["content"], size) == IMAGE_TOKENS["low"] + len("what is this?")
+
+
+def test_a_file_sent_as_data_counts_its_pages() -> None:
+    data = "data:application/pdf;base64," + b64(pdf(50))
+    parts = [
+        {"type": "input_file", "filename": "report.pdf", "file_data": data},
+        {"type": "input_text", "text": "Sum up."},
+    ]
+    read = conversation({"input": [{"role": "user", "content": parts}]})
+    (message,) = read.messages
+    assert message["content"][0] == {"type": PAGES, "pages": 50}
+    assert count_content(message["content"], len) == 50 * PDF_PAGE_TOKENS + len("Sum up.")
+    assert not read.unseen_history
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "input_file", "file_id": "file-1"},
+        {"type": "input_file", "file_url": "https://x/y.pdf"},
+    ],
+    ids=["file_id", "file_url"],
+)
+def test_a_file_it_only_points_at_holds_room_back(part: dict[str, object]) -> None:
+    read = conversation({"input": [{"role": "user", "content": [part]}]})
+    assert read.messages[0]["content"] == [{"type": "file"}]
+    assert read.unseen_history
 
 
 @pytest.mark.parametrize(

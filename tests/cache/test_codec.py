@@ -50,6 +50,7 @@ def candidates(draw: st.DrawFn) -> Candidate:
         metadata=draw(st.dictionaries(st.text(max_size=12), json_values, max_size=4)),
         expires_at=draw(st.none() | created),
         supersedes=draw(st.none() | st.text(min_size=1, max_size=40)),
+        context=draw(st.text(max_size=100)),
     )
     return Candidate(record=record, similarity=draw(finite))
 
@@ -90,6 +91,7 @@ def _one_row() -> list[object]:
         (9, []),  # tokens not an object
         (9, {"o200k_base": "12"}),
         (10, "meta"),
+        (13, None),  # a turn's context not a string
     ],
 )
 def test_corrupt_rows_are_rejected(index: int, value: object) -> None:

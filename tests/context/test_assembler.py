@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -54,7 +55,7 @@ def test_pipeline_keeps_every_intermediate_figure() -> None:
     assert by_id["dup"].status == "duplicate"
     assert result.dropped["duplicate"] == ("dup",)
     assert {m.id for m in result.packed} == {"docker", "yaml"}
-    # At the default price (0.034, adr/0136) a weak match with no shared word does not pay for
+    # At the default price (0.033, adr/0142) a weak match with no shared word does not pay for
     # its line (at similarity 0.3 it would since lines lost their labels, adr/0130); the other
     # two are similar enough to.
     assert result.dropped["floor"] == ("rsync",)
@@ -263,3 +264,42 @@ def test_explanations_are_built_on_the_first_read_only() -> None:
     # Each explanation's score is the ranking's, at the assembly's time.
     for m in first:
         assert m.scored == score_candidate(m.candidate, NOW)
+
+
+def turn(name: str, content: str, context: str = "", similarity: float = 0.5) -> Candidate:
+    hit = cand(name, content, similarity, "conversation")
+    return Candidate(replace(hit.record, context=context), hit.similarity)
+
+
+@pytest.mark.parametrize(
+    ("context", "overlapping"),
+    [
+        ("", False),  # its own words share none with the question
+        ("What do your kids like these days?", True),  # the turn before it does (adr/0142)
+        ("Let us talk about the weather.", False),
+    ],
+)
+def test_a_dialog_turn_is_scored_with_the_turn_before_it(context: str, overlapping: bool) -> None:
+    query = "What do Melanie's kids like?"
+    said = "They were stoked for the dinosaur exhibit!"
+    result = assemble([turn("t", said, context)], query, 500, now=NOW, tokens=TOKENS)
+    (scored,) = result.candidates
+    assert (scored.overlap > 0) is overlapping
+    # Packed or not, the block and its tokens are the turn's own text.
+    if overlapping:
+        assert scored.status == "packed"
+        assert said in result.block
+        assert context not in result.block
+        assert scored.tokens == count_tokens(said, ENC)
+
+
+def test_a_turns_context_does_not_make_it_a_duplicate() -> None:
+    # Dedup compares the turns' own texts: two replies to one long question both stay (their
+    # joined texts share nearly every word and would be duplicates).
+    question = (
+        "Where did you and the whole family go on holiday last summer with the kids and the dog?"
+    )
+    hits = [turn("a", "The lake", question, 0.6), turn("b", "Paris", question, 0.5)]
+    result = assemble(hits, "holiday kids summer", 500, now=NOW, tokens=TOKENS)
+    assert result.dropped["duplicate"] == ()
+    assert set(result.packed_ids) == {"a", "b"}

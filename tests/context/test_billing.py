@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,7 +14,10 @@ from proxy.claude_tokenizer import CLAUDE
 from proxy.context import billing
 from proxy.context.billing import message_key
 from proxy.context.budget import TokenBudgetCalculator
+from proxy.context.documents import PAGES
+from proxy.defaults import PDF_PAGE_TOKENS
 from proxy.tokenizer import count_tokens, tiktoken_tokenizer
+from tests.fakes.pdfs import b64, pdf
 
 TOKENIZER = tiktoken_tokenizer()
 
@@ -265,3 +270,42 @@ def test_malformed_shapes_are_counted_as_their_json_text(extra: dict[str, Any]) 
     if "messages" not in extra:  # the odd definitions cost something: never undercounted
         assert counted.tools_tokens > 0
         assert counted.available_tokens < plain.available_tokens
+
+
+def test_a_pdf_counts_by_its_pages_and_a_file_by_id_by_the_guess() -> None:
+    # A 50-page PDF is ~150,000 tokens for the provider, not the 1,000 of a flat guess.
+    size = billing.upper_bound
+    data = "data:application/pdf;base64," + b64(pdf(50, object_streams=True))
+    assert billing.count_content([{"type": "file", "file": {"file_data": data}}], size) == (
+        50 * PDF_PAGE_TOKENS
+    )
+    assert billing.count_content([{"type": PAGES, "pages": 7}], size) == 7 * PDF_PAGE_TOKENS
+    for odd in (0, -3, True, "7", None):  # an adapter writes an int; anything else: one page
+        assert billing.count_content([{"type": PAGES, "pages": odd}], size) == PDF_PAGE_TOKENS
+    by_id = [{"type": "file", "file": {"file_id": "file-1"}}]
+    assert billing.count_content(by_id, size) == billing.FILE_PART_TOKENS
+    assert billing.count_content([{"type": "file"}], size) == billing.FILE_PART_TOKENS
+
+
+def test_a_message_with_a_file_gets_a_key_no_older_count_was_cached_under() -> None:
+    # Cached counts outlive a release: a file message counted by the flat guess must not be
+    # found again now that PDFs count by their pages.
+    message = {"role": "user", "content": [{"type": "file", "file": {"file_data": "JVBER"}}]}
+    raw = orjson.dumps(message, option=orjson.OPT_SORT_KEYS) + b"o200k_base"
+    assert message_key(message, "o200k_base") != hashlib.blake2b(raw, digest_size=16).hexdigest()
+    plain = {"role": "user", "content": "hi"}
+    raw = orjson.dumps(plain, option=orjson.OPT_SORT_KEYS) + b"o200k_base"
+    assert message_key(plain, "o200k_base") == hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def test_a_file_message_key_changes_with_the_page_price() -> None:
+    # A count cached at one page price must not be read at another (a release that re-prices
+    # pages would otherwise under-count every cached PDF message).
+    message = {"role": "user", "content": [{"type": "file", "file": {"file_data": "JVBER"}}]}
+    raw = orjson.dumps(message, option=orjson.OPT_SORT_KEYS) + b"o200k_base"
+    at_price = {
+        price: hashlib.blake2b(raw + b"\x00pdf-pages-%d" % price, digest_size=16).hexdigest()
+        for price in (PDF_PAGE_TOKENS, PDF_PAGE_TOKENS + 1)
+    }
+    assert message_key(message, "o200k_base") == at_price[PDF_PAGE_TOKENS]
+    assert at_price[PDF_PAGE_TOKENS] != at_price[PDF_PAGE_TOKENS + 1]

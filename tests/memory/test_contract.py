@@ -15,8 +15,10 @@ from proxy.context.records import MemoryRecord
 from proxy.errors import ConfigError, RequestError, StoreError
 from proxy.memory import edge, qdrant
 from proxy.memory.duplicates import words_key
+from proxy.memory.inputs import MemoryInput
 from proxy.memory.near import ranked, search_then_turns
 from proxy.memory.retriever import Retrieval, Retriever
+from proxy.memory.service import MemoryService
 from proxy.memory.store import MemoryStore, SearchQuery, TurnsQuery
 from proxy.tokenizer import count_all
 from tests.memory.support import (
@@ -56,6 +58,7 @@ async def test_add_then_get_round_trips_every_field(store: MemoryStore) -> None:
         usefulness=0.7,
         retrieval_count=3,
         metadata={"dia_id": "D1:3", "tags": ["a", "b"], "n": 2},
+        context="the turn before",
     )
     await put(store, original)
     got = await store.get("t1", "m1")
@@ -849,3 +852,19 @@ async def test_repeats_read_every_page(store: MemoryStore, monkeypatch: pytest.M
     await put(store, *(record(f"m{i}", content=text) for i, text in enumerate(texts)))
     found = await store.repeats("t1", [("u1", words_key(t)) for t in texts], LIVE_AT)
     assert sorted(r.id for r in found) == [f"m{i}" for i in range(5)]
+
+
+async def test_a_dialog_turn_is_found_by_the_turn_before_it(store: MemoryStore) -> None:
+    """The write path embeds a dialog turn with the turn before it (adr/0142): a dense query
+    for that joined text finds the turn, whose record keeps its own text."""
+    service = MemoryService(store, HashEmbedder())
+    before, said = "My kids love dinosaurs", "They were stoked for the exhibit!"
+    turns = [MemoryInput(content=c, user="u1", source="conversation") for c in (before, said)]
+    await service.write("t1", turns)
+    hits = await service.retriever.retrieve("t1", Retrieval(f"{before}\n{said}", "u1", top_k=2))
+    assert hits[0].record.content == said
+    assert hits[0].similarity == pytest.approx(1.0, abs=1e-5)
+    assert hits[0].record.context == before
+    listed = {r.content: r for r in await list_all(store, "t1")}
+    assert listed[said].context == before
+    assert listed[before].context == ""

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from proxy.context.records import SOURCES, MemoryRecord
 from proxy.errors import StoreError
-from proxy.memory.points import from_payload, owned, point_id, to_payload
+from proxy.memory.points import CONTEXT_KEY, from_payload, owned, point_id, to_payload
 from proxy.memory.store import with_tokens
 from tests.memory.support import record
 
@@ -100,3 +100,25 @@ def test_owned_rejects_other_tenants_and_missing_payloads() -> None:
     assert owned(payload, "A") is not None
     assert owned(payload, "B") is None
     assert owned(None, "A") is None
+
+
+def test_a_turns_context_is_written_only_when_set_and_old_points_read_without() -> None:
+    """adr/0142: a point written before the context existed reads as a turn without one."""
+    turn = MemoryRecord(
+        "m", "t", "u", "conversation", "Yes!", datetime(2025, 5, 1, tzinfo=UTC), context="Ready?"
+    )
+    payload = to_payload(turn)
+    assert payload[CONTEXT_KEY] == "Ready?"
+    assert from_payload(payload) == turn
+    del payload[CONTEXT_KEY]
+    assert from_payload(payload) == replace(turn, context="")
+    assert CONTEXT_KEY not in to_payload(replace(turn, context=""))
+
+
+def test_a_record_pickled_before_the_context_existed_is_written_without_one() -> None:
+    # A write log left by the version before adr/0142 holds records with one field fewer.
+    turn = MemoryRecord("m", "t", "u", "conversation", "Yes!", datetime(2025, 5, 1, tzinfo=UTC))
+    old = MemoryRecord.__new__(MemoryRecord)
+    old.__setstate__(turn.__getstate__()[:-1])  # type: ignore[attr-defined]
+    assert CONTEXT_KEY not in to_payload(old)
+    assert from_payload(to_payload(old)) == turn

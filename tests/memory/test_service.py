@@ -400,3 +400,33 @@ async def test_an_import_that_fails_keeps_the_batches_before_it() -> None:
         await run()
     assert [r.content for r in written] == ["ok"]
     assert await store.count("t1") == 1
+
+
+# -- a dialog turn's context (adr/0142) ---------------------------------------------------------
+
+
+async def test_a_dialog_turn_is_embedded_with_the_turn_before_it() -> None:
+    service, store, embedder, _ = make()
+    turns = [
+        {"content": "Kids love dinosaurs", "source": "conversation", "metadata": {"session": 1}},
+        {"content": "A fact", "source": "learnings"},
+        {"content": "They were stoked!", "source": "conversation", "metadata": {"session": 1}},
+    ]
+    records = await service.add("t1", turns)
+    # Dense only: the vector holds the turn before; the record's text stays the turn's own.
+    assert embedder.calls == [
+        ["Kids love dinosaurs", "A fact", "Kids love dinosaurs\nThey were stoked!"]
+    ]
+    assert [r.content for r in records] == ["Kids love dinosaurs", "A fact", "They were stoked!"]
+    assert [r.context for r in records] == ["", "", "Kids love dinosaurs"]
+    assert store.adds[0][0] == records
+    assert "context" not in memory_object(records[2])
+    assert memory_object(records[2])["content"] == "They were stoked!"
+
+
+async def test_the_text_before_a_batch_is_its_first_turns_context() -> None:
+    service, _, embedder, _ = make()
+    said = MemoryInput(content="Yes, twice", user="u", source="conversation")
+    (record,) = await service.write("t1", [said], preceding="Did you go?")
+    assert record.context == "Did you go?"
+    assert embedder.calls == [["Did you go?\nYes, twice"]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proxy.context.render import render_block
-from proxy.pipeline.capture import capture_inputs, fact_request
+from proxy.pipeline.capture import capture_inputs, fact_request, preceding_text
 from proxy.pipeline.contract import Completion
 from proxy.pipeline.options import RequestOptions
 from proxy.settings import MemorySettings
@@ -81,3 +81,32 @@ def test_fact_requests_carry_the_tenants_upstream_credentials() -> None:
     assert dict(request.auth) == {b"authorization": b"Bearer sk-client", b"openai-project": b"p1"}
     keyed = Tenant("t", MemorySettings(), forwards_credentials=False, upstream_key="sk-tenant")
     assert fact_request(keyed, headers, {}).auth == ((b"authorization", b"Bearer sk-tenant"),)
+
+
+def user(text: object) -> dict[str, object]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: object) -> dict[str, object]:
+    return {"role": "assistant", "content": text}
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        (MESSAGES, "reply"),  # the answer before the captured question (adr/0142)
+        ([user("only")], ""),
+        ([{"role": "system", "content": "sys"}, user("q")], ""),  # not a dialog turn
+        ([user("first"), user("second")], "first"),
+        # The captured message is the last user message with text; a blank one is skipped.
+        ([assistant("a"), user("q"), user("  ")], "a"),
+        ([assistant("a"), user("q"), assistant("later")], "a"),
+        ([assistant([{"type": "text", "text": "parts"}]), user("q")], "parts"),
+        ([assistant("x " + render_block(["[learnings] m"])), user("q")], "x"),
+        ([{"role": "tool", "content": "42"}, user("q")], ""),
+        ([assistant(None), user("q")], ""),
+        ([], ""),
+    ],
+)
+def test_preceding_text(messages: list[dict[str, object]], expected: str) -> None:
+    assert preceding_text(messages) == expected

@@ -32,6 +32,7 @@ from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 from proxy.defaults import NEIGHBOUR_WINDOW_S
 from proxy.memory.near import ranked
 from proxy.memory.retriever import Retriever
+from proxy.memory.service import MemoryService
 from proxy.memory.store import Found
 from proxy.metrics import Metrics
 from proxy.pipeline.capture import FactRequest
@@ -865,3 +866,36 @@ async def test_facts_use_only_openai_credentials(
         "memproxy_extraction_failures_total", {"reason": "unsupported_api"}
     )
     assert (unsupported or 0) == (0 if queued else 1)
+
+
+@pytest.mark.parametrize(
+    ("capture", "contexts"),
+    [
+        # The user's message is embedded with the answer before it, the answer with the
+        # message (adr/0142); the records keep their own text.
+        ("user", {"and the kids?": "We saw the dinosaurs."}),
+        ("turn", {"and the kids?": "We saw the dinosaurs.", "They loved it.": "and the kids?"}),
+    ],
+)
+async def test_a_captured_turn_is_stored_with_its_context(
+    capture: str, contexts: dict[str, str]
+) -> None:
+    store = FakeStore([], dimensions=DIMS)
+    embedder = FakeEmbedder(DIMS)
+    pipeline = build(store, embedder)
+    pipeline.writer = MemoryService(store, embedder)
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What did you do at the museum?"},
+        {"role": "assistant", "content": "We saw the dinosaurs."},
+        {"role": "user", "content": "and the kids?"},
+    ]
+    headers = {"x-memory-capture": capture, "x-memory-user": "u"}
+    prepared = await pipeline.prepare(
+        TENANT, headers, {"model": "gpt-4o", "messages": messages}, OPENAI_CHAT
+    )
+    assert prepared.on_complete is not None
+    await prepared.on_complete(Completion(200, streamed=False, ok=True, text="They loved it."))
+    stored = {r.content: r.context for added, _ in store.adds for r in added}
+    assert stored == contexts
+    assert embedder.calls[-1] == [f"{contexts[c]}\n{c}" for c in contexts]
