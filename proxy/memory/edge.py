@@ -39,6 +39,7 @@ from proxy.defaults import HYBRID
 from proxy.errors import ConfigError, StoreError
 from proxy.memory import lexical
 from proxy.memory.edge_counts import COUNTS_FILE, RetrievalCounts
+from proxy.memory.edge_ids import NEW_STORES, U64_IDS, PointIds, Scheme, ids_at
 from proxy.memory.edge_lifecycle import LifecycleTenants
 from proxy.memory.edge_maintenance import (
     OPTIMIZE_AFTER_POINTS,
@@ -49,17 +50,18 @@ from proxy.memory.edge_maintenance import (
 from proxy.memory.edge_query import (
     DENSE_PARAMS,
     expired_filter,
-    id_of,
     key_of,
     lifecycle_filters,
     list_filter,
+    others_filter,
     repeat_filter,
-    scored,
     search_hits,
     tenant_filter,
     turns_filter,
 )
 from proxy.memory.edge_shard import open_shard
+from proxy.memory.edge_users import TenantUsers
+from proxy.memory.filters import scope_users
 from proxy.memory.near import near_turns, ranked, turns_failed, turns_query
 from proxy.memory.points import (
     COUNT_FIELDS,
@@ -71,8 +73,6 @@ from proxy.memory.points import (
     from_payload,
     owned,
     owned_or_fail,
-    point_id,
-    point_key,
     repeats_among,
     to_payload,
 )
@@ -99,6 +99,8 @@ DELETE_PAGE = 4_096  # ids a delete by filter reads a page at a time, to drop th
 # event loop gets the interpreter back often while a restarted store warms up.
 WARM_PAGE = 512
 DEFAULT_WORKERS = 2
+# What a write reads back of the points it is about to overwrite: whose they are (adr/0139).
+NAME_FIELDS: tuple[str, ...] = (TENANT_KEY, "id")
 T = TypeVar("T")
 LOGGER = logging.getLogger("memproxy.store")
 
@@ -108,6 +110,14 @@ def is_engine_error(exc: BaseException) -> bool:
     engine error ("Service runtime error: ...") and ``OSError`` for its files. Its ``ValueError``
     or ``TypeError`` mean we passed it something wrong: a bug, not an outage."""
     return type(exc) is Exception or isinstance(exc, OSError)
+
+
+def collision(memory_id: str) -> StoreError:
+    """The error of a write whose 64-bit point id names another memory (adr/0139)."""
+    return StoreError(
+        f"memory {memory_id!r} cannot be stored: its point id is another memory's "
+        "(a 64-bit hash collision); store it under another id"
+    )
 
 
 class EdgeStore:
@@ -125,6 +135,7 @@ class EdgeStore:
         counts: RetrievalCounts | None = None,
         path: Path | None = None,
         unindexed: int = 0,
+        ids: PointIds = U64_IDS,
     ) -> None:
         self.dimensions = dimensions
         self.hybrid = hybrid
@@ -138,7 +149,9 @@ class EdgeStore:
         self._records = RecordCache(record_cache_entries)
         self._counts = counts if counts is not None else RetrievalCounts()
         self._lifecycle = LifecycleTenants()
+        self._users = TenantUsers()
         self._warming: Future[int] | None = None
+        self._ids = ids
 
     @classmethod
     async def open(
@@ -152,6 +165,7 @@ class EdgeStore:
         record_cache_entries: int = DEFAULT_MAX_ENTRIES,
         search_threads: int | None = None,
         warm_up: bool = True,
+        point_ids: Scheme = NEW_STORES,
     ) -> EdgeStore:
         """Open (or create) the store under ``data_dir``; loading runs off the event loop.
 
@@ -161,6 +175,8 @@ class EdgeStore:
         ``optimize()`` calls (bulk loads). ``search_threads`` sizes the engine's search pool
         (``edge_shard.shard_config``; the composition root picks it, adr/0131). ``warm_up``
         False leaves the record cache's warm-up to a later ``start_warm_up`` call.
+        ``point_ids`` names the points of a store created here (``edge_ids``, adr/0139); an
+        existing store keeps its own.
         """
         if dimensions <= 0:
             raise ConfigError(f"embedding dimensions must be positive, got {dimensions}")
@@ -170,6 +186,7 @@ class EdgeStore:
         try:
             # A build this process left running on these files (``close``) ends first.
             await loop.run_in_executor(executor, wait_for_build, path)
+            ids = await loop.run_in_executor(executor, ids_at, path, point_ids)
             shard = await loop.run_in_executor(
                 executor, open_shard, path, dimensions, search_threads
             )
@@ -190,6 +207,7 @@ class EdgeStore:
             counts=counts,
             path=path,
             unindexed=unindexed,
+            ids=ids,
         )
         if warm_up:
             store.start_warm_up()
@@ -257,21 +275,40 @@ class EdgeStore:
         """Blocking ``add`` (for bulk loaders that already run off the event loop)."""
         check_vectors(records, vectors, self.dimensions)
         rows = np.asarray(vectors, dtype=np.float32).tolist()
+        key = self._ids.key
+        written = [key(r.tenant, r.id) for r in records]
+        self._refuse_collisions(records, written)
         points = []
-        for record, row in zip(records, rows, strict=True):
+        for record, row, pid in zip(records, rows, written, strict=True):
             full = with_tokens(record)
             indices, values = lexical.encode_document(full.content)
             vector = {DENSE_VECTOR: row, SPARSE_VECTOR: qe.SparseVector(indices, values)}
-            points.append(qe.Point(point_id(full.tenant, full.id), vector, to_payload(full)))
-        # Before the write is visible: a search from now on filters these tenants on liveness.
+            points.append(qe.Point(self._ids.wire(pid), vector, to_payload(full)))
+        # Before the write is visible: a search from now on filters these tenants on liveness,
+        # and on the user where another user's memory arrives.
         self._lifecycle.note(
             r.tenant for r in records if r.expires_at is not None or r.superseded_by is not None
         )
+        self._users.note({(r.tenant, r.user) for r in records})
         self._shard.update(qe.UpdateOperation.upsert_points(points))
-        written = [point_key(r.tenant, r.id) for r in records]
         self._counts.drop(written)  # the payload carries the record's own count again
         self._records.invalidate(written)
         self._maintenance.after_write(len(points))
+
+    def _refuse_collisions(self, records: Sequence[MemoryRecord], keys: Sequence[int]) -> None:
+        """Refuse a write whose 64-bit point id already names another memory (adr/0139):
+        an upsert would replace that memory. UUID ids are taken not to collide."""
+        if self._ids.scheme != "u64":
+            return
+        names: dict[int, tuple[str, str]] = {}
+        for record, key in zip(records, keys, strict=True):
+            if names.setdefault(key, (record.tenant, record.id)) != (record.tenant, record.id):
+                raise collision(record.id)
+        held = self._shard.retrieve(list(names), list(NAME_FIELDS), False)
+        for point in held:
+            payload, name = point.payload or {}, names[key_of(point.id)]
+            if (payload.get(TENANT_KEY), payload.get("id")) != name:
+                raise collision(name[1])
 
     async def optimize(self) -> bool:
         """Build the HNSW index for everything written so far (blocks until done)."""
@@ -283,13 +320,20 @@ class EdgeStore:
         return await self._run(self._get_sync, tenant, memory_id)
 
     def _get_sync(self, tenant: str, memory_id: str) -> MemoryRecord | None:
-        found = self._shard.retrieve([point_id(tenant, memory_id)], True, False)
-        return self._owned(found[0], tenant) if found else None
+        found = self._shard.retrieve([self._point_id(tenant, memory_id)], True, False)
+        return self._owned(found[0], tenant, memory_id) if found else None
 
-    def _owned(self, point: Any, tenant: str) -> MemoryRecord | None:
-        """The tenant's record of a retrieved point, with its current retrieval count."""
+    def _point_id(self, tenant: str, memory_id: str) -> int | str:
+        """The point id of (tenant, memory id), as the shard takes it."""
+        return self._ids.wire(self._ids.key(tenant, memory_id))
+
+    def _owned(self, point: Any, tenant: str, memory_id: str | None = None) -> MemoryRecord | None:
+        """The tenant's record of a retrieved point, with its current retrieval count; with
+        ``memory_id``, only if it is that memory (a 64-bit id may name another, adr/0139)."""
         record = owned(point.payload, tenant)
-        return None if record is None else self._counts.merged(key_of(point.id), record)
+        if record is None or (memory_id is not None and record.id != memory_id):
+            return None
+        return self._counts.merged(key_of(point.id), record)
 
     async def list(
         self, tenant: str, *, user: str | None, source: str | None, limit: int, after: str | None
@@ -303,7 +347,7 @@ class EdgeStore:
     ) -> Page:
         if limit <= 0:
             return Page(records=[], has_more=False, last_id=None)
-        offset = point_id(tenant, after) if after is not None else None
+        offset = self._point_id(tenant, after) if after is not None else None
         # One extra for the cursor itself (scroll starts at it, inclusive) and one for has_more.
         request = qe.ScrollRequest(
             offset=offset,
@@ -329,10 +373,10 @@ class EdgeStore:
         return await self._run(self._delete_sync, tenant, memory_id)
 
     def _delete_sync(self, tenant: str, memory_id: str) -> bool:
-        pid = point_id(tenant, memory_id)
+        pid = self._point_id(tenant, memory_id)
         with self._rmw_lock:
             found = self._shard.retrieve([pid], True, False)
-            if not found or owned(found[0].payload, tenant) is None:
+            if not found or self._owned(found[0], tenant, memory_id) is None:
                 return False
             self._shard.update(qe.UpdateOperation.delete_points([pid]))
             self._counts.drop([key_of(pid)])
@@ -362,15 +406,28 @@ class EdgeStore:
         self, tenant: str, query: SearchQuery, vector: np.ndarray
     ) -> builtins.list[Candidate]:
         """Blocking ``search`` (the benchmark uses it to measure the cost of offloading)."""
-        at = query.live_at
-        if at is None or self._lifecycle.may_hold(tenant, lambda: self._holds_lifecycle(tenant)):
+        at, user = query.live_at, query.user
+        # Whether the search needs its liveness and its user condition: only if the tenant may
+        # hold a dead memory (edge_lifecycle), or another user's memory (edge_users).
+        lives = at is None or self._lifecycle.may_hold(
+            tenant, lambda: self._holds_lifecycle(tenant)
+        )
+        users = self._users.others(tenant, user, lambda: self._holds_others(tenant, user))
+        if lives and users:
             return self._search_once(tenant, query, vector)
-        # No memory of the tenant can be dead: search without the liveness condition, but
-        # check what comes back (a write may have raced the lookup; edge_lifecycle).
-        found = self._search_once(tenant, replace(query, live_at=None), vector)
-        if all(hit.record.live(at) for hit in found):
+        # Search without them, but check what comes back: a write may have raced the lookup.
+        found = self._search_once(
+            tenant, query if lives else replace(query, live_at=None), vector, users=users
+        )
+        dead = at is not None and not lives and not all(hit.record.live(at) for hit in found)
+        seen = scope_users(user)
+        foreign = not users and not all(hit.record.user in seen for hit in found)
+        if not dead and not foreign:
             return found
-        self._lifecycle.note([tenant])
+        if dead:
+            self._lifecycle.note([tenant])
+        if foreign:
+            self._users.note_others(tenant, user)
         return self._search_once(tenant, query, vector)
 
     async def search_near(
@@ -399,6 +456,12 @@ class EdgeStore:
             return Found(hits, None)
         return Found(hits, near_turns(hits, chosen, near, window_s))
 
+    def _holds_others(self, tenant: str, user: str) -> bool:
+        """Whether the shard holds a memory of ``tenant`` that a search of ``user`` may not see."""
+        return bool(
+            self._shard.count(qe.CountRequest(exact=True, filter=others_filter(tenant, user)))
+        )
+
     def _holds_lifecycle(self, tenant: str) -> bool:
         """Whether the shard holds a memory of ``tenant`` with an expiry or a successor."""
         return any(
@@ -407,11 +470,12 @@ class EdgeStore:
         )
 
     def _search_once(
-        self, tenant: str, query: SearchQuery, vector: np.ndarray
+        self, tenant: str, query: SearchQuery, vector: np.ndarray, *, users: bool = True
     ) -> builtins.list[Candidate]:
-        return self._candidates(
-            tenant, search_hits(self._shard, tenant, query, vector, hybrid=self.hybrid)
+        hits = search_hits(
+            self._shard, tenant, query, vector, hybrid=self.hybrid, ids=self._ids, users=users
         )
+        return self._candidates(tenant, hits)
 
     def _candidates(
         self, tenant: str, hits: builtins.list[tuple[int, float]]
@@ -429,8 +493,9 @@ class EdgeStore:
     def _records_of(self, tenant: str, keys: builtins.list[int]) -> dict[int, MemoryRecord]:
         """The records of ``keys``: cached ones, the rest read from the shard (then cached)."""
         found, generation = self._records.lookup(keys)
+        wire = self._ids.wire
         missing: builtins.list[Any] = (
-            [] if len(found) == len(keys) else [id_of(key) for key in keys if key not in found]
+            [] if len(found) == len(keys) else [wire(key) for key in keys if key not in found]
         )
         if missing:
             merged = self._counts.merged
@@ -449,7 +514,8 @@ class EdgeStore:
         """Add one to a memory's retrieval count per occurrence of its id in ``ids``."""
         require_tenant(tenant)
         if ids:
-            deltas = Counter(point_key(tenant, i) for i in ids)
+            key = self._ids.key
+            deltas = Counter(key(tenant, i) for i in ids)
             await self._run(self._increment_sync, tenant, deltas)
 
     def _increment_sync(self, tenant: str, deltas: Counter[int]) -> None:
@@ -464,7 +530,7 @@ class EdgeStore:
             for key, delta in deltas.items():
                 current = self._counts.get(key)
                 if current is None:
-                    unread.append(id_of(key))
+                    unread.append(self._ids.wire(key))
                 else:
                     counts[key] = current + delta
             found = self._shard.retrieve(unread, list(COUNT_FIELDS), False) if unread else []
@@ -497,17 +563,17 @@ class EdgeStore:
     def _update_usefulness_sync(
         self, tenant: str, memory_id: str, update: Callable[[float], float]
     ) -> MemoryRecord | None:
-        pid = point_id(tenant, memory_id)
+        pid = self._point_id(tenant, memory_id)
         with self._rmw_lock:
             found = self._shard.retrieve([pid], True, False)
-            current = self._owned(found[0], tenant) if found else None
+            current = self._owned(found[0], tenant, memory_id) if found else None
             if current is None:
                 return None
             value = update(current.usefulness)
             self._shard.update(qe.UpdateOperation.set_payload([pid], {"usefulness": value}))
             self._records.invalidate([key_of(pid)])
             after = self._shard.retrieve([pid], True, False)
-        return self._owned(after[0], tenant)
+        return self._owned(after[0], tenant, memory_id)
 
     async def supersede(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
         """Mark the memory superseded by ``by`` if it is not yet, under the read-modify-write
@@ -516,10 +582,10 @@ class EdgeStore:
         return await self._run(self._supersede_sync, tenant, memory_id, by)
 
     def _supersede_sync(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
-        pid = point_id(tenant, memory_id)
+        pid = self._point_id(tenant, memory_id)
         with self._rmw_lock:
             found = self._shard.retrieve([pid], True, False)
-            current = self._owned(found[0], tenant) if found else None
+            current = self._owned(found[0], tenant, memory_id) if found else None
             if current is None or current.superseded_by is not None:
                 return None
             # Before the write is visible, as ``add`` does: a superseded memory is dead.
@@ -527,7 +593,7 @@ class EdgeStore:
             self._shard.update(qe.UpdateOperation.set_payload([pid], {SUPERSEDED_KEY: by}))
             self._records.invalidate([key_of(pid)])
             after = self._shard.retrieve([pid], True, False)
-        return self._owned(after[0], tenant)
+        return self._owned(after[0], tenant, memory_id)
 
     async def count(self, tenant: str) -> int:
         """Return how many memories the tenant has."""
@@ -577,7 +643,7 @@ class EdgeStore:
                 params=DENSE_PARAMS,
             )
         )
-        return self._candidates(tenant, list(scored(found).items()))
+        return self._candidates(tenant, list(self._ids.scored(found).items()))
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory expired at or before ``before``; return how many."""

@@ -4,14 +4,15 @@ Every injected memory gets ``retrieval_count += 1``. Written as shard payload up
 counts were the largest cost of the memory path on real text (adr/0103): Qdrant copies every
 point whose payload changes out of its indexed segment into the appendable, unindexed one, and
 the writes ran on the store's threads while requests searched. So the embedded store keeps a
-memory's count here once it has been retrieved: a dict of point key (the integer of the point's
-UUID, ``edge_query.key_of``) to count, overriding the
+memory's count here once it has been retrieved: a dict of point key (``edge_ids``: the 64-bit
+point id, or the integer of the point's UUID) to count, overriding the
 payload's (which stays the count the memory was written with), merged into records as they are
 read. The table is saved to one small file next to the shard when it changed, at most every
 ``SAVE_INTERVAL_S`` and on close; a process killed in between loses the counts of that window,
 as the counter's pending increments always could (they only nudge the frequency score).
 
-File: ``MAGIC``, then per point its 16 UUID bytes and the count as a little-endian u64, written
+File: ``MAGIC``, then per point its key as 16 big-endian bytes (a UUID's bytes, or a 64-bit
+id zero-padded: one format for both id schemes) and the count as a little-endian u64, written
 to a temporary file and renamed over the old one (a reader never sees half a file).
 """
 

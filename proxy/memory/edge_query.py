@@ -8,14 +8,15 @@ cosine of its hits, so only lexical-only hits need a second, id-filtered dense q
 Measured at 10k memories: 0.8 ms against 2.3 ms for one fused query with payloads plus the
 rescoring query (adr/0082).
 
-Inside the store a point is keyed by the integer of its UUID (``key_of``): qdrant-edge hands ids
-back as ``uuid.UUID`` objects, whose ``__hash__`` is Python code; a search hashed ~900 of them
-(fusion, cosines, record cache), 0.1-0.2 ms. The integer is read once per returned point.
+Inside the store a point is keyed by an integer (``edge_ids``): its 64-bit id, or on a store
+with UUID ids the UUID's integer. qdrant-edge hands UUID ids back as ``uuid.UUID`` objects, whose
+``__hash__`` is Python code; a search hashed ~900 of them (fusion, cosines, record cache),
+0.1-0.2 ms. The integer is read once per returned point.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from typing import Any
 from uuid import UUID
 
@@ -23,6 +24,7 @@ import numpy as np
 import qdrant_edge as qe
 
 from proxy.memory import lexical
+from proxy.memory.edge_ids import PointIds
 from proxy.memory.filters import (
     Condition,
     Liveness,
@@ -30,6 +32,7 @@ from proxy.memory.filters import (
     liveness,
     repeat_conditions,
     scope_conditions,
+    scope_users,
     turn_conditions,
     windows,
 )
@@ -41,6 +44,7 @@ from proxy.memory.points import (
     SPARSE_VECTOR,
     SUPERSEDED_KEY,
     TENANT_KEY,
+    USER_KEY,
 )
 from proxy.memory.store import RepeatKey, SearchQuery, TurnsQuery
 
@@ -58,25 +62,12 @@ DENSE_PARAMS = qe.SearchParams(
 
 
 def key_of(pid: int | UUID | str) -> int:
-    """The key of a point id: its UUID's integer. The store writes UUID strings only and the
-    shard hands back UUIDs; an ``int`` is taken as a key already (not as a Qdrant integer
-    point id, which the store never writes and ``id_of`` would not give back)."""
+    """The key of a point id in either scheme (``edge_ids``): a 64-bit id is its own key, a
+    UUID id (object or string) keys by its integer. Per point in a search it cost more than
+    the hashing it saves (12.5 against 2.6 us for 50 points): searches use ``PointIds``."""
     if isinstance(pid, UUID):
         return pid.int
     return pid if isinstance(pid, int) else UUID(pid).int
-
-
-def id_of(key: int) -> str:
-    """The point id of a key, as the shard takes it: the UUID's 32 hex digits (a quarter of
-    the time of building a ``uuid.UUID``)."""
-    return f"{key:032x}"
-
-
-def scored(found: Sequence[Any]) -> dict[int, float]:
-    """{point key: score} of a query's points, in their order. The store writes UUID ids only,
-    so ``.int`` is read directly: ``key_of`` per point cost more than the hashing it saves
-    (12.5 against 2.6 us for 50 points; UUID-keyed: 10.3)."""
-    return {point.id.int: point.score for point in found}
 
 
 def to_filter(conditions: list[Condition], live: Liveness | None = None) -> qe.Filter:
@@ -121,9 +112,21 @@ def lifecycle_filters(tenant: str) -> list[qe.Filter]:
     ]
 
 
-def scope_filter(tenant: str, query: SearchQuery) -> qe.Filter:
-    """Return the filter of a search (``store.scope_conditions``)."""
-    return to_filter(scope_conditions(tenant, query), liveness(query))
+def scope_filter(tenant: str, query: SearchQuery, *, users: bool = True) -> qe.Filter:
+    """Return the filter of a search (``store.scope_conditions``); ``users`` False leaves the
+    user condition out (the tenant holds no other user's memory: ``edge_users``)."""
+    conditions = scope_conditions(tenant, query)
+    if not users:
+        conditions = [condition for condition in conditions if condition[0] != USER_KEY]
+    return to_filter(conditions, liveness(query))
+
+
+def others_filter(tenant: str, user: str) -> qe.Filter:
+    """Return the filter of the tenant's memories a search of ``user`` does not see."""
+    return qe.Filter(
+        must=[qe.FieldCondition(TENANT_KEY, match=qe.MatchValue(tenant))],
+        must_not=[qe.FieldCondition(USER_KEY, match=qe.MatchAny(list(scope_users(user))))],
+    )
 
 
 def repeat_filter(tenant: str, keys: Collection[RepeatKey], live_at: float) -> qe.Filter:
@@ -151,15 +154,23 @@ def list_filter(tenant: str, user: str | None, source: str | None) -> qe.Filter:
 
 
 def search_hits(
-    shard: qe.EdgeShard, tenant: str, query: SearchQuery, vector: np.ndarray, *, hybrid: bool
+    shard: qe.EdgeShard,
+    tenant: str,
+    query: SearchQuery,
+    vector: np.ndarray,
+    *,
+    hybrid: bool,
+    ids: PointIds,
+    users: bool = True,
 ) -> list[Hit]:
     """Return the best ``query.top_k`` (point key, cosine) pairs of the query's scope, best first.
 
     Dense only, or (``hybrid`` and the text has terms) dense and BM25 fused by RRF; with
     ``query.lexical`` the BM25 branch's hits the fused cut leaves out follow, in BM25 order
-    (the branch is fetched anyway: they cost their dense rescoring only; adr/0136).
+    (the branch is fetched anyway: they cost their dense rescoring only; adr/0136). ``users``
+    False searches without the user condition (``scope_filter``).
     """
-    scope = scope_filter(tenant, query)
+    scope = scope_filter(tenant, query, users=users)
     dense = qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR)
     indices, values = lexical.encode_query(query.text) if hybrid else ([], [])
     if not indices:
@@ -172,7 +183,7 @@ def search_hits(
                 params=DENSE_PARAMS,
             )
         )
-        return list(scored(found).items())
+        return list(ids.scored(found).items())
     branch = query.top_k * HYBRID_OVERSAMPLE
     lexical_query = qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_VECTOR)
     # Both requests built first: the two engine calls run back to back.
@@ -183,10 +194,9 @@ def search_hits(
         limit=branch, query=lexical_query, filter=scope, with_payload=False
     )
     dense_found = shard.query(dense_request)
-    lexical_found: list[Any] = shard.query(lexical_request)  # ids: UUIDs, as the store writes
-    cosine = scored(dense_found)
-    # A point builds a new ``uuid.UUID`` each time its ``id`` is read (~0.7 us): read it once.
-    lexical_ids = {(pid := point.id).int: pid for point in lexical_found}
+    lexical_found: list[Any] = shard.query(lexical_request)
+    cosine = ids.scored(dense_found)
+    lexical_ids = ids.keyed(lexical_found)
     fused = fuse_ranks([list(cosine), list(lexical_ids)], k=RRF_K, limit=query.top_k)
     keys = [key for key, _ in fused]
     if query.lexical:
@@ -204,5 +214,5 @@ def search_hits(
                 params=DENSE_PARAMS,
             )
         )
-        cosine.update(scored(rescored))
+        cosine.update(ids.scored(rescored))
     return [(key, cosine.get(key, 0.0)) for key in keys]

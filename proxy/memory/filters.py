@@ -39,10 +39,14 @@ def liveness(query: SearchQuery) -> Liveness | None:
     return Liveness(query.live_at.timestamp()) if query.live_at is not None else None
 
 
+def scope_users(user: str) -> tuple[str, ...]:
+    """Whose memories a search of ``user`` sees: theirs and the tenant's shared ones."""
+    return (SHARED_USER,) if user == SHARED_USER else (user, SHARED_USER)
+
+
 def scope_conditions(tenant: str, query: SearchQuery) -> list[Condition]:
     """What a search may see: the tenant, the user plus shared memories, the sources."""
-    users = (SHARED_USER,) if query.user == SHARED_USER else (query.user, SHARED_USER)
-    conditions: list[Condition] = [(TENANT_KEY, (tenant,)), (USER_KEY, users)]
+    conditions: list[Condition] = [(TENANT_KEY, (tenant,)), (USER_KEY, scope_users(query.user))]
     if query.sources is not None:
         conditions.append((SOURCE_KEY, tuple(query.sources)))
     return conditions

@@ -1,7 +1,8 @@
 """A memory as a Qdrant point, for both stores: its point id, its payload, its named vectors.
 
-Client-visible ids are arbitrary strings; the point id is ``uuid5(tenant, id)``, so two tenants
-can use the same id and guessing another tenant's id lands on a point that does not exist. The
+Client-visible ids are arbitrary strings; the point id is ``uuid5(tenant, id)`` (an embedded
+store created after adr/0139: a 64-bit hash of the same, ``edge_ids``), so two tenants can use
+the same id and guessing another tenant's id lands on a point that does not exist. The
 payload carries the whole record, the tenant included, and every read checks that tenant again
 (``owned``): a point outside the caller's tenant is never turned into a record.
 """

@@ -30,6 +30,10 @@ async def open_kind(kind: str, path: Path, dimensions: int, hybrid: bool) -> Mem
         return FakeStore(dimensions=dimensions)
     if kind == "edge":
         return await EdgeStore.open(path / "edge", dimensions=dimensions, hybrid=hybrid)
+    if kind == "edge-uuid":  # a store created before adr/0139 names its points by UUIDs
+        return await EdgeStore.open(
+            path / "edge", dimensions=dimensions, hybrid=hybrid, point_ids="uuid"
+        )
     if kind == "replica":
         return await ReplicaStore.open(
             path / "replica",
@@ -40,7 +44,7 @@ async def open_kind(kind: str, path: Path, dimensions: int, hybrid: bool) -> Mem
     return await QdrantStore.open(path=str(path / "qdrant"), dimensions=dimensions, hybrid=hybrid)
 
 
-@pytest.fixture(params=["edge", "replica", "qdrant"])
+@pytest.fixture(params=["edge", "edge-uuid", "replica", "qdrant"])
 async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreFactory]:
     """Yield a factory opening the parametrized store on one persistent location.
 
@@ -63,6 +67,7 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     params=[
         ("edge", False),
         ("edge", True),
+        ("edge-uuid", True),
         ("replica", False),
         ("replica", True),
         ("qdrant", False),
@@ -72,6 +77,7 @@ async def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     ids=[
         "edge-dense",
         "edge-hybrid",
+        "edge-uuid-hybrid",
         "replica-dense",
         "replica-hybrid",
         "qdrant-dense",

@@ -21,9 +21,10 @@ import qdrant_edge as qe
 from proxy.errors import StoreError
 from proxy.memory import edge, edge_maintenance
 from proxy.memory.edge import EdgeStore, is_engine_error
+from proxy.memory.edge_ids import Scheme
 from proxy.memory.edge_query import search_hits
 from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB
-from proxy.memory.points import DENSE_VECTOR, EXPIRES_KEY, EXPIRES_TS_KEY, point_id
+from proxy.memory.points import DENSE_VECTOR, EXPIRES_KEY, EXPIRES_TS_KEY
 from proxy.memory.store import SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
 
@@ -275,7 +276,7 @@ async def test_a_dead_memory_found_without_the_condition_is_searched_again(
         store._lifecycle.may_hold("t1", lambda: False)  # looked up before the write below
         expiry = {EXPIRES_KEY: LIVE_AT.isoformat(), EXPIRES_TS_KEY: LIVE_AT.timestamp()}
         # The write as add makes it, without add's note; the shard holds it from now on.
-        store._shard.update(qe.UpdateOperation.set_payload([point_id("t1", "m2")], expiry))
+        store._shard.update(qe.UpdateOperation.set_payload([store._point_id("t1", "m2")], expiry))
         store._records.clear()
         seen = spy_searches(monkeypatch)
         assert await live_ids(store) == ["m1"]
@@ -416,7 +417,7 @@ async def test_a_failing_neighbour_lookup_in_the_search_keeps_the_hits(
     retriever does not cache the result; the search's own failures still raise."""
     store, query = await dialog_store(tmp_path)
 
-    def failing(*args: Any) -> Any:
+    def failing(*args: Any, **kwargs: Any) -> Any:
         raise Exception("Service runtime error: timed out")  # the engine's own error type
 
     monkeypatch.setattr(store, "_turns_near_sync", failing)
@@ -466,10 +467,11 @@ class CountingShard:
         return getattr(self._shard, name)
 
 
+@pytest.mark.parametrize("point_ids", ["uuid", "u64"])
 async def test_a_hybrid_search_reads_each_returned_id_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point_ids: Scheme
 ) -> None:
-    store = await EdgeStore.open(tmp_path, dimensions=DIM, hybrid=True)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM, hybrid=True, point_ids=point_ids)
     try:
         records = [record(f"m{i}", content=f"note {i} about item {i % 7}") for i in range(40)]
         await store.add(records, vectors_for(records, DIM))
@@ -624,3 +626,78 @@ def test_a_store_opened_in_one_event_loop_closes_in_another(tmp_path: Path) -> N
     store = asyncio.run(EdgeStore.open(tmp_path, dimensions=DIM))
     assert asyncio.run(store.warmed()) == 30
     asyncio.run(store.close())
+
+
+def spy_users(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record whether every shard search the store runs has the user condition."""
+    seen: list[bool] = []
+
+    def spy(shard: qe.EdgeShard, tenant: str, query: SearchQuery, *args: Any, **kw: Any) -> Any:
+        seen.append(kw.get("users", True))
+        return search_hits(shard, tenant, query, *args, **kw)
+
+    monkeypatch.setattr(edge, "search_hits", spy)
+    return seen
+
+
+async def test_a_tenant_without_other_users_memories_is_searched_without_the_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = spy_users(monkeypatch)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM, hybrid=True)
+    try:
+        mine = [record("m1", content="a red van"), record("s1", user="", content="a red van")]
+        await store.add(mine, vectors_for(mine, DIM))
+        elsewhere = record("x", tenant="t2", user="u2", content="a red van")
+        await store.add([elsewhere], vectors_for([elsewhere], DIM))
+        assert sorted(await live_ids(store)) == ["m1", "s1"]
+        assert seen == [False]
+        # Another user's memory written: from the next search on, the condition again.
+        theirs = record("m2", user="u2", content="a red van")
+        await store.add([theirs], vectors_for([theirs], DIM))
+        seen.clear()
+        assert sorted(await live_ids(store)) == ["m1", "s1"]
+        assert seen == [True]
+    finally:
+        await store.close()
+
+
+async def test_another_users_memory_found_without_the_user_is_searched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write racing the shard lookup (simulated: the store is told the tenant has none)."""
+    records = [record("m1", content="a red van"), record("m2", user="u2", content="a red van")]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        await store.add(records, vectors_for(records, DIM))
+        store._users = edge.TenantUsers()  # forgets the write's note
+        store._users.others("t1", "u1", lambda: False)  # looked up before the write
+        seen = spy_users(monkeypatch)
+        assert await live_ids(store) == ["m1"]
+        assert seen == [False, True]
+        seen.clear()
+        assert await live_ids(store) == ["m1"]
+        assert seen == [True]  # noted
+    finally:
+        await store.close()
+
+
+async def test_after_a_restart_the_shard_says_which_users_a_tenant_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = [
+        record("m1", content="a red van"),
+        record("m2", user="u2", content="a red van"),
+        record("m3", tenant="t2", content="a red van"),
+    ]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    await store.add(records, vectors_for(records, DIM))
+    await store.close()
+    seen = spy_users(monkeypatch)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        assert await live_ids(store) == ["m1"]
+        assert await live_ids(store, "t2") == ["m3"]
+        assert seen == [True, False]
+    finally:
+        await store.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,7 +11,9 @@ import qdrant_edge as qe
 from proxy.memory import edge_counts
 from proxy.memory.edge import EdgeStore
 from proxy.memory.edge_counts import COUNTS_FILE, MAGIC, RetrievalCounts
-from proxy.memory.points import RETRIEVAL_COUNT_KEY, point_id, point_key, point_uuid
+from proxy.memory.edge_ids import point_u64
+from proxy.memory.edge_query import key_of
+from proxy.memory.points import RETRIEVAL_COUNT_KEY, point_key, point_uuid
 from tests.memory.support import record, vectors_for
 
 DIM = 32
@@ -86,11 +87,11 @@ async def test_increments_never_write_the_shard(tmp_path: Path) -> None:
         # The point's payload keeps the count it was written with: no payload update, so the
         # point stays in its indexed segment (adr/0103).
         shard: qe.EdgeShard = store._shard
-        raw = shard.retrieve([point_id("t1", "m1")], True, False)
+        raw = shard.retrieve([store._point_id("t1", "m1")], True, False)
         assert raw[0].payload[RETRIEVAL_COUNT_KEY] == 0
     finally:
         await store.close()
-    assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(point_key("t1", "m1")) == 2
+    assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(point_u64("t1", "m1")) == 2
 
 
 class ReadSpy:
@@ -98,10 +99,10 @@ class ReadSpy:
 
     def __init__(self, shard: qe.EdgeShard) -> None:
         self.shard = shard
-        self.reads: list[set[str]] = []
+        self.reads: list[set[int]] = []
 
-    def retrieve(self, ids: list[object], *args: object) -> object:
-        self.reads.append({str(uuid.UUID(str(i))) for i in ids})  # any spelling of a UUID
+    def retrieve(self, ids: list[int | str], *args: object) -> object:
+        self.reads.append({key_of(i) for i in ids})  # any spelling of a point id
         return self.shard.retrieve(ids, *args)
 
     def __getattr__(self, name: str) -> object:
@@ -118,7 +119,7 @@ async def test_an_id_already_counted_is_not_read_again(tmp_path: Path) -> None:
         await store.increment_retrievals("t1", ["m1"])
         await store.increment_retrievals("t1", ["m1", "m1", "m2"])
         # The second round reads only m2: m1's count is in the table.
-        assert spy.reads == [{point_id("t1", "m1")}, {point_id("t1", "m2")}]
+        assert spy.reads == [{point_u64("t1", "m1")}, {point_u64("t1", "m2")}]
         got = [await store.get("t1", m) for m in ("m1", "m2")]
         assert [r.retrieval_count if r else None for r in got] == [3, 1]
     finally:
@@ -140,8 +141,8 @@ async def test_deleting_by_filter_drops_the_counts(tmp_path: Path, how: str) -> 
         else:
             assert await store.purge_expired(datetime.now(UTC)) == 1
         await store.increment_retrievals("t1", ["m1", "m2"])
-        assert store._counts.get(point_key("t1", "m1")) is None
-        assert store._counts.get(point_key("t1", "m2")) == 2
+        assert store._counts.get(point_u64("t1", "m1")) is None
+        assert store._counts.get(point_u64("t1", "m2")) == 2
     finally:
         await store.close()
-    assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(point_key("t1", "m1")) is None
+    assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(point_u64("t1", "m1")) is None

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import qdrant_edge as qe
 
-from proxy.memory.edge_query import id_of, key_of, turns_filter
+from proxy.memory.edge_ids import UUID_IDS
+from proxy.memory.edge_query import key_of, turns_filter
 from proxy.memory.points import (
     EXPIRES_TS_KEY,
     SOURCE_KEY,
@@ -27,7 +28,7 @@ PID = point_id("t1", "m1")
 @pytest.mark.parametrize("given", [PID, UUID(PID), PID.upper()])
 def test_key_of_gives_the_uuids_integer_for_every_spelling(given: str | UUID) -> None:
     assert key_of(given) == UUID(PID).int == point_key("t1", "m1")
-    assert UUID(id_of(key_of(given))) == UUID(PID)  # the shard reads this form too
+    assert UUID(str(UUID_IDS.wire(key_of(given)))) == UUID(PID)  # the shard reads this form too
 
 
 def test_key_of_refuses_what_is_not_a_uuid() -> None:
