@@ -295,6 +295,13 @@ class EdgeStore:
         self._records.invalidate(written)
         self._maintenance.after_write(len(points))
 
+    async def refuse_collisions(self, records: Sequence[MemoryRecord]) -> None:
+        """Raise the ``StoreError`` ``add`` would raise for a batch whose 64-bit point ids
+        name other memories (adr/0139), without writing (``ReplicaStore`` checks before it
+        logs a batch)."""
+        key = self._ids.key
+        await self._run(self._refuse_collisions, records, [key(r.tenant, r.id) for r in records])
+
     def _refuse_collisions(self, records: Sequence[MemoryRecord], keys: Sequence[int]) -> None:
         """Refuse a write whose 64-bit point id already names another memory (adr/0139):
         an upsert would replace that memory. UUID ids are taken not to collide."""

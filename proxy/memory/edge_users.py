@@ -56,10 +56,11 @@ class TenantUsers:
         write is visible to searches)."""
         with self._lock:
             for tenant, writer in pairs:
-                writers = self._writers.setdefault(tenant, set())
-                if writer not in writers:
+                if writer not in self._writers.get(tenant, ()):
+                    # Before the set is fetched: past the bound ``_grow`` drops it, and the
+                    # writer added to a dropped set would be forgotten at once.
                     self._grow()
-                    writers.add(writer)
+                    self._writers.setdefault(tenant, set()).add(writer)
                 users = self._known.get(tenant, {})
                 for user in users:
                     if writer not in scope_users(user):

@@ -352,7 +352,15 @@ class ReplicaStore:
         # Counted once, here: every replica applies the counts in the entry.
         counted = await self._in_thread(lambda: [with_tokens(r) for r in records])
         entry: Entry = (ADD, (counted, np.asarray(vectors, dtype=np.float32)))
-        await self._write(lambda: _ready(entry))
+
+        async def prepare() -> Entry:
+            # Caught up under the log's lock: a batch refused here never reaches the log, where
+            # every replica (and the primary at start) would refuse it at every catch-up and
+            # stop applying the log behind it (adr/0139).
+            await self._replica.refuse_collisions(counted)
+            return entry
+
+        await self._write(prepare)
 
     async def get(self, tenant: str, memory_id: str) -> MemoryRecord | None:
         """Return the memory or ``None`` (also when it belongs to another tenant)."""

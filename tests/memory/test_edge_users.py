@@ -54,3 +54,10 @@ def test_past_the_bound_every_pair_is_looked_up_again() -> None:
     assert users.others("b", "u1", lambda: False) is False
     assert users.others("c", "u1", lambda: True) is True  # full: forgets a and b first
     assert users.others("a", "u1", lambda: False) is False
+
+
+def test_a_note_that_fills_the_bound_is_kept() -> None:
+    users = TenantUsers(max_entries=1)
+    assert users.others("t1", "u1", lambda: False) is False
+    users.note([("t1", "u2")])  # full: forgets the pair above, keeps this writer
+    assert users.others("t1", "u1", lambda: False) is True  # the write is not visible yet

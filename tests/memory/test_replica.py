@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 
 from proxy.composition import open_store
+from proxy.errors import StoreError
+from proxy.memory import edge_ids
 from proxy.memory import replica as replica_module
 from proxy.memory.duplicates import words_key
 from proxy.memory.edge import SHARD_DIR, EdgeStore
@@ -81,6 +83,32 @@ async def test_a_write_through_one_is_read_through_the_other(
     assert await b.delete("t1", "m1")
     assert await a.get("t1", "m1") is None
     assert not await a.delete("t1", "m1")
+
+
+async def test_a_colliding_write_is_refused_before_it_reaches_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Logged, every replica (and the primary at the next start) would refuse the entry at each
+    catch-up and never apply a write behind it (adr/0139)."""
+    real = edge_ids.point_u64
+    monkeypatch.setattr(edge_ids, "point_u64", lambda t, i: 7 if i in ("a", "b") else real(t, i))
+    a, b = await replica(tmp_path), await replica(tmp_path)
+    try:
+        first, clash, later = record("a"), record("b"), record("c")
+        await a.add([first], vectors_for([first]))
+        with pytest.raises(StoreError, match=r"'b'.*collision"):
+            await a.add([clash], vectors_for([clash]))
+        await a.add([later], vectors_for([later]))
+        assert await b.get("t1", "c") is not None
+    finally:
+        await a.close()
+        await b.close()
+    primary = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        assert await absorb_log(primary, tmp_path) == 2
+        assert await primary.count("t1") == 2
+    finally:
+        await primary.close()
 
 
 async def test_a_new_replica_warms_its_record_cache_after_applying_the_log(
