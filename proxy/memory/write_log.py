@@ -3,7 +3,8 @@
 With ``server.workers > 1`` on the embedded store each worker keeps a replica of the shard
 (``replica.py``, adr/0105). A write is appended here while its writer holds an exclusive
 ``flock`` on the file, so appends from all workers form one sequence; every replica applies that
-sequence in order, so all replicas hold the same memories.
+sequence in order, so all replicas hold the same memories. The lock covers the append only: the
+writer applies its entry after releasing it (adr/0141).
 
 An entry is ``<length:u32><crc32:u32><payload>``, the payload a pickle of ``(op, args)``. Pickle
 is safe here for the same reason reading the shard is: only memproxy processes write the data
@@ -187,8 +188,9 @@ class WriteLog:
         fcntl.flock(self._state_fd, fcntl.LOCK_UN)
 
     def append(self, entry: Entry) -> int:
-        """Append ``entry`` at ``end`` (the caller holds the lock exclusively and has read up to
-        ``end``); return the new ``end``. A dead writer's bytes past ``end`` are overwritten."""
+        """Append ``entry`` at ``end`` (the caller holds the lock exclusively; it applies the
+        entry after releasing it); return the new ``end``. A dead writer's bytes past ``end``
+        are overwritten."""
         self._finish_cut()
         base, end = self.base, self.end
         payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)

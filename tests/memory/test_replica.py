@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from proxy.composition import open_store
+from proxy.context.records import MemoryRecord
 from proxy.memory import replica as replica_module
 from proxy.memory.duplicates import words_key
 from proxy.memory.edge import SHARD_DIR, EdgeStore
@@ -287,6 +288,42 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_releases_it(
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if anyone still holds it
     finally:
         os.close(fd)
+
+
+async def test_a_writer_paused_after_appending_blocks_no_other_worker(
+    pair: tuple[ReplicaStore, ReplicaStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker stopped between appending its entry and applying it (adr/0141): the log's
+    lock is free, and another worker writes, reads that entry and its own, meanwhile."""
+    a, b = pair
+    applying, resume = asyncio.Event(), asyncio.Event()
+    add = a._replica.add
+
+    async def paused_add(records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
+        applying.set()
+        await resume.wait()
+        await add(records, vectors)
+
+    monkeypatch.setattr(a._replica, "add", paused_add)
+    first = record("m1", content="ana keeps bees")
+    writing = asyncio.create_task(a.add([first], vectors_for([first])))
+    await applying.wait()  # a has appended m1 and is applying it, paused
+    try:
+        fd = os.open(tmp_path / LOG_FILE, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while a writer holds it
+        finally:
+            os.close(fd)
+        second = record("m2", content="ana plays the cello")
+        await b.add([second], vectors_for([second]))
+        assert await b.get("t1", "m1") is not None
+        assert await b.get("t1", "m2") is not None
+        assert not writing.done()
+    finally:
+        resume.set()
+    await writing
+    assert await a.get("t1", "m1") is not None
+    assert await a.get("t1", "m2") is not None
 
 
 async def test_vectors_of_every_row_reach_the_other_replica(
