@@ -28,7 +28,13 @@ from typing import Any
 
 import uvloop
 
-from proxy.defaults import ACCEPT_BATCH, ACCEPT_CHECK_S, ACCEPT_SLACK, ACCEPT_STALL_S
+from proxy.defaults import (
+    ACCEPT_BATCH,
+    ACCEPT_CHECK_S,
+    ACCEPT_RETRY_S,
+    ACCEPT_SLACK,
+    ACCEPT_STALL_S,
+)
 from proxy.processes import alive, start_time
 
 LOGGER = logging.getLogger("memproxy.server")
@@ -170,17 +176,37 @@ class BalancedListener(asyncio.AbstractServer):
         if waited >= ACCEPT_STALL_S:
             # Nobody took it in time: the others are stopped, stuck or busy. Take one.
             self._accept_one()
+            if self._timer is not None:  # it backed off: ``_resume`` watches the socket again
+                return
             self._waiting_since = self._loop.time()
         self._timer = self._loop.call_later(ACCEPT_CHECK_S, self._check)
+
+    def _back_off(self) -> None:
+        self._loop.remove_reader(self._sock.fileno())
+        if self._timer is not None:
+            self._timer.cancel()
+        self._waiting_since = None
+        self._timer = self._loop.call_later(ACCEPT_RETRY_S, self._resume)
+
+    def _resume(self) -> None:
+        self._timer = None
+        if self._serving:
+            self._loop.add_reader(self._sock.fileno(), self._on_readable)
 
     def _accept_one(self) -> bool:
         """Accept one connection; ``False`` when none is waiting (another worker took it)."""
         try:
             conn, _ = self._sock.accept()
-        except (BlockingIOError, InterruptedError):
-            return False
-        except OSError as exc:  # out of file descriptors, or the client gave up
-            LOGGER.warning("accepting a connection failed: %s", exc)
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return False  # none waiting, or the client gave up before we took it
+        except OSError as exc:
+            # Out of descriptors or memory: the socket stays readable, so watching it again at
+            # once would spin the loop and log on every pass. Back off as asyncio's own
+            # listener does, and let the other workers take what waits meanwhile.
+            LOGGER.warning(
+                "accepting a connection failed, retrying in %.1f s: %s", ACCEPT_RETRY_S, exc
+            )
+            self._back_off()
             return False
         conn.setblocking(False)
         self._open += 1

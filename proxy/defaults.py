@@ -84,6 +84,7 @@ ACCEPT_SLACK = 1
 ACCEPT_CHECK_S = 0.001
 ACCEPT_STALL_S = 0.25
 ACCEPT_BATCH = 16  # connections accepted per wake-up at most, each after a fresh check
+ACCEPT_RETRY_S = 1.0  # after an accept failed for want of descriptors or memory (asyncio's own)
 # The embedded store's search thread pool (adr/0131). ``auto``: the CPUs this process may use
 # divided among the server's workers, at least SEARCH_THREADS_MIN. Qdrant Edge's own default
 # (derived from the machine's CPUs) made 8 threads on a 2-core machine, whose idle spinning after

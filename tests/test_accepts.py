@@ -8,6 +8,8 @@ wakes two worker processes. The multi-process version is ``tests/e2e/test_worker
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import socket
 import subprocess
 import sys
@@ -146,3 +148,35 @@ def test_a_killed_workers_slot_counts_nothing_and_is_reused(shares_path: str) ->
     assert mine.totals(check_alive=True) == (3, 1)
     replacement = ConnectionShares(shares_path)
     assert replacement._slot == other._slot
+
+
+class OutOfDescriptors(socket.socket):
+    """A listening socket whose accepts fail as when the process has no descriptor left."""
+
+    accepts = 0
+
+    def accept(self) -> tuple[socket.socket, object]:
+        OutOfDescriptors.accepts += 1
+        raise OSError(errno.EMFILE, "Too many open files")
+
+
+async def test_a_failing_accept_backs_off_instead_of_spinning(
+    listening: socket.socket, shares_path: str
+) -> None:
+    # The socket stays readable while accepts fail: watching it again at once would call
+    # accept (and log) on every pass of the loop.
+    full = OutOfDescriptors(fileno=os.dup(listening.fileno()))
+    full.setblocking(False)
+    failing = BalancedListener(
+        asyncio.get_running_loop(), full, Greeting, ConnectionShares(shares_path)
+    )
+    failing.start()
+    client = socket.create_connection(listening.getsockname())
+    try:
+        await asyncio.sleep(0.3)  # a spinning listener calls accept thousands of times here
+        assert OutOfDescriptors.accepts == 1
+        assert failing._timer is not None  # the retry is scheduled
+    finally:
+        failing.close()
+        client.close()
+        full.close()
