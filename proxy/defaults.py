@@ -81,6 +81,15 @@ RECORD_CACHE_ENTRIES = 20_000  # decoded records the embedded store keeps (~1 KB
 # every LOG_FOLD_CHECK_S; the log stays about this size however long the server runs.
 LOG_FOLD_BYTES = 8 << 20
 LOG_FOLD_CHECK_S = 1.0
+# Several workers on one listening socket (adr/0140): a worker holding more than its fair
+# share of the open connections (their mean over the live workers) plus ACCEPT_SLACK leaves a
+# waiting connection to the others, checking every ACCEPT_CHECK_S whether it may take it, and
+# takes it anyway once it has waited ACCEPT_STALL_S (the others stopped or stuck).
+ACCEPT_SLACK = 1
+ACCEPT_CHECK_S = 0.001
+ACCEPT_STALL_S = 0.25
+ACCEPT_BATCH = 16  # connections accepted per wake-up at most, each after a fresh check
+ACCEPT_RETRY_S = 1.0  # after an accept failed for want of descriptors or memory (asyncio's own)
 # The embedded store's search thread pool (adr/0131). ``auto``: the CPUs this process may use
 # divided among the server's workers, at least SEARCH_THREADS_MIN. Qdrant Edge's own default
 # (derived from the machine's CPUs) made 8 threads on a 2-core machine, whose idle spinning after

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+from collections.abc import Callable
 from typing import Any, cast
 
 import httptools
@@ -44,6 +46,7 @@ from uvicorn.protocols.http.httptools_impl import (
 from uvicorn.server import ServerState
 from uvicorn.supervisors import Multiprocess
 
+from proxy.accepts import balanced_loop_factory, create_shares
 from proxy.error_responses import error_bytes
 from proxy.errors import HeadTooLarge, RequestError, RequestTimeout
 from proxy.metrics import Metrics
@@ -64,11 +67,19 @@ class HeadRefused(Exception):
 
 
 class ServerConfig(Config):
-    """uvicorn's ``Config`` plus ``server.http`` (plain values: workers get it pickled)."""
+    """uvicorn's ``Config`` plus ``server.http`` (plain values: workers get it pickled), and,
+    with several workers, the file through which they balance their accepts (adr/0140)."""
 
     def __init__(self, app: Any, *, limits: HttpServerSettings, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self.limits = limits
+        self.accept_shares: str | None = None
+
+    def get_loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop] | None:
+        """uvloop; in a worker of several, one whose listener balances accepts."""
+        if self.accept_shares is not None:
+            return balanced_loop_factory(self.accept_shares)
+        return super().get_loop_factory()
 
 
 class ConnectionTransport(asyncio.Transport):
@@ -156,6 +167,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         # A refused request's answer and whether to linger, sent once earlier responses are.
         self._refusal: tuple[RequestError, bool] | None = None
         self._running: RequestResponseCycle | None = None  # the cycle whose app runs
+        # Set by a balanced listener (proxy/accepts.py): uncounts the connection once lost.
+        self.on_lost: Callable[[], None] | None = None
 
     # Connection events
 
@@ -174,9 +187,13 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._head_timer = _cancel(self._head_timer)
         self._drain_timer = _cancel(self._drain_timer)
         self._body_timer = _cancel(self._body_timer)
-        super().connection_lost(exc)
-        if self.metrics is not None:
-            self.metrics.connections.dec()
+        try:
+            super().connection_lost(exc)
+            if self.metrics is not None:
+                self.metrics.connections.dec()
+        finally:
+            if self.on_lost is not None:  # whatever failed above, the balance must not drift
+                self.on_lost()
 
     def data_received(self, data: bytes) -> None:
         """Feed the parser, counting head bytes; drop input while draining or lingering."""
@@ -456,7 +473,11 @@ def run(config: ServerConfig) -> int:
     """Serve until stopped, in ``config.workers`` processes; the exit code."""
     server = uvicorn.Server(config)
     if config.workers > 1:
-        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        config.accept_shares = create_shares()
+        try:
+            Multiprocess(config, sockets=[config.bind_socket()]).run()
+        finally:
+            os.unlink(config.accept_shares)
         return 0
     server.run()
     return 0 if server.started else STARTUP_FAILURE

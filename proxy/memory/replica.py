@@ -3,8 +3,10 @@
 With ``server.workers > 1`` and ``store.kind: edge`` each worker process searches its own copy
 of the shard, so the search CPU of every worker runs in parallel (adr/0105). Writes from any
 worker go through the shared ``WriteLog``; a replica applies every entry it has not seen before
-it answers a read. The check is one ``fstat`` of the log, so a write acknowledged by any worker
-is visible to every read that starts after it, on every worker (staleness bound: none).
+it answers a read. The check is one load from the log's shared state, so a write acknowledged by
+any worker is visible to every read that starts after it, on every worker (staleness bound:
+none). A writer holds the log's lock only to append: it applies its entry after letting the lock
+go (adr/0141), so a worker stalled mid-apply holds up nobody else.
 
 Layout under ``store.data_dir``: ``memories/`` is the primary shard, ``memories.log`` the writes
 it has not absorbed yet (``memories.log.state``: the log's positions, adr/0120),
@@ -304,32 +306,53 @@ class ReplicaStore:
             self._log.unlock()
 
     async def _catch_up(
-        self, read: Callable[[int], tuple[builtins.list[tuple[Entry, int]], int]]
-    ) -> None:
-        """Apply every whole entry past ``_offset`` (the caller holds ``_lock``)."""
+        self,
+        read: Callable[[int], tuple[builtins.list[tuple[Entry, int]], int]],
+        until: int | None = None,
+    ) -> object:
+        """Apply every whole entry past ``_offset`` (the caller holds ``_lock``); what the
+        entry ending at ``until`` returned (``None`` if none)."""
         entries, _ = await self._in_thread(read, self._offset)
+        result: object = None
         try:
             for entry, end in entries:
-                await apply(self._replica, entry)
+                applied = await apply(self._replica, entry)
                 self._offset = end  # per entry: a failed apply is retried, never applied twice
+                if end == until:
+                    result = applied
         finally:
             self._log.publish(self._slot, self._offset)
+        return result
 
-    async def _write(self, prepare: Callable[[], Awaitable[Entry | None]]) -> object:
-        """Append the entry ``prepare`` makes (``None``: nothing to write) and apply it here.
+    async def _write(
+        self, prepare: Callable[[], Awaitable[Entry | None]], *, read_first: bool = False
+    ) -> object:
+        """Append the entry ``prepare`` makes (``None``: nothing to write), then apply the log
+        up to it here; what applying it returned.
 
-        Under the log's lock, after catching up: ``prepare`` sees every earlier write of every
-        worker, so read-modify-write updates (votes) are atomic across processes. Shielded: a
-        cancelled caller stops waiting, but the write (or its wait for the lock) carries on
-        and releases the lock, never leaving it held or an entry half applied.
+        Only the append holds the log's lock: the entry is applied after the lock is let go
+        (adr/0141), so a worker stalled while it applies blocks no other worker's reads or
+        writes. The log's order is still the one every replica applies, and the call returns
+        once this replica has applied its own entry (reads see their own writes). With
+        ``read_first`` (read-modify-write updates: votes, supersession) the replica catches up
+        under the lock before ``prepare``, which then sees every earlier write of every worker,
+        so those updates are atomic across processes. Shielded: a cancelled caller stops
+        waiting, but the write (or its wait for the lock) carries on and releases the lock,
+        never leaving it held or an entry half applied.
         """
-        return await asyncio.shield(self._locked_write(prepare))
+        return await asyncio.shield(self._locked_write(prepare, read_first))
 
-    async def _locked_write(self, prepare: Callable[[], Awaitable[Entry | None]]) -> object:
+    async def _locked_write(
+        self, prepare: Callable[[], Awaitable[Entry | None]], read_first: bool
+    ) -> object:
         async with self._lock:
+            if read_first:
+                # Most of the catching up outside the lock: under it, only what came since.
+                await self._catch_up(self._read_shared)
             await self._in_thread(self._log.lock)
             try:
-                await self._catch_up(self._log.read)  # the exclusive lock covers the read
+                if read_first:
+                    await self._catch_up(self._log.read)  # the exclusive lock covers the read
                 entry = await prepare()
                 if entry is None:
                     return None
@@ -337,12 +360,10 @@ class ReplicaStore:
                     end = await self._in_thread(self._log.append, entry)
                 except OSError as exc:
                     raise StoreError(f"cannot append to the memory write log: {exc}") from exc
-                result = await apply(self._replica, entry)
-                self._offset = end
-                self._log.publish(self._slot, end)
-                return result
             finally:
                 self._log.unlock()
+            # Entries appended by others before this one are applied first, in log order.
+            return await self._catch_up(self._read_shared, end)
 
     async def add(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
         """Upsert records by (tenant, id); returns once the batch is in the log and applied."""
@@ -354,13 +375,14 @@ class ReplicaStore:
         entry: Entry = (ADD, (counted, np.asarray(vectors, dtype=np.float32)))
 
         async def prepare() -> Entry:
-            # Caught up under the log's lock: a batch refused here never reaches the log, where
-            # every replica (and the primary at start) would refuse it at every catch-up and
-            # stop applying the log behind it (adr/0139).
+            # Caught up under the log's lock (``read_first``): a batch refused here never
+            # reaches the log, where every replica (and the primary at start) would refuse it
+            # at every catch-up and stop applying the log behind it (adr/0139). Without the
+            # catch-up a colliding write another worker logged a moment ago would slip past.
             await self._replica.refuse_collisions(counted)
             return entry
 
-        await self._write(prepare)
+        await self._write(prepare, read_first=True)
 
     async def get(self, tenant: str, memory_id: str) -> MemoryRecord | None:
         """Return the memory or ``None`` (also when it belongs to another tenant)."""
@@ -426,7 +448,7 @@ class ReplicaStore:
                 return None
             return (USEFULNESS, (tenant, memory_id, update(current.usefulness)))
 
-        updated = await self._write(prepare)
+        updated = await self._write(prepare, read_first=True)
         return updated if isinstance(updated, MemoryRecord) else None
 
     async def supersede(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
@@ -440,7 +462,7 @@ class ReplicaStore:
                 return None
             return (SUPERSEDE, (tenant, memory_id, by))
 
-        marked = await self._write(prepare)
+        marked = await self._write(prepare, read_first=True)
         return marked if isinstance(marked, MemoryRecord) else None
 
     async def count(self, tenant: str) -> int:

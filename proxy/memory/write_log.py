@@ -3,7 +3,8 @@
 With ``server.workers > 1`` on the embedded store each worker keeps a replica of the shard
 (``replica.py``, adr/0105). A write is appended here while its writer holds an exclusive
 ``flock`` on the file, so appends from all workers form one sequence; every replica applies that
-sequence in order, so all replicas hold the same memories.
+sequence in order, so all replicas hold the same memories. The lock covers the append only: the
+writer applies its entry after releasing it (adr/0141).
 
 An entry is ``<length:u32><crc32:u32><payload>``, the payload a pickle of ``(op, args)``. Pickle
 is safe here for the same reason reading the shard is: only memproxy processes write the data
@@ -38,6 +39,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from proxy.processes import alive, start_time
+
 HEADER = struct.Struct("<II")
 Entry = tuple[str, tuple[Any, ...]]
 U64 = struct.Struct("<Q")
@@ -56,7 +59,6 @@ CUT_MIN_GAP_BYTES = 64 << 10
 # a slot whose pid was reused by another process, or whose process exited unreaped, is free.
 SLOT = struct.Struct("<QQQ")
 APPLIED_IN_SLOT = 2 * U64.size
-UNKNOWN_START = 0  # no /proc to ask: only whether a process of that pid exists counts
 SLOT_COUNT = (STATE_BYTES - SLOTS_AT) // SLOT.size
 
 
@@ -187,8 +189,9 @@ class WriteLog:
         fcntl.flock(self._state_fd, fcntl.LOCK_UN)
 
     def append(self, entry: Entry) -> int:
-        """Append ``entry`` at ``end`` (the caller holds the lock exclusively and has read up to
-        ``end``); return the new ``end``. A dead writer's bytes past ``end`` are overwritten."""
+        """Append ``entry`` at ``end`` (the caller holds the lock exclusively; it applies the
+        entry after releasing it); return the new ``end``. A dead writer's bytes past ``end``
+        are overwritten."""
         self._finish_cut()
         base, end = self.base, self.end
         payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
@@ -243,10 +246,10 @@ class WriteLog:
         """A slot for this process's replica, which has applied everything before ``applied``
         (the caller holds the lock exclusively); slots of exited processes are reused."""
         pid = os.getpid()
-        start = _start(pid)
+        start = start_time(pid)
         for slot in range(SLOT_COUNT):
             owner, started, _ = SLOT.unpack_from(self._state, SLOTS_AT + slot * SLOT.size)
-            if owner == 0 or not _alive(owner, started):
+            if owner == 0 or not alive(owner, started):
                 SLOT.pack_into(self._state, SLOTS_AT + slot * SLOT.size, pid, start or 0, applied)
                 return slot
         raise OSError(f"more than {SLOT_COUNT} replicas on {self.path}")
@@ -268,7 +271,7 @@ class WriteLog:
         positions = []
         for slot in range(SLOT_COUNT):
             owner, started, applied = SLOT.unpack_from(self._state, SLOTS_AT + slot * SLOT.size)
-            if owner and _alive(owner, started):
+            if owner and alive(owner, started):
                 positions.append(applied)
         return positions
 
@@ -279,34 +282,3 @@ class WriteLog:
             state.close()
         os.close(self._state_fd)
         os.close(self._fd)
-
-
-def _alive(pid: int, started: int) -> bool:
-    """Whether the process that claimed a slot as ``pid`` started at ``started`` still runs."""
-    if started != UNKNOWN_START:
-        now = _start(pid)
-        if now != UNKNOWN_START:
-            return now == started  # None: gone or a zombie; another value: the pid was reused
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
-def _start(pid: int) -> int | None:
-    """The start time of process ``pid`` (``UNKNOWN_START`` without ``/proc``); ``None`` if
-    it does not exist or has exited (a zombie, not reaped yet)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            data = stat.read()
-    except FileNotFoundError:
-        return None if os.path.isdir("/proc/self") else UNKNOWN_START
-    except OSError:
-        return UNKNOWN_START
-    fields = data[data.rindex(b")") + 2 :].split()  # the name may hold spaces and parentheses
-    if fields[0] in (b"Z", b"X"):
-        return None
-    return int(fields[19])  # field 22; fields[0] is field 3

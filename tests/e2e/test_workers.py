@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -97,6 +98,23 @@ class Served:
         finally:
             for other in reversed(paused):
                 signal_if_alive(other, signal.SIGCONT)
+
+
+def established(pid: int, port: int) -> int:
+    """Client connections to ``port`` that process ``pid`` holds open (from ``/proc``)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                if fields[3] == "01" and local_port == port:  # 01: established
+                    inodes.add(f"socket:[{fields[9]}]")
+    held = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            held += os.readlink(fd) in inodes
+    return held
 
 
 def signal_if_alive(pid: int, signum: int) -> None:
@@ -264,3 +282,23 @@ def tenant_of(served: Served) -> str:
     """The tenant passthrough auth derives from ``AUTH``'s key."""
     resolver = TenantResolver(load_settings(env={}))
     return resolver.for_key(AUTH["Authorization"].removeprefix("Bearer ")).id
+
+
+def test_fifty_long_lived_connections_spread_over_both_workers(served: Served) -> None:
+    """wrk's start, as ``bench/workers.py`` runs it: 50 connections at once, each kept open.
+    With the socket shared, whichever worker woke first used to take most of them (up to 50/0);
+    a worker past its share now leaves them to the other (adr/0140)."""
+    port = int(served.url.rsplit(":", 1)[1])
+    connections = [socket.create_connection(("127.0.0.1", port)) for _ in range(50)]
+    try:
+        for conn in connections:
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: memproxy\r\n\r\n")
+        for conn in connections:
+            conn.settimeout(60)
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200")  # accepted and served
+        held = [established(pid, port) for pid in served.workers()]
+        assert sum(held) == 50
+        assert min(held) >= 20, held
+    finally:
+        for conn in connections:
+            conn.close()

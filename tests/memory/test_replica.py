@@ -8,6 +8,7 @@ over real sockets, is ``tests/e2e/test_workers.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 from collections.abc import AsyncIterator, Sequence
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from proxy.composition import open_store
+from proxy.context.records import MemoryRecord
 from proxy.errors import StoreError
 from proxy.memory import edge_ids
 from proxy.memory import replica as replica_module
@@ -109,6 +111,34 @@ async def test_a_colliding_write_is_refused_before_it_reaches_the_log(
         assert await primary.count("t1") == 2
     finally:
         await primary.close()
+
+
+async def test_a_write_colliding_with_another_workers_unseen_write_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collision check runs on a replica caught up under the log's lock: checked against
+    what the writer had applied before, a clash logged by another worker a moment ago would
+    reach the log and stop every replica behind it (adr/0139, adr/0141)."""
+    real = edge_ids.point_u64
+    monkeypatch.setattr(edge_ids, "point_u64", lambda t, i: 7 if i in ("a", "b") else real(t, i))
+    a, b = await replica(tmp_path), await replica(tmp_path)
+    try:
+        for store in (a, b):  # b applies nothing it is not made to (no follower)
+            if store._follower is not None:
+                store._follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await store._follower
+                store._follower = None
+        first, clash = record("a"), record("b")
+        await a.add([first], vectors_for([first]))
+        with pytest.raises(StoreError, match=r"'b'.*collision"):
+            await b.add([clash], vectors_for([clash]))
+        later = record("c")
+        await b.add([later], vectors_for([later]))
+        assert await a.get("t1", "c") is not None
+    finally:
+        await a.close()
+        await b.close()
 
 
 async def test_a_new_replica_warms_its_record_cache_after_applying_the_log(
@@ -315,6 +345,42 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_releases_it(
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if anyone still holds it
     finally:
         os.close(fd)
+
+
+async def test_a_writer_paused_after_appending_blocks_no_other_worker(
+    pair: tuple[ReplicaStore, ReplicaStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker stopped between appending its entry and applying it (adr/0141): the log's
+    lock is free, and another worker writes, reads that entry and its own, meanwhile."""
+    a, b = pair
+    applying, resume = asyncio.Event(), asyncio.Event()
+    add = a._replica.add
+
+    async def paused_add(records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
+        applying.set()
+        await resume.wait()
+        await add(records, vectors)
+
+    monkeypatch.setattr(a._replica, "add", paused_add)
+    first = record("m1", content="ana keeps bees")
+    writing = asyncio.create_task(a.add([first], vectors_for([first])))
+    await applying.wait()  # a has appended m1 and is applying it, paused
+    try:
+        fd = os.open(tmp_path / LOG_FILE, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while a writer holds it
+        finally:
+            os.close(fd)
+        second = record("m2", content="ana plays the cello")
+        await b.add([second], vectors_for([second]))
+        assert await b.get("t1", "m1") is not None
+        assert await b.get("t1", "m2") is not None
+        assert not writing.done()
+    finally:
+        resume.set()
+    await writing
+    assert await a.get("t1", "m1") is not None
+    assert await a.get("t1", "m2") is not None
 
 
 async def test_vectors_of_every_row_reach_the_other_replica(

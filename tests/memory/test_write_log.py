@@ -16,6 +16,7 @@ import pytest
 
 from proxy.memory import write_log
 from proxy.memory.write_log import CUT_AT, HEADER, SLOT, SLOTS_AT, WriteLog
+from proxy.processes import start_time
 
 
 def test_entries_come_back_in_order_with_their_end_positions(tmp_path: Path) -> None:
@@ -243,7 +244,7 @@ def test_the_slot_of_a_worker_that_exited_unreaped_is_free(tmp_path: Path) -> No
     )
     try:
         slot = log.claim(1)
-        started = write_log._start(child.pid)
+        started = start_time(child.pid)
         assert started
         SLOT.pack_into(log._state, SLOTS_AT + slot * SLOT.size, child.pid, started, 1)
         assert log.replica_positions() == [1]  # running: its position holds the cut
