@@ -535,14 +535,23 @@ def start_servers(
         path.write_text(yaml.safe_dump(merged(base, variant.overrides)))
         return {"MEMPROXY_CONFIG": str(path)}
 
-    seeded = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-ws-"))) / "data"
-    env = config_env(Variant("", {}))
-    with memproxy(upstream.base_url + "/v1", seeded, extra_env=env) as seeder:
-        info["seed_s"] = round(memories.seed_memories(seeder.base_url, items, AUTH), 1)
+    # One seeded store per source tree, written by that tree's own code: a store's format can
+    # be newer than an older tree reads (adr/0139's 64-bit point ids), so a baseline tree
+    # serves a copy of the store it seeded itself.
+    seeded: dict[Path | None, Path] = {}
+    for tree in dict.fromkeys(spec.variant.tree for spec in servers):
+        target = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-ws-"))) / "data"
+        seeder = memproxy(upstream.base_url + "/v1", target, extra_env=config_env(Variant("", {})))
+        if tree is not None:
+            seeder = served_from(seeder, tree, "seeder@base")
+        with seeder:
+            seconds = round(memories.seed_memories(seeder.base_url, items, AUTH), 1)
+        info["seed_s" if tree is None else "seed_base_s"] = seconds
+        seeded[tree] = target
     running: dict[str, ServerProcess] = {}
     for spec in servers:
         data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-w-"))) / "d"
-        shutil.copytree(seeded, data_dir)
+        shutil.copytree(seeded[spec.variant.tree], data_dir)
         env = config_env(spec.variant)
         server = memproxy(upstream.base_url + "/v1", data_dir, workers=spec.workers, extra_env=env)
         if spec.variant.tree is not None:
