@@ -318,7 +318,7 @@ class MemoryService:
         upserted = [
             r for r, item in zip(records, prepared.inputs, strict=True) if item.id is not None
         ]
-        olds = await asyncio.gather(*(self.store.get(tenant, r.id) for r in upserted))
+        olds = await self._stored_versions(tenant, upserted, prepared.now)
         if len(upserted) == len(records):
             await self.store.add(records, prepared.vectors)
             await self._invalidate(tenant)
@@ -330,6 +330,22 @@ class MemoryService:
         if gone:
             await self.forget_copies(tenant, gone, keep={r.id for r in records})
         return answer
+
+    async def _stored_versions(
+        self, tenant: str, records: Sequence[MemoryRecord], now: datetime
+    ) -> builtins.list[MemoryRecord | None]:
+        """The stored version of each of ``records`` (by id; ``None``: new). One ``repeats``
+        lookup finds those stored live with the same words (a re-import), a ``get`` each
+        the rest."""
+        if not records:
+            return []
+        keys = builtins.list({(r.user, words_key(r.content)) for r in records})
+        found = {hit.id: hit for hit in await self.store.repeats(tenant, keys, now)}
+        missing = [r.id for r in records if r.id not in found]
+        for old in await asyncio.gather(*(self.store.get(tenant, i) for i in missing)):
+            if old is not None:
+                found[old.id] = old
+        return [found.get(r.id) for r in records]
 
     async def _write_new(
         self, tenant: str, prepared: Prepared
