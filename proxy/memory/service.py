@@ -318,8 +318,10 @@ class MemoryService:
         upserted = [
             r for r, item in zip(records, prepared.inputs, strict=True) if item.id is not None
         ]
-        olds = await self._stored_versions(tenant, upserted, prepared.now)
-        if len(upserted) == len(records):
+        # A batch with hygiene already makes one repeats lookup: its ids are read one by one.
+        whole = len(upserted) == len(records)
+        olds = await self._stored_versions(tenant, upserted, prepared.now, by_words=whole)
+        if whole:
             await self.store.add(records, prepared.vectors)
             await self._invalidate(tenant)
             answer = [(record, True) for record in records]
@@ -332,15 +334,17 @@ class MemoryService:
         return answer
 
     async def _stored_versions(
-        self, tenant: str, records: Sequence[MemoryRecord], now: datetime
+        self, tenant: str, records: Sequence[MemoryRecord], now: datetime, *, by_words: bool
     ) -> builtins.list[MemoryRecord | None]:
-        """The stored version of each of ``records`` (by id; ``None``: new). One ``repeats``
-        lookup finds those stored live with the same words (a re-import), a ``get`` each
-        the rest."""
+        """The stored version of each of ``records`` (by id; ``None``: new). With
+        ``by_words`` one ``repeats`` lookup finds those stored live with the same words (a
+        re-import); a ``get`` each the rest."""
         if not records:
             return []
-        keys = builtins.list({(r.user, words_key(r.content)) for r in records})
-        found = {hit.id: hit for hit in await self.store.repeats(tenant, keys, now)}
+        found: dict[str, MemoryRecord] = {}
+        if by_words:
+            keys = builtins.list({(r.user, words_key(r.content)) for r in records})
+            found = {hit.id: hit for hit in await self.store.repeats(tenant, keys, now)}
         missing = [r.id for r in records if r.id not in found]
         for old in await asyncio.gather(*(self.store.get(tenant, i) for i in missing)):
             if old is not None:
