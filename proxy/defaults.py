@@ -57,6 +57,9 @@ LEXICAL_CANDIDATES = True
 # (adr/0142); only the last this many characters of that turn: a long answer before a short
 # question would otherwise outweigh it in the vector (LoCoMo turns are at most 434).
 TURN_CONTEXT_MAX_CHARS = 1_000
+# Page size of the scan of a user's dialog turns for the copies of a forgotten memory's text
+# (adr/0144): one store call per this many turns, on deletes and replacements only.
+FORGET_SCAN_PAGE = 512
 MAX_CONTENT_CHARS = 8_000  # longest memory content the memories API accepts
 COUNT_FLUSH_S = 5.0  # retrieval counts are summed and written this often (adr/0082)
 CACHE_TIMEOUT_MS = 10.0  # one cache call's deadline on the request path

@@ -48,6 +48,9 @@ class MemoryRecord:
     # and read by the assembler's overlap; ``""`` for anything else and for points written
     # before it existed. ``content`` stays what the API returns and the block shows.
     context: str = ""
+    # The words key of the whole text ``context`` was cut from (adr/0144): the key that text's
+    # own memory is stored under, so forgetting it finds this copy. ``""`` without context.
+    context_key: str = ""
 
     def live(self, at: datetime) -> bool:
         """Whether retrieval may return it at ``at``: not expired, not superseded."""

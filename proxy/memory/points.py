@@ -45,6 +45,8 @@ CREATED_TS_KEY = "created_ts"
 # A dialog turn's context (adr/0142): written only when non-empty, so points written before it
 # existed read as a turn without context (no re-index needed).
 CONTEXT_KEY = "context"
+# What the context was cut from (adr/0144): forgetting that memory finds this one by it.
+CONTEXT_SOURCE_KEY = "context_key"
 POINT_ID_CACHE_SIZE = 32_768  # ~200 B an entry
 # What an increment reads back of each point: just enough to check the owner and add.
 COUNT_FIELDS: tuple[str, ...] = (TENANT_KEY, RETRIEVAL_COUNT_KEY)
@@ -106,6 +108,7 @@ def to_payload(record: MemoryRecord) -> dict[str, Any]:
     context: str = getattr(record, "context", "")
     if context:
         payload[CONTEXT_KEY] = context
+        payload[CONTEXT_SOURCE_KEY] = getattr(record, "context_key", "")
     return payload
 
 
@@ -127,6 +130,7 @@ def from_payload(payload: Mapping[str, Any]) -> MemoryRecord:
         superseded_by=_text_or_none(payload.get(SUPERSEDED_KEY)),
         supersedes=_text_or_none(payload.get(SUPERSEDES_KEY)),
         context=str(payload.get(CONTEXT_KEY) or ""),
+        context_key=str(payload.get(CONTEXT_SOURCE_KEY) or ""),
     )
 
 

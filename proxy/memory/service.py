@@ -34,7 +34,7 @@ import builtins
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -45,10 +45,11 @@ from proxy.cache.blocks import TurnBlocks
 from proxy.cache.protocol import MemoryCache
 from proxy.context.records import Candidate, MemoryRecord, index_text
 from proxy.context.tokens import O200K
-from proxy.defaults import MAX_CONTENT_CHARS
+from proxy.defaults import FORGET_SCAN_PAGE, MAX_CONTENT_CHARS
 from proxy.errors import BackendError, EmbedderError, NotFound, RequestError
 from proxy.memory.duplicates import normal_form, same_memory, words_key
 from proxy.memory.embedders import Embedder
+from proxy.memory.filters import DIALOG_SOURCE
 from proxy.memory.inputs import (
     DEFAULT_PAGE,
     DEFAULT_TOP_K,
@@ -60,7 +61,7 @@ from proxy.memory.inputs import (
 from proxy.memory.parsing import parse_memories
 from proxy.memory.retriever import Retrieval, Retriever
 from proxy.memory.store import MemoryStore, Page, with_tokens
-from proxy.memory.turn_context import turn_contexts
+from proxy.memory.turn_context import clipped, context_key, turn_sources
 from proxy.tokenizer import count_tokens
 
 # The one token count the API shows: o200k_base, the encoding of OpenAI's current models
@@ -117,11 +118,24 @@ def build_records(
         )
         for item in inputs
     ]
-    contexts = turn_contexts(records, preceding)
-    return [
-        dataclasses.replace(record, context=context) if context else record
-        for record, context in zip(records, contexts, strict=True)
-    ]
+    built: builtins.list[MemoryRecord] = []
+    for record, source in zip(records, turn_sources(records, preceding), strict=True):
+        context = clipped(source)
+        if context:
+            # Keyed by the whole source, before the cut (adr/0144).
+            record = dataclasses.replace(record, context=context, context_key=context_key(source))
+        built.append(record)
+    return built
+
+
+def replaced(old: MemoryRecord, new: MemoryRecord) -> bool:
+    """Whether upserting ``new`` over ``old`` forgets ``old``'s text for the copies of it in
+    other turns' contexts (adr/0144): other words, another user, or an earlier expiry."""
+    if old.user != new.user or context_key(old.content) != context_key(new.content):
+        return True
+    if new.expires_at is None:
+        return False
+    return old.expires_at is None or new.expires_at < old.expires_at
 
 
 def count_api_tokens(text: str) -> int:
@@ -298,14 +312,44 @@ class MemoryService:
     async def _store(
         self, tenant: str, prepared: Prepared
     ) -> builtins.list[tuple[MemoryRecord, bool]]:
-        """Store a prepared batch: an upsert when every input has an id, else with hygiene."""
+        """Store a prepared batch: an upsert when every input has an id, else with hygiene.
+        A memory an upsert replaced loses the copies of its text (``forget_copies``)."""
         records = prepared.records
-        if all(item.id is not None for item in prepared.inputs):
+        upserted = [
+            r for r, item in zip(records, prepared.inputs, strict=True) if item.id is not None
+        ]
+        # A batch with hygiene already makes one repeats lookup: its ids are read one by one.
+        whole = len(upserted) == len(records)
+        olds = await self._stored_versions(tenant, upserted, prepared.now, by_words=whole)
+        if whole:
             await self.store.add(records, prepared.vectors)
             await self._invalidate(tenant)
-            return [(record, True) for record in records]
-        async with self._locks(tenant, {r.user for r in records}):
-            return await self._write_new(tenant, prepared)
+            answer = [(record, True) for record in records]
+        else:
+            async with self._locks(tenant, {r.user for r in records}):
+                answer = await self._write_new(tenant, prepared)
+        gone = [old for old, new in zip(olds, upserted, strict=True) if old and replaced(old, new)]
+        if gone:
+            await self.forget_copies(tenant, gone, keep={r.id for r in records})
+        return answer
+
+    async def _stored_versions(
+        self, tenant: str, records: Sequence[MemoryRecord], now: datetime, *, by_words: bool
+    ) -> builtins.list[MemoryRecord | None]:
+        """The stored version of each of ``records`` (by id; ``None``: new). With
+        ``by_words`` one ``repeats`` lookup finds those stored live with the same words (a
+        re-import); a ``get`` each the rest."""
+        if not records:
+            return []
+        found: dict[str, MemoryRecord] = {}
+        if by_words:
+            keys = builtins.list({(r.user, words_key(r.content)) for r in records})
+            found = {hit.id: hit for hit in await self.store.repeats(tenant, keys, now)}
+        missing = [r.id for r in records if r.id not in found]
+        for old in await asyncio.gather(*(self.store.get(tenant, i) for i in missing)):
+            if old is not None:
+                found[old.id] = old
+        return [found.get(r.id) for r in records]
 
     async def _write_new(
         self, tenant: str, prepared: Prepared
@@ -457,11 +501,61 @@ class MemoryService:
     # -- deleting and feedback -------------------------------------------------------------
 
     async def delete(self, tenant: str, memory_id: str) -> None:
-        """Delete one memory; ``NotFound`` if the tenant has none with that id (a repeat)."""
+        """Delete one memory and the copies of its text in other turns' contexts
+        (``forget_copies``); ``NotFound`` if the tenant has none with that id (a repeat)."""
+        old = await self.store.get(tenant, memory_id)
         if not await self.store.delete(tenant, memory_id):
             raise NotFound(f"No memory with id '{memory_id}'.", param="id")
         await self._invalidate(tenant)
+        if old is not None:
+            await self.forget_copies(tenant, [old])
         await self._forget_blocks(tenant)
+
+    async def forget_copies(
+        self, tenant: str, gone: Sequence[MemoryRecord], *, keep: Collection[str] = ()
+    ) -> int:
+        """Re-write without context every dialog turn of the same users whose context was cut
+        from the text of one of ``gone`` (by ``context_key``; ``keep``: ids left alone, the
+        batch just written), re-embedded from its own text through the store's ordinary
+        upsert; return how many (adr/0144). Scans each user's dialog turns, a page at a time:
+        deletes and replacements are rare and off the request path."""
+        keys: dict[str, set[str]] = {}
+        cuts: dict[str, set[str]] = {}
+        for record in gone:
+            keys.setdefault(record.user, set()).add(context_key(record.content))
+            cuts.setdefault(record.user, set()).add(clipped(record.content))
+        forgotten = 0
+        for user, wanted in keys.items():
+
+            def copy_of(record: MemoryRecord, wanted: set[str] = wanted, user: str = user) -> bool:
+                if not record.context or record.id in keep:
+                    return False
+                if record.context_key:
+                    return record.context_key in wanted
+                # Written before keys were (adr/0142 alone): the cut text itself.
+                return record.context in cuts[user]
+
+            async with self._locks(tenant, {user}):
+                after: str | None = None
+                while True:
+                    page = await self.store.list(
+                        tenant, user=user, source=DIALOG_SOURCE, limit=FORGET_SCAN_PAGE, after=after
+                    )
+                    copies = [
+                        dataclasses.replace(record, context="", context_key="")
+                        for record in page.records
+                        if copy_of(record)
+                    ]
+                    if copies:
+                        vectors = await self._embed([record.content for record in copies])
+                        await self.store.add(copies, vectors)
+                        forgotten += len(copies)
+                    if not page.has_more or page.last_id is None:
+                        break
+                    after = page.last_id
+        if forgotten:
+            await self._invalidate(tenant)
+        return forgotten
 
     async def delete_user(self, tenant: str, user: str) -> int:
         """Forget every memory of ``user``; return how many there were (0 is not an error)."""

@@ -7,8 +7,9 @@ their metadata. ``facts`` stores neither: ``FactCapture`` queues the turn for ex
 (``proxy.memory.reconcile``), all after the response and off the request's path. Only the
 client's own words are stored: anything fenced like memproxy's block is cut out, so injected
 memories never come back as new ones. The message before the captured one (``preceding_text``)
-is the captured turn's context, embedded with it (adr/0142); the answer's is the user's
-message. Writes go through ``MemoryService.write``, the one write path (validation, token
+is the captured turn's context, embedded with it (adr/0142), when the capture mode stores
+messages of its role (``user`` mode: never the assistant's, adr/0144); the answer's is the
+user's message. Writes go through ``MemoryService.write``, the one write path (validation, token
 counts, embedding, store, cache generation bump), seen here as a ``MemoryWriter``. A failed or
 refused upstream answer captures nothing.
 """
@@ -36,6 +37,11 @@ from proxy.tenancy import BILLING_HEADERS, CREDENTIAL_HEADERS, Tenant, bearer_au
 
 CONVERSATION = "conversation"
 ASSISTANT_ROLE = "assistant"
+# The roles each capture mode stores: only these may be a captured turn's context (adr/0144).
+CAPTURED_ROLES: dict[str, tuple[str, ...]] = {
+    "user": (USER_ROLE,),
+    "turn": (USER_ROLE, ASSISTANT_ROLE),
+}
 LOGGER = logging.getLogger("memproxy.pipeline")
 
 
@@ -76,9 +82,13 @@ def capture_inputs(
     return inputs
 
 
-def preceding_text(messages: Sequence[Mapping[str, object]]) -> str:
+def preceding_text(messages: Sequence[Mapping[str, object]], capture: str, max_chars: int) -> str:
     """The dialog text just before the last user message ``capture_inputs`` keeps: the message
-    before it when that is a user's or the assistant's (block cut out), else ``""``."""
+    before it when ``capture`` stores messages of its role (``user``: a user's; ``turn``: a
+    user's or the assistant's), block cut out and cut to ``max_chars`` as that capture stored
+    it, else ``""`` (adr/0144: a context is a copy of a stored memory, never of text the
+    capture mode promised not to keep)."""
+    stored_roles = CAPTURED_ROLES.get(capture, ())
     position = len(messages) - 1
     while position >= 0:  # the last user message with text, as ``last_user_texts`` finds it
         message = messages[position]
@@ -92,9 +102,9 @@ def preceding_text(messages: Sequence[Mapping[str, object]]) -> str:
     if position < 1:
         return ""
     before = messages[position - 1]
-    if not isinstance(before, dict) or before.get("role") not in (USER_ROLE, ASSISTANT_ROLE):
+    if not isinstance(before, dict) or before.get("role") not in stored_roles:
         return ""
-    return strip_block(content_text(before.get("content"))).strip()
+    return strip_block(content_text(before.get("content"))).strip()[:max_chars]
 
 
 async def capture_turn(

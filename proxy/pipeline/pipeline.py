@@ -689,7 +689,13 @@ class Pipeline:
                     run.options, run.messages, completion, self.settings.max_content_chars
                 )
                 # Only when something is kept: the text before it is read for nothing else.
-                preceding = preceding_text(run.messages) if inputs else ""
+                preceding = (
+                    preceding_text(
+                        run.messages, run.options.capture, self.settings.max_content_chars
+                    )
+                    if inputs
+                    else ""
+                )
                 await capture_turn(writer, run.tenant.id, inputs, self.metrics, preceding)
             if facts is not None and self.facts is not None:
                 self.facts.submit(run.tenant.id, run.options, run.messages, completion, facts)

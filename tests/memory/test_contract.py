@@ -868,3 +868,85 @@ async def test_a_dialog_turn_is_found_by_the_turn_before_it(store: MemoryStore) 
     listed = {r.content: r for r in await list_all(store, "t1")}
     assert listed[said].context == before
     assert listed[before].context == ""
+
+
+# The review's repro (adr/0144): a turn and the one after it, whose context is its copy.
+SECRET = "My bank PIN is 4921 and my passport number is X1234567"
+NOTED = "Okay, noted."
+
+
+async def write_dialog(
+    service: MemoryService, expires_at: datetime | None = None
+) -> tuple[MemoryRecord, MemoryRecord]:
+    said, noted = await service.write(
+        "t1",
+        [
+            MemoryInput(content=SECRET, user="u1", source="conversation", expires_at=expires_at),
+            MemoryInput(content=NOTED, user="u1", source="conversation"),
+        ],
+    )
+    return said, noted
+
+
+async def assert_forgotten(service: MemoryService, store: MemoryStore) -> None:
+    """No copy of the secret is left: the next turn has no context, and its vector is its own
+    text's (the joined text no longer finds it; its own text does, at cosine 1)."""
+    (noted,) = [r for r in await list_all(store, "t1") if r.content == NOTED]
+    assert (noted.context, noted.context_key) == ("", "")
+    joined = await service.retriever.retrieve("t1", Retrieval(f"{SECRET}\n{NOTED}", "u1", 5))
+    assert all(hit.similarity < 0.99 for hit in joined)
+    own = await service.retriever.retrieve("t1", Retrieval(NOTED, "u1", 1))
+    assert own[0].record.id == noted.id
+    assert own[0].similarity == pytest.approx(1.0, abs=1e-5)
+
+
+async def test_deleting_a_turn_forgets_its_copy_in_the_next_turns_context(
+    store: MemoryStore,
+) -> None:
+    service = MemoryService(store, HashEmbedder())
+    said, noted = await write_dialog(service)
+    assert noted.context == SECRET  # the copy the delete must take with it
+    await service.delete("t1", said.id)
+    await assert_forgotten(service, store)
+
+
+async def test_replacing_a_turns_text_forgets_its_copy_in_the_next_turns_context(
+    store: MemoryStore,
+) -> None:
+    service = MemoryService(store, HashEmbedder())
+    said, _ = await write_dialog(service)
+    edited = MemoryInput(id=said.id, content="Nothing to see.", user="u1", source="conversation")
+    await service.write("t1", [edited])
+    await assert_forgotten(service, store)
+
+
+async def test_an_upsert_keeping_a_turns_words_keeps_the_copy(store: MemoryStore) -> None:
+    service = MemoryService(store, HashEmbedder())
+    said, noted = await write_dialog(service)
+    same = MemoryInput(id=said.id, content=SECRET + "!", user="u1", source="conversation")
+    await service.write("t1", [same])
+    kept = await store.get("t1", noted.id)
+    assert kept is not None
+    assert kept.context == SECRET
+
+
+async def test_a_turn_expiring_first_is_no_context_so_its_purge_leaves_no_copy(
+    store: MemoryStore,
+) -> None:
+    service = MemoryService(store, HashEmbedder())
+    soon = datetime(2030, 1, 1, tzinfo=UTC)
+    await write_dialog(service, expires_at=soon)
+    assert await store.purge_expired(soon + timedelta(seconds=1)) == 1
+    await assert_forgotten(service, store)
+
+
+async def test_a_replacement_that_expires_sooner_forgets_the_copy(store: MemoryStore) -> None:
+    service = MemoryService(store, HashEmbedder())
+    said, _ = await write_dialog(service)
+    soon = datetime(2030, 1, 1, tzinfo=UTC)
+    sooner = MemoryInput(
+        id=said.id, content=SECRET, user="u1", source="conversation", expires_at=soon
+    )
+    await service.write("t1", [sooner])
+    assert await store.purge_expired(soon + timedelta(seconds=1)) == 1
+    await assert_forgotten(service, store)

@@ -26,6 +26,7 @@ from proxy.memory.service import (
     feedback_usefulness,
     memory_object,
 )
+from proxy.memory.turn_context import context_key
 from proxy.tokenizer import count_tokens
 from tests.fakes.cache import FakeCache
 from tests.fakes.embedder import FakeEmbedder
@@ -448,3 +449,43 @@ async def test_a_turns_repeat_is_found_by_its_own_text_not_its_context() -> None
     ]
     assert again[1][0] == first[1]
     assert [r.content for r in store.adds[-1][0]] == ["Kids?"]
+
+
+async def test_forget_copies_rewrites_only_the_users_copies_page_by_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # adr/0144: the scan pages through the user's dialog turns (a page of one here), finds the
+    # copies by context key, or by the cut text for a point written before keys existed, and
+    # leaves another user's, the kept ids' and other contexts alone.
+    import proxy.memory.service as module
+
+    monkeypatch.setattr(module, "FORGET_SCAN_PAGE", 1)
+    service, store, embedder, cache = make()
+    gone = MemoryRecord("x", "t1", "u", "conversation", "Secret text", NOW)
+    key = context_key("Secret text")
+
+    def turn(memory_id: str, user: str = "u", context: str = "", key: str = "") -> MemoryRecord:
+        return MemoryRecord(
+            memory_id, "t1", user, "conversation", memory_id, NOW, context=context, context_key=key
+        )
+
+    turns = [
+        turn("copy", context="Secret text", key=key),
+        turn("legacy", context="Secret text"),
+        turn("kept", context="Secret text", key=key),
+        turn("other", context="Other text", key=context_key("Other text")),
+        turn("theirs", user="v", context="Secret text", key=key),
+    ]
+    await store.add(turns, np.ones((len(turns), DIM), dtype=np.float32))
+    assert await service.forget_copies("t1", [gone], keep={"kept"}) == 2
+    page = await store.list("t1", user=None, source=None, limit=99, after=None)
+    assert {r.id: (r.context, r.context_key) for r in page.records} == {
+        "copy": ("", ""),
+        "legacy": ("", ""),
+        "kept": ("Secret text", key),
+        "other": ("Other text", context_key("Other text")),
+        "theirs": ("Secret text", key),
+    }
+    # Re-embedded from their own text, in one call a page; the searches cached before go.
+    assert sorted(text for call in embedder.calls for text in call) == ["copy", "legacy"]
+    assert cache.bumps == ["t1"]

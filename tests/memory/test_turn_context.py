@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from proxy.context.records import MemoryRecord, index_text
-from proxy.memory.turn_context import clipped, turn_contexts
+from proxy.memory.duplicates import words_key
+from proxy.memory.turn_context import clipped, context_key, turn_contexts, turn_sources
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -18,10 +19,12 @@ def turn(
     session: object = 1,
     source: str = "conversation",
     minute: float = 0.0,
+    expires: float | None = None,
 ) -> MemoryRecord:
     metadata = {} if session is None else {"session": session}
     at = AT + timedelta(minutes=minute)
-    return MemoryRecord("m", "t", user, source, content, at, metadata=metadata)
+    until = AT + timedelta(days=expires) if expires is not None else None
+    return MemoryRecord("m", "t", user, source, content, at, metadata=metadata, expires_at=until)
 
 
 @pytest.mark.parametrize(
@@ -48,6 +51,12 @@ def turn(
         # successor is in another batch.
         ([turn("a", minute=0), turn("c", minute=2.5)], "", ["", ""]),
         ([turn("a", minute=0), turn("b", minute=2)], "", ["", "a"]),
+        # A copy must not outlive its original (adr/0144): no context from a turn that expires
+        # before this one; one that lives as long or longer is fine.
+        ([turn("a", expires=1), turn("b")], "", ["", ""]),
+        ([turn("a", expires=1), turn("b", expires=2)], "", ["", ""]),
+        ([turn("a", expires=2), turn("b", expires=2)], "", ["", "a"]),
+        ([turn("a"), turn("b", expires=1)], "", ["", "a"]),
     ],
 )
 def test_turn_contexts(turns: list[MemoryRecord], preceding: str, expected: list[str]) -> None:
@@ -76,3 +85,11 @@ def test_clipped(text: str, limit: int, expected: str) -> None:
 )
 def test_index_text(content: str, context: str, expected: str) -> None:
     assert index_text(content, context) == expected
+
+
+def test_sources_are_whole_and_keyed_like_the_memory_they_come_from() -> None:
+    long = "x" * 2_000 + " end"
+    assert turn_sources([turn(long), turn("b")]) == ["", long]
+    assert turn_contexts([turn(long), turn("b")])[1] == long[-1_000:]
+    # The words key: what the source's own memory is stored (and found) under.
+    assert context_key("My PIN is 4921.") == words_key("my pin is 4921")

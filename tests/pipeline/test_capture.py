@@ -109,4 +109,29 @@ def assistant(text: object) -> dict[str, object]:
     ],
 )
 def test_preceding_text(messages: list[dict[str, object]], expected: str) -> None:
-    assert preceding_text(messages) == expected
+    assert preceding_text(messages, "turn", 10_000) == expected
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        # ``user`` capture never stores the assistant: its words are no context either.
+        (MESSAGES, ""),
+        ([assistant("a"), user("q")], ""),
+        ([user("first"), user("second")], "first"),
+        ([assistant("a"), user("q"), user("  ")], ""),
+    ],
+)
+def test_preceding_text_in_user_capture_is_a_user_message(
+    messages: list[dict[str, object]], expected: str
+) -> None:
+    assert preceding_text(messages, "user", 10_000) == expected
+
+
+def test_preceding_text_is_cut_where_capture_cut_the_stored_message() -> None:
+    assert preceding_text([user("abcdef"), user("q")], "user", 3) == "abc"
+
+
+@pytest.mark.parametrize("capture", ["off", "facts"])
+def test_preceding_text_is_empty_when_nothing_is_captured(capture: str) -> None:
+    assert preceding_text([user("first"), user("second")], capture, 10_000) == ""

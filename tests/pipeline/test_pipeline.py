@@ -27,7 +27,7 @@ from proxy.cache.redis_cache import RedisCache
 from proxy.cache.request_cache import CacheTTLs, RequestCache
 from proxy.context.billing import message_key
 from proxy.context.budget import MODEL_OVERRIDES, ModelLimit, ModelLimits, TokenBudgetCalculator
-from proxy.context.records import Candidate, MemoryRecord
+from proxy.context.records import Candidate, MemoryRecord, index_text
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 from proxy.defaults import NEIGHBOUR_WINDOW_S
 from proxy.memory.near import ranked
@@ -872,8 +872,9 @@ async def test_facts_use_only_openai_credentials(
     ("capture", "contexts"),
     [
         # The user's message is embedded with the answer before it, the answer with the
-        # message (adr/0142); the records keep their own text.
-        ("user", {"and the kids?": "We saw the dinosaurs."}),
+        # message (adr/0142); the records keep their own text. ``user`` capture stores no
+        # answer, so none is the context of the user's message either (adr/0144).
+        ("user", {"and the kids?": ""}),
         ("turn", {"and the kids?": "We saw the dinosaurs.", "They loved it.": "and the kids?"}),
     ],
 )
@@ -898,4 +899,4 @@ async def test_a_captured_turn_is_stored_with_its_context(
     await prepared.on_complete(Completion(200, streamed=False, ok=True, text="They loved it."))
     stored = {r.content: r.context for added, _ in store.adds for r in added}
     assert stored == contexts
-    assert embedder.calls[-1] == [f"{contexts[c]}\n{c}" for c in contexts]
+    assert embedder.calls[-1] == [index_text(c, contexts[c]) for c in contexts]
