@@ -174,11 +174,14 @@ class BalancedListener(asyncio.AbstractServer):
             return
         waited = self._loop.time() - (self._waiting_since or self._loop.time())
         if waited >= ACCEPT_STALL_S:
-            # Nobody took it in time: the others are stopped, stuck or busy. Take one.
-            self._accept_one()
+            # Nobody took it in time: the others are stopped, stuck or busy. Take what waits,
+            # and keep the clock running until the queue is empty: restarting it per
+            # connection would serve a burst behind a stuck worker at one per ACCEPT_STALL_S.
+            for _ in range(ACCEPT_BATCH):
+                if not self._accept_one():
+                    break
             if self._timer is not None:  # it backed off: ``_resume`` watches the socket again
                 return
-            self._waiting_since = self._loop.time()
         self._timer = self._loop.call_later(ACCEPT_CHECK_S, self._check)
 
     def _back_off(self) -> None:

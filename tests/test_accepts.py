@@ -180,3 +180,28 @@ async def test_a_failing_accept_backs_off_instead_of_spinning(
         failing.close()
         client.close()
         full.close()
+
+
+async def test_a_burst_behind_a_stuck_worker_is_taken_at_once_after_one_stall(
+    listening: socket.socket, shares_path: str, clients: list[asyncio.StreamWriter]
+) -> None:
+    """Once nobody took a waiting connection in time, the running worker takes every one
+    waiting, not one per stall (ten connections would wait ten stalls in a row)."""
+    stuck = ConnectionShares(shares_path)
+    stuck.publish(0)
+    running = listener(listening, ConnectionShares(shares_path))
+    for _ in range(3):  # (3 + 0) / 2 + 1: from here it holds back
+        _, writer = await asyncio.wait_for(connect(listening), timeout=60)  # a hang guard
+        clients.append(writer)
+    assert running._open == 3
+    burst = [socket.create_connection(listening.getsockname()) for _ in range(10)]
+    try:
+        for _ in range(60000):  # a hang guard
+            if running._open > 3:
+                break
+            await asyncio.sleep(0.001)
+        assert running._open == 13  # all in the pass that took the first
+    finally:
+        for client in burst:
+            client.close()
+        running.close()
