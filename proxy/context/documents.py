@@ -332,8 +332,19 @@ def padded(data: str, start: int, end: int, step: int) -> Steps[bytearray | None
     out = bytearray()
     carry = b""
     for at in range(start, end, step):
-        text = data[at : min(end, at + step)].encode("ascii")
-        piece = carry + text.translate(None, NOT_BASE64_OR_PAD)
+        text = data[at : min(end, at + step)]
+        if not carry:  # most pieces are whole groups of base64 alone: one pass decodes them
+            try:
+                decoded = binascii.a2b_base64(text, strict_mode=True)
+            except binascii.Error:
+                pass
+            else:
+                out += decoded
+                if len(decoded) < len(text) // 4 * 3:
+                    return out  # it ended with padding
+                yield
+                continue
+        piece = carry + text.encode("ascii").translate(None, NOT_BASE64_OR_PAD)
         chars = len(piece) - piece.count(b"=")
         cut = len(piece)
         for _ in range(chars % 4):  # back over the characters past the last whole group
