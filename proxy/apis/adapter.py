@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from proxy.apis.answer import Answer
+from proxy.context.documents import Document
 from proxy.context.position import (
     BEHIND_BREAKPOINT_ROLES,
     USER_ROLES,
@@ -60,6 +61,8 @@ class Conversation:
     them (instructions, a stored context's id), as text: it is part of the blocks' keys, so a
     block is only put back into the conversation it was shown in (``None``: no text for it, so
     no block is kept or put back).
+    ``documents`` are the documents whose pages are still to be read into ``billed`` (each
+    billed by the estimate from its size meanwhile): only a request that is budgeted reads them.
     """
 
     model: str
@@ -68,6 +71,7 @@ class Conversation:
     unseen_history: bool = False
     turns: Sequence[Mapping[str, Any]] = ()
     preamble: str | None = ""
+    documents: tuple[Document, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,12 @@ Reading a request: ``system`` (a string or text blocks) and ``messages`` become 
 chat-shaped conversation the pipeline budgets, queries and captures. Text blocks stay text
 parts; an image counts as two high-detail chat images (1,530 tokens: Anthropic bills an image
 of its largest size, 1.15 megapixels, ~1,600 = pixels / 750); a document with its text in the
-body (a plain-text or content source) as that text, a base64 PDF by its pages (read once here,
-``proxy/context/documents.py``), a PDF by URL or file id as a file the budget holds room back
-for (adr/0143); a ``tool_use`` becomes an assistant tool call, a ``tool_result`` a tool
-message; ``thinking`` counts as its text; any other block as its compact JSON, an upper
-estimate. ``tools`` count as chat tools, ``max_tokens`` (required by the API) is the response
-reserve. Claude models are counted with Claude's tokenizer and a margin
+body (a plain-text or content source) as that text, a base64 PDF by its pages (read when the
+request is budgeted, ``proxy/context/documents.py``, adr/0152), a PDF by URL or file id as a
+file the budget holds room back for (adr/0143); a ``tool_use`` becomes an assistant tool
+call, a ``tool_result`` a tool message; ``thinking`` counts as its text; any other block as
+its compact JSON, an upper estimate. ``tools`` count as chat tools, ``max_tokens`` (required by
+the API) is the response reserve. Claude models are counted with Claude's tokenizer and a margin
 (``proxy/claude_tokenizer.py``); the system prompt Anthropic adds for tool use (a few hundred
 tokens) is left to the budget's 5% safety buffer.
 
@@ -52,7 +52,7 @@ from proxy.apis.adapter import (
     instead_of_system,
 )
 from proxy.apis.answer import Answer, read_answer
-from proxy.context.documents import pages_part, unseen_files
+from proxy.context.documents import Document, pending, unseen_files
 from proxy.context.position import BREAKPOINT, SEPARATOR, carries_breakpoint, has_breakpoint
 from proxy.defaults import Position
 from proxy.error_responses import ANTHROPIC, ErrorShape
@@ -108,10 +108,11 @@ class AnthropicMessages:
         if not sent or system_blocks(system) is None:
             return Conversation(model=model, messages=(), billed={"model": model})
         messages: list[Mapping[str, object]] = []
+        documents: list[Document] = []
         if system:
-            messages.append({"role": "system", "content": chat_content(system)})
+            messages.append({"role": "system", "content": chat_content(system, documents)})
         for message in sent:
-            messages += as_messages(message)
+            messages += as_messages(message, documents)
         return Conversation(
             model=model,
             messages=messages,
@@ -119,6 +120,7 @@ class AnthropicMessages:
             unseen_history=unseen_files(messages),
             turns=sent,
             preamble=preamble(system),
+            documents=tuple(documents),
         )
 
     def inject(
@@ -164,8 +166,9 @@ def system_blocks(system: object) -> list[Mapping[str, object]] | str | None:
     return blocks if len(blocks) == len(system) else None
 
 
-def as_messages(message: Mapping[str, object]) -> list[Mapping[str, object]]:
-    """One Anthropic message as the chat messages that cost as much and read the same.
+def as_messages(message: Mapping[str, object], found: list[Document]) -> list[Mapping[str, object]]:
+    """One Anthropic message as the chat messages that cost as much and read the same
+    (``found`` gets the documents whose pages are to be read).
 
     Tool results become tool messages (after the message's other content, in order); the
     rest stays one message of the same role, tool uses as its tool calls.
@@ -183,12 +186,12 @@ def as_messages(message: Mapping[str, object]) -> list[Mapping[str, object]]:
             function = {"name": block.get("name"), "arguments": arguments}
             calls.append({"id": block.get("id"), "type": "function", "function": function})
         elif kind == "tool_result" and isinstance(block, Mapping):
-            output = chat_content(block.get("content"))
+            output = chat_content(block.get("content"), found)
             results.append(
                 {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": output}
             )
         else:
-            parts += chat_parts(block)
+            parts += chat_parts(block, found)
     out: list[Mapping[str, object]] = []
     if parts or calls or not results:
         chat: dict[str, object] = {"role": role, "content": parts}
@@ -198,17 +201,17 @@ def as_messages(message: Mapping[str, object]) -> list[Mapping[str, object]]:
     return [*results, *out] if role == USER else [*out, *results]
 
 
-def chat_content(content: object) -> object:
+def chat_content(content: object, found: list[Document]) -> object:
     """Content (a string or blocks) with Anthropic's blocks as the chat parts billed the same."""
     if not isinstance(content, list):
         return content
     parts: list[object] = []
     for block in content:
-        parts += chat_parts(block)
+        parts += chat_parts(block, found)
     return parts
 
 
-def chat_parts(block: object) -> list[object]:
+def chat_parts(block: object, found: list[Document]) -> list[object]:
     """One content block as chat parts: text as ``text``, media as the parts of their cost."""
     if not isinstance(block, Mapping):
         return [block]
@@ -220,11 +223,11 @@ def chat_parts(block: object) -> list[object]:
     if kind == "image":
         return [HIGH_DETAIL_IMAGE] * IMAGE_PARTS
     if kind == "document":
-        return document_parts(block)
+        return document_parts(block, found)
     return [block]  # redacted thinking, server tool blocks...: billed as their JSON
 
 
-def document_parts(document: Mapping[str, object]) -> list[object]:
+def document_parts(document: Mapping[str, object], found: list[Document]) -> list[object]:
     """A document as chat parts: its title and context, and a plain-text or content source's
     text, as the text Anthropic reads; a base64 PDF as its pages, one by URL or file id as the
     billing's file guess."""
@@ -242,7 +245,7 @@ def document_parts(document: Mapping[str, object]) -> list[object]:
         blocks = content if isinstance(content, list) else [content]
         return [*parts, *(part for block in blocks for part in source_parts(block))]
     data = source.get("data") if kind == "base64" and isinstance(source, Mapping) else None
-    return [*parts, pages_part(data) if isinstance(data, str) else {"type": "file"}]
+    return [*parts, pending(data, found) if isinstance(data, str) else {"type": "file"}]
 
 
 def source_parts(block: object) -> list[object]:

@@ -3,8 +3,8 @@
 The chat body already is what the pipeline works in (``proxy/apis/adapter.py``): its messages
 are the conversation, the turns position ``turn`` puts blocks in, and the body is what the
 budget counts, as is, with no copy; but a ``file`` part carrying its bytes is billed as its
-pages, read once here (``proxy/context/documents.py``), and one by ``file_id`` makes the budget
-hold room back (adr/0143).
+pages, read when the request is budgeted (``proxy/context/documents.py``, adr/0152), and one
+by ``file_id`` makes the budget hold room back (adr/0143).
 
 Writing blocks: position ``turn`` puts this turn's block in front of the latest user message's
 content and earlier blocks back where they were (``proxy/context/position.py``); position
@@ -31,7 +31,7 @@ from proxy.apis.adapter import (
     instead_of_system,
 )
 from proxy.apis.answer import Answer, parsed_body
-from proxy.context.documents import read_files
+from proxy.context.documents import Document, read_files
 from proxy.context.inject import clear_of_breakpoints, inject, inject_index
 from proxy.defaults import Position
 from proxy.error_responses import OPENAI, ErrorShape
@@ -52,13 +52,15 @@ class OpenAIChat:
         """The body's messages (none when malformed), also its turns; the body is billed,
         with its files read."""
         messages = chat_messages(body.get("messages"))
-        billed, unseen = read_files(messages)
+        documents: list[Document] = []
+        billed, unseen = read_files(messages, documents)
         return Conversation(
             model=str(body.get("model") or ""),
             messages=messages,
             billed=body if billed is messages else {**body, "messages": billed},
             unseen_history=unseen,
             turns=messages,
+            documents=tuple(documents),
         )
 
     def inject(

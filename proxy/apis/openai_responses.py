@@ -3,10 +3,10 @@
 Reading a request: ``instructions`` and ``input`` (a string, or a list of items) become the
 chat-shaped conversation the pipeline budgets, queries and captures: message items keep their
 role, their ``input_text``/``output_text`` parts become ``text`` parts, images and audio the
-parts the chat billing estimates, a file sent as ``file_data`` its pages (read once here,
-``proxy/context/documents.py``), one by ``file_id`` or ``file_url`` a file the budget holds
-room back for (adr/0143); a ``function_call`` becomes an assistant tool call, a
-``function_call_output`` a tool message, any other item (reasoning, built-in tool calls) is
+parts the chat billing estimates, a file sent as ``file_data`` its pages (read when the request
+is budgeted, ``proxy/context/documents.py``, adr/0152), one by ``file_id`` or ``file_url`` a
+file the budget holds room back for (adr/0143); a ``function_call`` becomes an assistant tool
+call, a ``function_call_output`` a tool message, any other item (reasoning, built-in tool calls) is
 counted as its compact JSON, an upper estimate. ``tools``, ``text.format`` and
 ``max_output_tokens`` count as their chat equivalents. Context the request only points at (a
 ``previous_response_id``, a stored ``conversation``, a ``prompt`` template, an ``item_reference``)
@@ -46,7 +46,7 @@ from proxy.apis.adapter import (
     in_turns,
 )
 from proxy.apis.answer import Answer, read_answer
-from proxy.context.documents import pages_part, unseen_files
+from proxy.context.documents import Document, pending, unseen_files
 from proxy.context.position import SEPARATOR
 from proxy.defaults import Position
 from proxy.error_responses import OPENAI_RESPONSES, ErrorShape
@@ -85,7 +85,8 @@ class OpenAIResponses:
         messages: list[Mapping[str, object]] = []
         if instructions:
             messages.append({"role": "system", "content": instructions})
-        messages += [as_message(item) for item in items]
+        documents: list[Document] = []
+        messages += [as_message(item, documents) for item in items]
         unseen = (
             any(body.get(name) is not None for name in UNSEEN_FIELDS)
             or any(item.get("type") in UNSEEN_ITEMS for item in items)
@@ -98,6 +99,7 @@ class OpenAIResponses:
             unseen_history=unseen,
             turns=items,
             preamble=preamble(body),
+            documents=tuple(documents),
         )
 
     def inject(
@@ -149,31 +151,32 @@ def input_items(value: object) -> list[Mapping[str, object]] | None:
     return items if len(items) == len(value) else None
 
 
-def as_message(item: Mapping[str, object]) -> Mapping[str, object]:
-    """One input item as the chat message that costs as much and reads the same."""
+def as_message(item: Mapping[str, object], found: list[Document]) -> Mapping[str, object]:
+    """One input item as the chat message that costs as much and reads the same (``found``
+    gets the documents whose pages are to be read)."""
     kind = item.get("type", "message")
     if kind == "message":
-        return {"role": item.get("role"), "content": chat_content(item.get("content"))}
+        return {"role": item.get("role"), "content": chat_content(item.get("content"), found)}
     if kind == "function_call":
         call = {"name": item.get("name"), "arguments": item.get("arguments")}
         tool_call = {"id": item.get("call_id"), "type": "function", "function": call}
         return {"role": "assistant", "content": None, "tool_calls": [tool_call]}
     if kind == "function_call_output":
-        output = chat_content(item.get("output"))
+        output = chat_content(item.get("output"), found)
         return {"role": "tool", "tool_call_id": item.get("call_id"), "content": output}
     # Reasoning, built-in tool calls and their outputs, references: their JSON, an upper
     # estimate of what they cost (an encrypted reasoning item is base64: more bytes than tokens).
     return {"role": str(kind), "content": orjson.dumps(item).decode()}
 
 
-def chat_content(content: object) -> object:
+def chat_content(content: object, found: list[Document]) -> object:
     """Message content with the Responses API's parts as the chat parts billed the same."""
     if not isinstance(content, list):
         return content
-    return [chat_part(part) for part in content]
+    return [chat_part(part, found) for part in content]
 
 
-def chat_part(part: object) -> object:
+def chat_part(part: object, found: list[Document]) -> object:
     """One content part: text parts as ``text``, media as the chat part of its kind."""
     if not isinstance(part, Mapping):
         return part
@@ -184,7 +187,7 @@ def chat_part(part: object) -> object:
         return {"type": "image_url", "image_url": {"detail": part.get("detail", "auto")}}
     if kind == "input_file":
         data = part.get("file_data")
-        return pages_part(data) if isinstance(data, str) else {"type": "file"}
+        return pending(data, found) if isinstance(data, str) else {"type": "file"}
     return part  # refusal, input_audio: billed as in chat; anything else as its JSON
 
 

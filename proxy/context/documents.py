@@ -15,6 +15,11 @@ inflated from at most ``PDF_OBJECT_STREAMS`` streams.
 Where the scan cannot vouch that it saw every page object (not a PDF, not base64, a stream it
 cannot inflate, a document past the scan), the pages are estimated from the byte size, one every
 ``PDF_BYTES_PER_PAGE`` bytes, or as many as were found if that is more.
+
+Reading is resumable (adr/0152): ``read_pages`` pauses after every ``step`` of work (base64
+decoded, bytes scanned, bytes inflated) and ends with the same count whatever the step, so the
+edge can run it a slice at a time between other requests, or stop it when time is up. Until a
+document is read, its billed part holds the estimate from its size (``pending``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from __future__ import annotations
 import binascii
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from proxy.defaults import (
     PDF_BYTES_PER_PAGE,
@@ -30,8 +37,14 @@ from proxy.defaults import (
     PDF_INFLATE_RATIO,
     PDF_OBJECT_STREAMS,
     PDF_PAGE_MARKS,
+    PDF_READ_STEP,
     PDF_SCAN_CHARS,
 )
+
+T = TypeVar("T")
+# Work that pauses (yields ``None``) between bounded pieces and returns its result at the end.
+Steps = Generator[None, None, T]
+Buffer = bytes | bytearray
 
 # A billed content part holding a read document's pages (``{"type": PAGES, "pages": n}``): the
 # adapters read a document once per request and the billing counts this part, however often.
@@ -61,9 +74,26 @@ DEFLATE_SLACK = 1 / 1024
 # 8 MiB: 999 tiny object streams in a 12 MB body held the loop ~1.8 s.
 INFLATE_PIECE = 64 * 1024
 DATA_URL_HEADER = 512  # "data:<mime>;base64," is far shorter
-NOT_BASE64 = bytes(
-    set(range(256)) - set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
-)
+ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+NOT_BASE64 = bytes(set(range(256)) - set(ALPHABET))
+NOT_BASE64_OR_PAD = bytes(set(range(256)) - set(ALPHABET + b"="))
+WHITESPACE = b"\x00\t\n\f\r "
+NOT_WHITESPACE = re.compile(rb"[^\x00\t\n\f\r ]")
+PAGE_NAME = b"/Page"
+# A window's search for page and object stream types runs this far past it: a match starting in
+# it ends within, but for one whose whitespace fills the span (``types``). Also the least window.
+TYPE_SPAN = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A document whose bytes a request carries (``data``: base64 or a ``data:`` URL), and its
+    billed pages part, which holds the estimate from its size until the edge writes the pages
+    read into it. (The part is the request's own copy: filling it in place costs nothing per
+    message, where building the billed body anew walks every one.)"""
+
+    data: str
+    part: dict[str, object]
 
 
 def pdf_pages(pdf: bytes, inflate: int = PDF_INFLATE_BYTES) -> int | None:
@@ -73,19 +103,33 @@ def pdf_pages(pdf: bytes, inflate: int = PDF_INFLATE_BYTES) -> int | None:
     return pages if complete else None
 
 
-def scan(pdf: bytes, inflate: int = PDF_INFLATE_BYTES) -> tuple[int, bool]:
+def scan(pdf: Buffer, inflate: int = PDF_INFLATE_BYTES) -> tuple[int, bool]:
     """The page objects found in ``pdf``, and whether they are all there are (module notes)."""
+    return finish(scanning(pdf, inflate, len(pdf) + 1))
+
+
+def finish(steps: Steps[T]) -> T:
+    """What resumable work returns, run to its end at once."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return cast(T, done.value)
+
+
+def scanning(pdf: Buffer, inflate: int, step: int) -> Steps[tuple[int, bool]]:
+    """``scan``, pausing after every ``step`` bytes or so of work."""
     if HEADER not in pdf[:HEADER_SPAN]:
         return 0, False
     marks = Marks()
-    pages, streams = marks.find(pdf)
+    pages, streams = yield from marks.finding(pdf, step)
     if streams is None:
         return pages, False
     # Inflating costs per byte out, not in: a bound of the document's own size keeps a request
     # of many small zip bombs linear in its bytes (each inflating to the whole bound: 1,500 in a
     # 16 MB body held the loop ~96 s).
     bound = min(inflate, PDF_INFLATE_RATIO * len(pdf))
-    inside, complete = object_streams(pdf, streams, bound, marks)
+    inside, complete = yield from object_streams(pdf, streams, bound, marks, step)
     pages += inside
     return pages, complete and pages > 0
 
@@ -101,14 +145,21 @@ class Marks:
     def __init__(self) -> None:
         self.left = PDF_PAGE_MARKS
 
-    def find(self, data: bytes) -> tuple[int, list[int] | None]:
+    def find(self, data: Buffer) -> tuple[int, list[int] | None]:
         """The page objects in ``data``, and where its object streams' types are (``None``:
         more than ``PDF_OBJECT_STREAMS``, not read)."""
+        return finish(self.finding(data, len(data) + 1))
+
+    def finding(self, data: Buffer, step: int) -> Steps[tuple[int, list[int] | None]]:
+        """``find``, pausing after every ``step`` bytes or so."""
         pages = 0
         streams: list[int] = []
         if self.left <= 0:
-            return data.count(b"/Page"), streams
-        for match in TYPE.finditer(data):
+            return (yield from counted(data, 0, step)), streams
+        for match in types(data, step):
+            if match is None:
+                yield
+                continue
             if match.group(1) != OBJSTM:
                 pages += 1
             elif len(streams) == PDF_OBJECT_STREAMS:
@@ -117,14 +168,74 @@ class Marks:
                 streams.append(match.end())
             self.left -= 1
             if self.left == 0:
-                return pages + data.count(b"/Page", match.end()), streams
+                return pages + (yield from counted(data, match.end(), step)), streams
         return pages, streams
 
 
-def object_streams(pdf: bytes, streams: list[int], inflate: int, marks: Marks) -> tuple[int, bool]:
+def types(data: Buffer, step: int) -> Generator[re.Match[bytes] | None, None, None]:
+    """The matches of ``TYPE.finditer(data)``, window by window (``None`` after each one).
+
+    A window's matches are those starting in it: the search runs ``TYPE_SPAN`` past it and
+    takes a match that ended there with the byte after it seen, so it is the match a search of
+    the whole would make. Only a match whose whitespace fills the span could end further
+    (hostile: real PDFs put a space or two): it is matched once the whitespace is seen to end.
+    """
+    size, at, step = len(data), 0, max(step, TYPE_SPAN)
+    while at < size:
+        end = min(size, at + step)
+        stop = min(size, end + TYPE_SPAN)
+        last = at
+        for match in TYPE.finditer(data, at, stop):
+            if match.start() >= end or (match.end() >= stop and stop < size):
+                break
+            yield match
+            last = match.end()
+        at = max(end, last)
+        if stop < size and not data[end : stop - 8].translate(None, WHITESPACE):
+            # No match starts in whitespace: the search goes on where it ends, and a "/Type"
+            # followed by whitespace up to there is matched on its own.
+            run = yield from whitespace_end(data, end, step)
+            start = data.rfind(b"/Type", last, end)
+            if start >= 0 and not data[start + 5 : end].translate(None, WHITESPACE):
+                across = TYPE.match(data, start, min(size, run + 8))
+                if across is not None:
+                    yield across
+                    run = max(run, across.end())
+            at = max(at, run)
+        yield None
+
+
+def whitespace_end(data: Buffer, at: int, step: int) -> Steps[int]:
+    """Where the whitespace from ``at`` ends, searched a window at a time."""
+    size = len(data)
+    while at < size:
+        found = NOT_WHITESPACE.search(data, at, min(size, at + step))
+        if found is not None:
+            return found.start()
+        at += step
+        yield
+    return size
+
+
+def counted(data: Buffer, at: int, step: int) -> Steps[int]:
+    """``data.count(PAGE_NAME, at)``, a window at a time (windows overlap by a name less a
+    byte, so a name across two is counted once, in the second)."""
+    total, size, step = 0, len(data), max(step, TYPE_SPAN)
+    while True:
+        end = min(size, at + step)
+        total += data.count(PAGE_NAME, at, end)
+        if end == size:
+            return total
+        at = end - len(PAGE_NAME) + 1
+        yield
+
+
+def object_streams(
+    pdf: Buffer, streams: list[int], inflate: int, marks: Marks, step: int
+) -> Steps[tuple[int, bool]]:
     """Page objects inside the compressed object streams whose types end at ``streams``, and
     whether every one was read (one that could not be, within the bounds, leaves the pages
-    unknown)."""
+    unknown). Inflates at most ``step`` bytes between pauses."""
     pages = 0
     done = 0  # where the last stream read ended: every dictionary and stream is read once
     left = inflate
@@ -132,6 +243,7 @@ def object_streams(pdf: bytes, streams: list[int], inflate: int, marks: Marks) -
     for at in streams:
         if at < done:
             continue  # a second /Type inside one dictionary, or inside the stream read last
+        yield
         found = STREAM.search(pdf, at, at + DICT_SPAN)
         if found is None:
             return pages, False
@@ -149,7 +261,7 @@ def object_streams(pdf: bytes, streams: list[int], inflate: int, marks: Marks) -
         filters = FILTER.match(dictionary, key)
         if filters is None or b"/DecodeParms" in dictionary:
             return pages, False  # a filter that does not read, or a predictor: not read here
-        if filters.group(1).replace(b" ", b"") not in FLATE:
+        if bytes(filters.group(1)).replace(b" ", b"") not in FLATE:
             return pages, False  # another filter: not read here
         if left <= 0:
             return pages, False
@@ -160,15 +272,19 @@ def object_streams(pdf: bytes, streams: list[int], inflate: int, marks: Marks) -
         try:
             while not inflater.eof and done < end and left > 0:
                 piece = view[done : min(end, done + INFLATE_PIECE)]
-                parts.append(inflater.decompress(piece, left))
+                # At most ``step`` out of a call (what is not read stays in its tail, read
+                # again from ``done``): a piece of a bomb inflates to the bound in one.
+                parts.append(inflater.decompress(piece, min(left, step)))
                 left -= len(parts[-1])
                 done += len(piece) - len(inflater.unconsumed_tail)
+                yield
         except zlib.error:
             return pages, False
         if not inflater.eof:
             return pages, False  # cut short by the bound, or by the end of the bytes
         done -= len(inflater.unused_data)
-        pages += marks.find(b"".join(parts))[0]  # (no object stream is ever inside one)
+        # (No object stream is ever inside one.)
+        pages += (yield from marks.finding(b"".join(parts), step))[0]
     return pages, True
 
 
@@ -183,20 +299,82 @@ def base64_payload(data: str) -> tuple[int, bool]:
     return comma + 1, data[:comma].endswith(";base64")
 
 
-def decode(text: str) -> bytes | None:
-    """The bytes of base64 ``text``, ignoring what is not base64; ``None`` when none are."""
-    try:
-        return binascii.a2b_base64(text)
-    except (binascii.Error, ValueError):
-        pass
-    # Whitespace, junk or a cut in the middle left a partial group: keep the alphabet only,
-    # and whole groups of it.
-    kept = text.encode("ascii", "ignore").translate(None, NOT_BASE64)
-    kept = kept[: len(kept) - len(kept) % 4]
-    try:
-        return binascii.a2b_base64(kept)
-    except binascii.Error:
-        return None
+def decoding(data: str, start: int, end: int, step: int) -> Steps[Buffer | None]:
+    """The bytes of the base64 in ``data[start:end]``, ignoring what is not base64 (``None``:
+    none are), ``step`` characters at a time."""
+    if data.isascii() or (yield from ascii_only(data, start, end, step)):
+        whole = yield from padded(data, start, end, step)
+        if whole is not None:
+            return whole
+    # Non-ASCII, or a cut in the middle left a partial group: the alphabet only, and whole
+    # groups of it.
+    return (yield from alphabet_only(data, start, end, step))
+
+
+def ascii_only(data: str, start: int, end: int, step: int) -> Steps[bool]:
+    """Whether ``data[start:end]`` is ASCII (``data`` is not: it may be elsewhere)."""
+    for at in range(start, end, step):
+        if not data[at : min(end, at + step)].isascii():
+            return False
+        yield
+    return True
+
+
+def padded(data: str, start: int, end: int, step: int) -> Steps[bytearray | None]:
+    """What ``binascii.a2b_base64`` makes of ASCII ``data[start:end]`` (``None``: it raises),
+    a piece at a time: it skips what is not base64 and stops at padding that ends a group.
+
+    Each piece is decoded up to its last whole group of base64 characters (the rest opens the
+    next piece): there binascii's state is the same whatever follows (an "=" after a whole
+    group is skipped), so the pieces decode to what the whole does. Padding that ended the data
+    inside a piece shows as fewer bytes out than its groups make: nothing after is read.
+    """
+    out = bytearray()
+    carry = b""
+    for at in range(start, end, step):
+        text = data[at : min(end, at + step)]
+        if not carry:  # most pieces are whole groups of base64 alone: one pass decodes them
+            try:
+                decoded = binascii.a2b_base64(text, strict_mode=True)
+            except binascii.Error:
+                pass
+            else:
+                out += decoded
+                if len(decoded) < len(text) // 4 * 3:
+                    return out  # it ended with padding
+                yield
+                continue
+        piece = carry + text.encode("ascii").translate(None, NOT_BASE64_OR_PAD)
+        chars = len(piece) - piece.count(b"=")
+        cut = len(piece)
+        for _ in range(chars % 4):  # back over the characters past the last whole group
+            cut = len(piece[:cut].rstrip(b"=")) - 1
+        decoded = binascii.a2b_base64(piece[:cut])
+        out += decoded
+        if len(decoded) < (chars - chars % 4) // 4 * 3:
+            return out
+        carry = piece[cut:]
+        yield
+    if carry:
+        try:
+            out += binascii.a2b_base64(carry)
+        except binascii.Error:
+            return None
+    return out
+
+
+def alphabet_only(data: str, start: int, end: int, step: int) -> Steps[bytearray]:
+    """The base64 alphabet's characters in ``data[start:end]``, in whole groups, decoded."""
+    out = bytearray()
+    carry = b""
+    for at in range(start, end, step):
+        text = data[at : min(end, at + step)].encode("ascii", "ignore")
+        piece = carry + text.translate(None, NOT_BASE64)
+        cut = len(piece) - len(piece) % 4
+        out += binascii.a2b_base64(piece[:cut])
+        carry = piece[cut:]
+        yield
+    return out
 
 
 def fallback_pages(size: int) -> int:
@@ -204,17 +382,28 @@ def fallback_pages(size: int) -> int:
     return max(1, -(-size // PDF_BYTES_PER_PAGE))
 
 
+def estimated_pages(data: str) -> int:
+    """The pages of a document sent as ``data`` before it is read: from its size."""
+    start, is_base64 = base64_payload(data)
+    chars = len(data) - start
+    return fallback_pages(chars * 3 // 4 if is_base64 else chars)
+
+
 def document_pages(data: str) -> int:
     """The pages to bill for a document sent as base64 or a ``data:`` URL (module notes)."""
+    return finish(read_pages(data, len(data) + 1))
+
+
+def read_pages(data: str, step: int = PDF_READ_STEP) -> Steps[int]:
+    """``document_pages``, pausing after every ``step`` characters or bytes of work."""
     start, is_base64 = base64_payload(data)
     chars = len(data) - start
     size = chars * 3 // 4  # its bytes, about: padding and line breaks aside
     if not is_base64:
         return fallback_pages(chars)
     scanned = min(chars, PDF_SCAN_CHARS)
-    # (Sliced only when it must be: a copy of 16 MB costs as much as scanning it.)
-    pdf = decode(data if start == 0 and scanned == chars else data[start : start + scanned])
-    pages, complete = scan(pdf) if pdf else (0, False)
+    pdf = yield from decoding(data, start, start + scanned, step)
+    pages, complete = (yield from scanning(pdf, PDF_INFLATE_BYTES, step)) if pdf else (0, False)
     if scanned < chars:  # past the bound: the pages found so far, as dense over the rest
         pages = -(-pages * chars // scanned)
     elif complete:
@@ -222,17 +411,21 @@ def document_pages(data: str) -> int:
     return max(pages, fallback_pages(size))
 
 
-def pages_part(data: str) -> dict[str, object]:
-    """The billed part of a document sent as ``data`` (base64 or a ``data:`` URL)."""
-    return {"type": PAGES, "pages": document_pages(data)}
+def pending(data: str, found: list[Document]) -> dict[str, object]:
+    """The billed part of a document sent as ``data`` (base64 or a ``data:`` URL): its pages
+    as estimated from its size; ``found`` gets the document, whose pages are read later."""
+    part: dict[str, object] = {"type": PAGES, "pages": estimated_pages(data)}
+    if base64_payload(data)[1]:  # (one that is not base64 is never read: that is its count)
+        found.append(Document(data, part))
+    return part
 
 
 def read_files(
-    messages: Sequence[Mapping[str, object]],
+    messages: Sequence[Mapping[str, object]], found: list[Document]
 ) -> tuple[Sequence[Mapping[str, object]], bool]:
     """Chat ``messages`` with every ``file`` part that carries its bytes (``file_data``) as its
-    pages part (``messages`` itself when none does), and whether a ``file`` part is left that
-    only points at a file (a file id): the budget holds room back for that one."""
+    pages part, pending (``messages`` itself when none does), and whether a ``file`` part is
+    left that only points at a file (a file id): the budget holds room back for that one."""
     out: list[Mapping[str, object]] | None = None
     unseen = False
     for index, message in enumerate(messages):
@@ -250,7 +443,7 @@ def read_files(
                 continue
             if parts is None:
                 parts = list(content)
-            parts[at] = pages_part(data)
+            parts[at] = pending(data, found)
         if parts is not None:
             if out is None:
                 out = list(messages)

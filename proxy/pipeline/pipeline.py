@@ -46,7 +46,7 @@ from proxy.context.position import candidate_indices, slot
 from proxy.context.records import Candidate
 from proxy.context.render import BlockTokens
 from proxy.context.tokens import STORED_ENCODINGS
-from proxy.defaults import BUDGET_RULES, NEIGHBOUR_WINDOW_S
+from proxy.defaults import BUDGET_RULES, NEIGHBOUR_WINDOW_S, PDF_READ_SHARE
 from proxy.memory.retriever import EMBED, SEARCH, Retrieval, Retriever
 from proxy.memory.service import MemoryWriter
 from proxy.metrics import Metrics
@@ -69,6 +69,7 @@ from proxy.pipeline.explain import (
 )
 from proxy.pipeline.offload import Offloader
 from proxy.pipeline.options import RequestOptions, parse_options
+from proxy.pipeline.pages import read_documents
 from proxy.pipeline.placement import (
     Placement,
     blocks,
@@ -145,6 +146,7 @@ class Run:
     # Thunks, not coroutines: writes that never start leave nothing unawaited.
     deferred: list[Write] = field(default_factory=list)
     facts: FactRequest | None = None  # X-Memory-Capture: facts
+    pages_read: bool = True  # every document's pages read (not left at its size's estimate)
 
     @property
     def messages(self) -> Sequence[Mapping[str, object]]:
@@ -350,6 +352,9 @@ class Pipeline:
         generation for the search's cache key (``proxy/cache/read_ahead.py``).
         """
         options = run.options
+        if run.conversation.documents:  # their pages, in slices, in a share of the deadline
+            until = run.deadline_at - self.deadline_s * (1 - PDF_READ_SHARE)
+            run.pages_read = await read_documents(run.conversation.documents, until)
         budget = run.budget = await self._budget(run)
         run.clock.mark("budget")
         if budget.memory_tokens <= 0:
@@ -513,6 +518,8 @@ class Pipeline:
     async def _exact_budget(self, run: Run, upper: TokenBudget, long_walk: bool) -> TokenBudget:
         """The exact budget, per-message counts from the cache; large work off the loop."""
         cache, messages, encoding = self.counts, run.messages, upper.encoding
+        if not run.pages_read:
+            cache = None  # a count by a document's estimate is never kept, nor one taken for it
         bounds = upper.message_counts  # UTF-8 bytes per message: the cost of what follows
         names: list[str | None] = []
         cached: list[int | None] | None = None

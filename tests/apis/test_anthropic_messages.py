@@ -15,12 +15,12 @@ from proxy.apis.answer import Answer
 from proxy.apis.anthropic_messages import ANTHROPIC_MESSAGES as API
 from proxy.apis.anthropic_messages import DOCUMENT_TEXT, HIGH_DETAIL_IMAGE, IMAGE_PARTS
 from proxy.context.allocation import BudgetCalculator
-from proxy.context.documents import PAGES
+from proxy.context.documents import PAGES, estimated_pages
 from proxy.context.limits import ModelLimits
 from proxy.context.position import Slot, slot
 from proxy.pipeline.query import last_user_texts
 from proxy.tokenizer import tiktoken_tokenizer
-from tests.fakes.pdfs import b64, pdf
+from tests.fakes.pdfs import b64, pdf, read_now
 from tests.fakes.upstream import message_events, message_object
 
 BLOCK = "<memories>\nthe user's cat is Miso\n</memories>"
@@ -295,12 +295,16 @@ def test_a_base64_pdf_counts_its_pages() -> None:
     pdf_source = {"type": "base64", "media_type": "application/pdf", "data": data}
     conversation = API.conversation(pdf_document(pdf_source))
     [message] = conversation.messages
+    # Billed by its size's estimate until its pages are read (when the request is budgeted).
+    assert message["content"] == [{"type": PAGES, "pages": estimated_pages(data)}]
+    read_now(conversation.documents)
     assert message["content"] == [{"type": PAGES, "pages": 50}]
     assert not conversation.unseen_history
     # Not a PDF past its header: estimated from its size, one page at least.
     header = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"}
-    [message] = API.conversation(pdf_document(header)).messages
-    assert message["content"] == [{"type": PAGES, "pages": 1}]
+    conversation = API.conversation(pdf_document(header))
+    read_now(conversation.documents)
+    assert conversation.messages[0]["content"] == [{"type": PAGES, "pages": 1}]
 
 
 @pytest.mark.parametrize(

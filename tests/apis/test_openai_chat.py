@@ -11,10 +11,10 @@ import pytest
 from proxy.apis.adapter import Blocks, Injected
 from proxy.apis.answer import Answer
 from proxy.apis.openai_chat import OPENAI_CHAT, assistant_text, read_completion
-from proxy.context.documents import PAGES
+from proxy.context.documents import PAGES, estimated_pages
 from proxy.context.position import Slot, slot
 from proxy.defaults import Position
-from tests.fakes.pdfs import b64, pdf
+from tests.fakes.pdfs import b64, pdf, read_now
 from tests.fakes.upstream import StackedEncoder, completion, stream_events
 
 TEXT = "Hello from the fake upstream"
@@ -43,6 +43,8 @@ def test_a_file_part_is_billed_by_its_pages_and_forwarded_as_sent() -> None:
     read = OPENAI_CHAT.conversation(body)
     billed = read.billed["messages"]
     assert isinstance(billed, list)
+    assert billed[1]["content"][0] == {"type": PAGES, "pages": estimated_pages(data)}
+    read_now(read.documents)  # when the request is budgeted
     assert billed[1]["content"][0] == {"type": PAGES, "pages": 50}
     assert read.messages == messages  # the turns a block goes into keep the file as sent
     assert read.turns == messages

@@ -12,11 +12,11 @@ from proxy.apis.adapter import SYSTEM, TURN, Blocks, Injected
 from proxy.apis.answer import Answer
 from proxy.apis.openai_responses import RESPONSES
 from proxy.context.billing import IMAGE_TOKENS, count_content
-from proxy.context.documents import PAGES
+from proxy.context.documents import PAGES, estimated_pages
 from proxy.context.position import SEPARATOR, Slot, slot
 from proxy.defaults import PDF_PAGE_TOKENS
 from proxy.pipeline.query import last_user_texts, query_text
-from tests.fakes.pdfs import b64, pdf
+from tests.fakes.pdfs import b64, pdf, read_now
 from tests.fakes.upstream import StackedEncoder, response_events, response_object
 
 BLOCK = "<memories>\nthe dog is Biscuit\n</memories>"
@@ -124,6 +124,8 @@ def test_a_file_sent_as_data_counts_its_pages() -> None:
     ]
     read = conversation({"input": [{"role": "user", "content": parts}]})
     (message,) = read.messages
+    assert message["content"][0] == {"type": PAGES, "pages": estimated_pages(data)}
+    read_now(read.documents)  # when the request is budgeted
     assert message["content"][0] == {"type": PAGES, "pages": 50}
     assert count_content(message["content"], len) == 50 * PDF_PAGE_TOKENS + len("Sum up.")
     assert not read.unseen_history

@@ -13,10 +13,11 @@ import pytest
 from proxy.context import documents
 from proxy.context.documents import (
     PAGES,
+    Document,
     document_pages,
     fallback_pages,
-    pages_part,
     pdf_pages,
+    pending,
     read_files,
     unseen_files,
 )
@@ -85,8 +86,13 @@ def test_a_document_past_the_scan_is_estimated_from_its_whole_size(
     data = b64(pdf(30))
     monkeypatch.setattr(documents, "PDF_SCAN_CHARS", 4_000)
     seen: list[int] = []
-    real = documents.decode
-    monkeypatch.setattr(documents, "decode", lambda text: seen.append(len(text)) or real(text))
+    real = documents.decoding
+
+    def decoding(text: str, start: int, end: int, step: int) -> documents.Steps[object]:
+        seen.append(end - start)
+        return real(text, start, end, step)
+
+    monkeypatch.setattr(documents, "decoding", decoding)
     found = documents.scan(base64.b64decode(data[:4_000]))[0]
     assert 0 < found < 30
     # The pages found in the prefix, as dense over the rest, or the size estimate if more.
@@ -159,25 +165,37 @@ def test_16_mb_of_junk_is_estimated_from_its_size() -> None:
 
 
 def test_read_files_replaces_readable_files_and_keeps_the_rest() -> None:
-    data = b64(pdf(3))
-    readable = {"type": "file", "file": {"file_data": "data:application/pdf;base64," + data}}
+    data = "data:application/pdf;base64," + b64(pdf(3))
+    readable = {"type": "file", "file": {"file_data": data}}
     by_id = {"type": "file", "file": {"file_id": "file-1"}}
     text = {"type": "text", "text": "Sum up."}
     messages = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": [readable, by_id, text]},
     ]
-    billed, unseen = read_files(messages)
+    found: list[Document] = []
+    billed, unseen = read_files(messages, found)
     assert billed[0] is messages[0]
-    assert billed[1]["content"] == [{"type": PAGES, "pages": 3}, by_id, text]
+    # Pending: the estimate from its size until the edge reads its pages into the same part.
+    part = {"type": PAGES, "pages": fallback_pages(len(b64(pdf(3))) * 3 // 4)}
+    assert billed[1]["content"] == [part, by_id, text]
+    assert found == [Document(data, part)]
+    assert found[0].part is billed[1]["content"][0]
     assert messages[1]["content"] == [readable, by_id, text]  # what is forwarded: untouched
     assert unseen
     assert unseen_files(billed)
-    alone, unseen = read_files(messages[:1])
+    alone, unseen = read_files(messages[:1], [])
     assert alone is messages[:1] or alone == messages[:1]
     assert not unseen
-    assert read_files([{"role": "user", "content": [readable]}])[1] is False
-    assert pages_part(data) == {"type": PAGES, "pages": 3}
+    assert read_files([{"role": "user", "content": [readable]}], [])[1] is False
+
+
+def test_a_document_that_is_not_base64_is_counted_at_once() -> None:
+    found: list[Document] = []
+    assert pending("data:application/pdf,%25PDF-1.4", found) == {"type": PAGES, "pages": 1}
+    assert found == []  # nothing left to read: its size is its count
+    assert pending(b64(pdf(3)), found)["pages"] == 1
+    assert len(found) == 1
 
 
 @pytest.mark.parametrize(

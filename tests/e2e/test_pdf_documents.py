@@ -9,6 +9,7 @@ in past the window. A small PDF far from the window still gets its memories.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,9 @@ import httpx
 import openai
 import pytest
 
+from proxy.context import documents
 from proxy.context.billing import FILE_PART_TOKENS
+from proxy.context.documents import Steps
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
 from proxy.defaults import PDF_PAGE_TOKENS
 from proxy.tokenizer import count_tokens
@@ -171,3 +174,53 @@ def test_a_file_by_id_holds_half_the_window_back(memproxy: MemoryProxy) -> None:
     assert held == expected + PDF_PAGE_TOKENS - FILE_PART_TOKENS
     assert any("file by id or URL" in note for note in pointed["notes"])
     assert "notes" not in sent
+
+
+def slow_decoding(data: str, start: int, end: int, step: int) -> Steps[object]:
+    """A decoder slower than any deadline: it never ends."""
+    while True:
+        time.sleep(0.001)
+        yield
+
+
+def test_a_pdf_is_read_when_budgeted_and_counted_by_its_size_past_its_time(
+    memproxy: MemoryProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # adr/0152. 3 pages and ~1.2 MB after them: read, 9,000 tokens leave room for memories;
+    # not read in time, its size's estimate (~590 pages) leaves none, and the request passes.
+    memproxy.backends.write(memproxy.tenant, FACTS)
+    sdk = openai.OpenAI(base_url=memproxy.url, api_key=API_KEY, max_retries=0)
+    data = "data:application/pdf;base64," + b64(pdf(3) + b"%" + b"x" * 1_200_000 + b"\n")
+    content: list[Any] = [
+        {"type": "file", "file": {"filename": "report.pdf", "file_data": data}},
+        {"type": "text", "text": QUESTION},
+    ]
+
+    def ask(**headers: str) -> Any:
+        return sdk.chat.completions.with_raw_response.create(
+            model=GPT,
+            max_completion_tokens=MAX_TOKENS,
+            messages=[{"role": "user", "content": content}],
+            extra_headers=headers,
+        )
+
+    decoded: list[int] = []
+    real = documents.decoding
+
+    def spy(text: str, start: int, end: int, step: int) -> Steps[object]:
+        decoded.append(end - start)
+        return real(text, start, end, step)
+
+    monkeypatch.setattr(documents, "decoding", spy)
+    off = ask(**{"X-Memory-Mode": "off"})
+    assert off.headers["x-memory-status"] == "off"
+    assert decoded == []  # memory off reads no document
+    read = ask()
+    assert read.headers["x-memory-status"] == "injected"
+    assert len(decoded) == 1
+    monkeypatch.setattr(documents, "decoding", slow_decoding)
+    late = ask()
+    assert late.status_code == 200
+    assert late.headers["x-memory-status"] == "empty"
+    assert late.headers["x-memory-budget"] == "0"
+    assert forwarded(memproxy)["messages"][0]["content"] == content  # as sent

@@ -16,7 +16,9 @@ import base64
 import random
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+
+from proxy.context.documents import Document, document_pages
 
 
 def pdf(
@@ -182,3 +184,10 @@ def packed(
 def b64(data: bytes) -> str:
     """``data`` as base64 text (what the APIs carry)."""
     return base64.b64encode(data).decode()
+
+
+def read_now(documents: Iterable[Document]) -> None:
+    """Write each pending document's pages into its billed part at once (what the pipeline
+    does a slice at a time, ``proxy/pipeline/pages.py``)."""
+    for document in documents:
+        document.part["pages"] = document_pages(document.data)
