@@ -900,3 +900,16 @@ async def test_a_captured_turn_is_stored_with_its_context(
     stored = {r.content: r.context for added, _ in store.adds for r in added}
     assert stored == contexts
     assert embedder.calls[-1] == [index_text(c, contexts[c]) for c in contexts]
+
+
+async def test_a_body_with_base64_shaped_like_big_numbers_gets_its_memories() -> None:
+    pipeline = running_pipeline()
+    image = "data:image/png;base64," + "QU7e+19Zk9e+200/" * 1000
+    original = body("what is my dog called?")
+    original["messages"][-1]["content"] = [
+        {"type": "text", "text": "what is my dog called?"},
+        {"type": "image_url", "image_url": {"url": image}},
+    ]
+    prepared = await pipeline.prepare(TENANT, {}, original, OPENAI_CHAT)
+    assert prepared.response_headers["X-Memory-Status"] == "injected"
+    assert degraded_by(pipeline, "encode") is None
