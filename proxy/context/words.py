@@ -105,7 +105,7 @@ class TextMemo(Generic[R]):
                     found[at] = add(texts[at])
                     self.hits -= 1
         self.hits += len(found)
-        return found
+        return found  # type: ignore[return-value]  # every None was replaced
 
     def cache_info(self) -> MemoInfo:
         """Hits, misses, the entry bound and the entries now."""
