@@ -400,7 +400,7 @@ def forget_memos() -> None:
     for module in list(sys.modules.values()):
         if getattr(module, "__name__", "").startswith(context.__name__ + "."):
             for value in list(vars(module).values()):
-                if callable(getattr(value, "cache_clear", None)):
+                if not isinstance(value, type) and callable(getattr(value, "cache_clear", None)):
                     value.cache_clear()
 
 

@@ -56,12 +56,12 @@ from proxy.context.knapsack import PACKER_KINDS, PackerKind, select_greedy, sele
 from proxy.context.neighbours import neighbour_gains
 from proxy.context.ranking import (
     BASE_RELEVANCE,
+    BASE_WEIGHT,
     DEFAULT_BASE_RELEVANCE,
     OVERLAP_WEIGHT,
     WEIGHT_RELEVANCE,
     ScoredMemory,
     composites,
-    fragment_score,
     score_candidate,
 )
 from proxy.context.records import Candidate
@@ -70,9 +70,8 @@ from proxy.context.render import (
     BLOCK_NOTICE,
     BLOCK_OPEN,
     BlockTokens,
-    block_order,
     render_block,
-    render_within,
+    render_rows,
     sanitise,
 )
 from proxy.context.shortlist import BundleConfig, BundleStats, priorities_of, shortlist
@@ -379,18 +378,20 @@ def assemble(
         overlaps = [sum(map(weight_of, found)) / mass for found in matches]
     else:
         overlaps = [0.0] * len(matches)
-    synths = [
-        fragment_score(base_of(record.source, DEFAULT_BASE_RELEVANCE), overlap)
-        for record, overlap in zip(records_in, overlaps, strict=True)
-    ]
-    finals = [
-        composite_weight * score + keyword_weight * synth
-        for score, synth in zip(composite_scores, synths, strict=True)
-    ]
-    priors = [
-        max(0.0, final - (similarity_share * relevance + overlap_share * overlap))
-        for final, relevance, overlap in zip(finals, relevances, overlaps, strict=True)
-    ]
+    # ``fragment_score``, the final and the prior in one loop: the same expressions, no calls.
+    synths: list[float] = []
+    finals: list[float] = []
+    priors: list[float] = []
+    for record, overlap, score, relevance in zip(
+        records_in, overlaps, composite_scores, relevances, strict=True
+    ):
+        base = base_of(record.source, DEFAULT_BASE_RELEVANCE)
+        synth = base * BASE_WEIGHT + overlap * OVERLAP_WEIGHT
+        final = composite_weight * score + keyword_weight * synth
+        prior = final - (similarity_share * relevance + overlap_share * overlap)
+        synths.append(synth)
+        finals.append(final)
+        priors.append(prior if prior > 0.0 else 0.0)
     content_tokens = [
         # ``token_count``, without the call
         stored if (stored := record.tokens.get(encoding)) is not None else count(record.content)
@@ -419,9 +420,12 @@ def assemble(
             if i not in kept_rows:
                 status[i] = BUNDLE
 
-    signatures = [NO_SIGNATURE] * len(order)
-    for i in survivors:
-        signatures[i] = profiles[order[i]][1]
+    if len(survivors) == len(order):  # the bundle kept all (up to 100 candidates)
+        signatures = [profiles[p][1] for p in order]
+    else:
+        signatures = [NO_SIGNATURE] * len(order)
+        for i in survivors:
+            signatures[i] = profiles[order[i]][1]
     kept, duplicates = dedup_walk(signatures, survivors, cfg.dedup_threshold)
     for i in duplicates:
         status[i] = DUPLICATE
@@ -449,12 +453,14 @@ def assemble(
     solution = solve([net[i] for i in priced], [costs[i] for i in priced], room)
     chosen = [priced[j] for j in solution.indices]
 
-    block, rendered, trimmed = render_within(
+    block, rendered, trimmed, block_rows = render_rows(
         records, tokens_of, values_all, costs, chosen, limit, tokens
     )
     for i in chosen:
-        status[i] = TRIMMED if i in trimmed else PACKED
-    rows = tuple(block_order([r.source for r in records], [i for i in chosen if i not in trimmed]))
+        status[i] = PACKED
+    for i in trimmed:
+        status[i] = TRIMMED
+    rows = tuple(block_rows)
     return Assembly(
         query=query,
         budget=budget,

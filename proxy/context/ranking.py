@@ -191,6 +191,8 @@ def composites(candidates: Sequence[Candidate], now: datetime) -> tuple[list[flo
     relevances: list[float] = []
     totals: list[float] = []
     exp = math.exp
+    # ``frequency`` and ``rounded`` inlined, the same operations: two calls a hit fewer.
+    near_half = 0.5 - FAST_ROUND_MARGIN
     for candidate in candidates:
         record = candidate.record
         rel = candidate.similarity
@@ -203,16 +205,24 @@ def composites(candidates: Sequence[Candidate], now: datetime) -> tuple[list[flo
         conf = record.confidence
         if not 0.0 <= conf <= 1.0:
             conf = unit(conf, DEFAULT_CONFIDENCE)
+        freq = record.retrieval_count / ACCESS_FREQUENCY_CAP
+        if not 0.0 <= freq <= 1.0:
+            freq = 1.0 if freq > 1.0 else 0.0
         relevances.append(rel)
-        totals.append(
-            rounded(
-                WEIGHT_RELEVANCE * rel
-                + WEIGHT_RECENCY * (1.0 if age <= 0 else exp(-RECENCY_DECAY_LAMBDA * age))
-                + WEIGHT_USEFULNESS * use
-                + WEIGHT_CONFIDENCE * conf
-                + WEIGHT_FREQUENCY * frequency(record.retrieval_count)
-            )
+        value = (
+            WEIGHT_RELEVANCE * rel
+            + WEIGHT_RECENCY * (1.0 if age <= 0 else exp(-RECENCY_DECAY_LAMBDA * age))
+            + WEIGHT_USEFULNESS * use
+            + WEIGHT_CONFIDENCE * conf
+            + WEIGHT_FREQUENCY * freq
         )
+        if -FAST_ROUND_LIMIT < value < FAST_ROUND_LIMIT:
+            scaled = value * SCORE_SCALE
+            whole = round(scaled)
+            if whole and abs(scaled - whole) < near_half:
+                totals.append(whole / SCORE_SCALE)
+                continue
+        totals.append(round(value, SCORE_DECIMALS))
     return relevances, totals
 
 

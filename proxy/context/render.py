@@ -206,18 +206,44 @@ def render_within(
     count is the framing, the labels of the sources present and the lines' counts (module
     notes). Returns (block, exact tokens, trimmed).
     """
+    return render_rows(records, content_tokens, values, costs, chosen, limit, tokens)[:3]
+
+
+def render_rows(
+    records: Sequence[MemoryRecord],
+    content_tokens: Sequence[int],
+    values: Sequence[float],
+    costs: Sequence[int],
+    chosen: list[int],
+    limit: int,
+    tokens: BlockTokens,
+) -> tuple[str, int, set[int], list[int]]:
+    """``render_within``, and the rendered rows in block order (``block_order`` of the chosen
+    rows not trimmed): the assembler's injected ids, grouped in the same pass as the lines."""
     line = tokens.line
     lines = {i: line(records[i].content, content_tokens[i]) for i in chosen}
-    sources = [record.source for record in records]
     active = list(chosen)
     trimmed: set[int] = set()
     while active:
-        rendered = tokens.framing([sources[i] for i in active])
+        sources = [records[i].source for i in active]
+        rendered = tokens.framing(sources)
         rendered += sum([lines[i][1] for i in active])
         if rendered <= limit:
-            order = block_order(sources, active)
-            texts = grouped_lines([sources[i] for i in order], [lines[i][0] for i in order])
-            return render_block(texts), rendered, trimmed
+            # ``block_order`` and ``grouped_lines`` in one pass: a group is one source.
+            groups: dict[str, list[int]] = {}
+            for source, row in zip(sources, active, strict=True):
+                group = groups.get(source)
+                if group is None:
+                    groups[source] = [row]
+                else:
+                    group.append(row)
+            order: list[int] = []
+            texts: list[str] = []
+            for source, rows in groups.items():
+                order += rows
+                texts.append(label_text(source))
+                texts += [lines[i][0] for i in rows]
+            return render_block(texts), rendered, trimmed, order
         excess = rendered - limit
         # Free at least the excess by estimate, cheapest value first, then count again.
         for i in sorted(active, key=lambda i: values[i]):
@@ -226,4 +252,4 @@ def render_within(
             excess -= costs[i]
             if excess <= 0:
                 break
-    return "", 0, trimmed
+    return "", 0, trimmed, []

@@ -244,7 +244,7 @@ def test_ranking_matches_the_reference_formulas(
 
 def test_each_candidate_text_is_looked_up_once() -> None:
     # Its match set and dedup signature come from one memo entry (dedup.text_profile).
-    text_profile.memo.cache_clear()
+    text_profile.cache_clear()
     assemble(CANDIDATES, "How do I fix Docker networking?", 500, now=NOW, tokens=TOKENS)
     info = text_profile.cache_info()
     assert (info.misses, info.hits) == (len(CANDIDATES), 0)

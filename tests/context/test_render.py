@@ -23,6 +23,7 @@ from proxy.context.render import (
     is_clean,
     line_text,
     render_block,
+    render_rows,
     render_within,
 )
 from proxy.context.tokens import STORED_ENCODINGS
@@ -304,6 +305,30 @@ def test_render_within_trims_the_lowest_values_until_it_fits(
     assert trimmed == {1}  # the lowest value goes first
     assert rendered == count_tokens(block, encoding) <= limit
     assert render_within(records, counts, values, costs, [0], 1, tokens) == ("", 0, {0})
+
+
+@pytest.mark.parametrize("limit", [10_000, 50, 1])
+def test_render_rows_are_the_block_order_of_the_rows_rendered(limit: int) -> None:
+    # The assembler's injected ids come from these rows: grouped by source in the pass that
+    # groups the lines, they must be ``block_order`` of the chosen rows not trimmed.
+    sources = ["learnings", "summaries", "learnings", "conversation", "summaries"]
+    records = [
+        cand(f"m{i}", f"memory {i} about pottery", 0.9, source).record
+        for i, source in enumerate(sources)
+    ]
+    counts = [r.tokens[ENC] for r in records]
+    costs = [ENC_TOKENS.line(r.content, n)[1] for r, n in zip(records, counts, strict=True)]
+    chosen = [3, 0, 4, 2, 1]
+    values = [0.5, 0.1, 0.3, 0.9, 0.2]
+    block, rendered, trimmed, rows = render_rows(
+        records, counts, values, costs, chosen, limit, ENC_TOKENS
+    )
+    assert (block, rendered, trimmed) == render_within(
+        records, counts, values, costs, chosen, limit, ENC_TOKENS
+    )
+    assert rows == block_order(sources, [i for i in chosen if i not in trimmed])
+    lines = [line_text(records[i].content) for i in rows]
+    assert block == render_block(grouped_lines([sources[i] for i in rows], lines))
 
 
 def test_content_counts_of_an_encoding_memories_lack_are_memoised() -> None:

@@ -151,3 +151,38 @@ def test_a_text_longer_than_the_memo_bound_is_not_kept() -> None:
     short = "a short memory text kept in the memo"
     words.text_words(short)
     assert words.text_words.cache_info().currsize in (size + 1, words.TEXTS_MEMOISED)
+
+
+def test_a_long_summary_is_kept_within_the_character_bound() -> None:
+    # adr/0149: real stores' summaries run to ~2,600 characters; splitting one again cost
+    # ~0.1 ms a request. The bound is on all kept characters, not on each text.
+    summary = " ".join(f"event{i}" for i in range(400))  # ~3,500 characters
+    assert len(summary) > 2_000
+    memo = words.TextMemo(words.split_text_words)
+    first = memo(summary)
+    assert memo(summary) is first
+    assert memo.each([summary, summary]) == [first, first]
+    assert memo.cache_info()[:2] == (3, 1)
+
+
+def test_the_oldest_texts_leave_when_the_characters_run_out() -> None:
+    memo = words.TextMemo(words.split_text_words, maxsize=10, max_chars=20, text_chars=12)
+    memo.each(["aaaaaaaaaa", "bbbbbbbbbb"])  # 20 characters: both kept
+    assert memo.cache_info().currsize == 2
+    memo("cccccccccc")  # the oldest goes
+    assert list(memo.entries) == ["bbbbbbbbbb", "cccccccccc"]
+    assert memo("d" * 13) == frozenset({"d" * 13})  # over ``text_chars``: computed, not kept
+    assert list(memo.entries) == ["bbbbbbbbbb", "cccccccccc"]
+    memo = words.TextMemo(words.split_text_words, maxsize=1)
+    memo.each(["one", "two"])
+    assert list(memo.entries) == ["two"]
+
+
+@given(st.lists(st.sampled_from(["a b", "b c", "c", "d e f", "é f"]), max_size=12))
+def test_each_equals_one_call_a_text(texts: list[str]) -> None:
+    memo = words.TextMemo(words.split_text_words, maxsize=2, max_chars=6)
+    assert memo.each(texts) == [words.split_text_words(text) for text in texts]
+    info = memo.cache_info()
+    assert info.hits + info.misses == len(texts)
+    assert info.currsize <= 2
+    assert memo.chars == sum(map(len, memo.entries)) <= 6
