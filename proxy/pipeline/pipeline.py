@@ -374,11 +374,6 @@ class Pipeline:
             before = await self._stamp(run)
             searching = asyncio.ensure_future(self.retriever.retrieve(run.tenant.id, want, run))
         try:
-            if searching is not None:
-                # Let the search run up to its store call first: an in-process cache answers
-                # without suspending, so it would otherwise start only after the recall. The
-                # recall's hashing and lookup then run while the store's thread searches.
-                await asyncio.sleep(0)
             placement = await self._recall(run, budget)
             if searching is not None and placement.stamp != before:
                 placement = placement.unkept()  # a delete may have come after the search

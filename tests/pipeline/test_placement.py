@@ -257,40 +257,6 @@ async def test_the_recall_of_earlier_blocks_runs_alongside_the_search() -> None:
     assert document["messages"][1] == first.body["messages"][1]  # the same block, put back
 
 
-class SearchFirst:
-    """Turn blocks noting whether a search had started when the recall was asked for."""
-
-    def __init__(self, kept: TurnBlocks, searched: asyncio.Event) -> None:
-        self.kept, self.searched = kept, searched
-        self.recalled_after_search: list[bool] = []
-
-    async def recall(self, tenant: str, keys: Sequence[str]) -> Recalled:
-        self.recalled_after_search.append(self.searched.is_set())
-        return await self.kept.recall(tenant, keys)
-
-    async def stamp(self, tenant: str) -> int | None:
-        return await self.kept.stamp(tenant)
-
-    async def remember(self, key: str, block: Remembered) -> None:
-        await self.kept.remember(key, block)
-
-
-async def test_the_search_reaches_the_store_before_the_recall_starts() -> None:
-    """With a cache that answers without suspending (in-process), the search still starts
-    first: the recall then runs on the loop while the store's thread searches."""
-    searched = asyncio.Event()
-    made: list[SearchFirst] = []
-
-    def blocks(kept: CachedTurnBlocks) -> TurnBlocks:
-        made.append(SearchFirst(kept, searched))
-        return made[0]
-
-    pipeline, _, _ = build(blocks=blocks, store=SignallingStore(searched))
-    prepared = await pipeline.prepare(TENANT, {}, chat("dog?"), OPENAI_CHAT)
-    assert prepared.response_headers["X-Memory-Status"] == "injected"
-    assert made[0].recalled_after_search == [True]
-
-
 async def test_a_deleted_memory_never_comes_back_in_an_earlier_block() -> None:
     store = FakeStore(records(FACTS), dimensions=DIMS)
     pipeline, _, raw = build(store=store)
