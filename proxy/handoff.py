@@ -5,8 +5,9 @@ callbacks (run by the worker) schedule the loop's own through ``wrap_future``. A
 loop the worker still runs Python (the future's condition, the pool's bookkeeping), so the loop
 wakes only to wait for the GIL. ``run_on`` gives the pool a call that resolves the loop's future
 itself, with one ``call_soon_threadsafe`` as the last thing it does before the worker blocks
-again. Under uvloop on the 2-core bench machine, a call holding the GIL for 1.3 ms came back
-~0.1 ms sooner, a store search ~0.07 ms (docs/benchmarks.md, "The store's thread hand-off").
+again. Under uvloop on the 2-core bench machine a call holding the GIL for 1.3 ms came back
+~0.1 ms sooner; on a whole store search the gain was inside that machine's noise
+(docs/benchmarks.md, "The store's thread hand-off").
 
 Cancelling the caller behaves as with ``run_in_executor``: a call that has not started never
 runs; one already running finishes on its thread and its result or error is dropped.
