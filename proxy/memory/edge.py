@@ -37,6 +37,7 @@ import qdrant_edge as qe
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.defaults import HYBRID
 from proxy.errors import ConfigError, StoreError
+from proxy.handoff import run_on
 from proxy.memory import lexical
 from proxy.memory.edge_counts import COUNTS_FILE, RetrievalCounts
 from proxy.memory.edge_ids import NEW_STORES, U64_IDS, PointIds, Scheme, ids_at
@@ -259,7 +260,7 @@ class EdgeStore:
         """Run a blocking shard call on the store's threads; the engine's failures are
         ``StoreError``s."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, func, *args)
+            return await run_on(self._executor, func, *args)
         except Exception as exc:
             if is_engine_error(exc):
                 raise StoreError(f"the memory store failed: {exc}") from exc

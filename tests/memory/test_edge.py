@@ -351,6 +351,26 @@ async def test_engine_failures_are_store_errors(tmp_path: Path) -> None:
     store._executor.shutdown()
 
 
+async def test_store_calls_hop_to_its_threads_through_run_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lighter hand-off (``proxy/handoff.py``): not ``run_in_executor``'s chained futures."""
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    handed: list[str] = []
+    real = edge.run_on
+
+    async def counted(executor: Any, func: Any, *args: Any) -> Any:
+        handed.append(func.__name__)
+        return await real(executor, func, *args)
+
+    monkeypatch.setattr(edge, "run_on", counted)
+    try:
+        assert await store.count("t1") == 0
+        assert handed
+    finally:
+        await store.close()
+
+
 async def test_a_store_grown_over_several_opens_gets_its_index(tmp_path: Path) -> None:
     """Points written before this open count toward the build threshold (adr/0124): no single
     process here writes ``optimize_after`` points, together they do."""
