@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import qdrant_edge as qe
 import yaml
 
 if __package__ in (None, ""):
@@ -65,6 +66,8 @@ if __package__ in (None, ""):
 from bench.lib import memories, realtext, stats
 from bench.lib.report import machine_info, save_results
 from bench.lib.servers import ServerProcess, fake_upstream, memproxy, served_from
+from proxy.memory.edge import SHARD_DIR
+from proxy.memory.edge_maintenance import unindexed_points
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CONCURRENCY = 50
@@ -514,6 +517,21 @@ def cell_rows(cells: dict[str, list[Cell]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: row["round"])
 
 
+def store_layout(data_dir: Path) -> tuple[int, int]:
+    """The points of the store seeded under ``data_dir`` and how many of them are outside the
+    HNSW graph (searched by exact scan): each tree's seeding builds the index by its own rule
+    (adr/0124), so two trees' stores can differ here, and with them the engine's CPU per
+    search. Read from a copy: loading a shard may rewrite its files."""
+    with tempfile.TemporaryDirectory(prefix="mp-wi-") as scratch:
+        copy = Path(scratch) / SHARD_DIR
+        shutil.copytree(data_dir / SHARD_DIR, copy)
+        shard = qe.EdgeShard.load(str(copy), None)
+        try:
+            return shard.info().points_count, unindexed_points(shard)
+        finally:
+            shard.close()
+
+
 def start_servers(
     stack: ExitStack,
     upstream: ServerProcess,
@@ -546,7 +564,9 @@ def start_servers(
             seeder = served_from(seeder, tree, "seeder@base")
         with seeder:
             seconds = round(memories.seed_memories(seeder.base_url, items, AUTH), 1)
-        info["seed_s" if tree is None else "seed_base_s"] = seconds
+        suffix = "" if tree is None else "_base"
+        info[f"seed{suffix}_s"] = seconds
+        info[f"points{suffix}"], info[f"unindexed{suffix}"] = store_layout(target)
         seeded[tree] = target
     running: dict[str, ServerProcess] = {}
     for spec in servers:
@@ -649,6 +669,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{many.server_cpu_ms:.2f} ms ({args.workers} workers), ratio {cpu_ratio:.2f}\n"
         f"errors {errors}; answered without memory {without}; repeated questions {repeats}"
     )
+    for suffix, label in (("", "this tree"), ("_base", "@base")):
+        if f"points{suffix}" in info:
+            print(
+                f"seeded store ({label}): {info[f'points{suffix}']} points, "
+                f"{info[f'unindexed{suffix}']} outside the graph, seeded in "
+                f"{info[f'seed{suffix}_s']} s"
+            )
     print("Measure on a quiet machine: other work on the cores moves the ratio between runs.")
     if not args.smoke:
         save_results(

@@ -192,6 +192,30 @@ async def test_the_primary_folds_the_workers_log_while_they_run(tmp_path: Path) 
         assert await primary.get("t1", "m1") is not None
 
 
+@pytest.mark.parametrize("indexed", [False, True])
+async def test_the_primary_builds_its_index_before_the_workers_copy_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, indexed: bool
+) -> None:
+    """adr/0150: with no write log to absorb too, so points an earlier process left outside
+    the graph are indexed once, not scanned by every worker's replica or built by each; and
+    flushed after a build, or the replicas' copies load the segments it replaced."""
+    calls: list[str] = []
+
+    async def optimize(store: EdgeStore) -> bool:
+        calls.append("optimize")
+        return indexed
+
+    async def flush(store: EdgeStore) -> None:
+        calls.append("flush")
+
+    monkeypatch.setattr(EdgeStore, "optimize", optimize)
+    monkeypatch.setattr(EdgeStore, "flush", flush)
+    settings = settings_for(tmp_path, workers=2)
+    async with AsyncExitStack() as stack:
+        assert await open_primary(settings, stack) is not None
+        assert calls == (["optimize", "flush"] if indexed else ["optimize"])  # no log: all the same
+
+
 async def test_the_primary_keeps_no_record_cache(tmp_path: Path) -> None:
     """The supervisor's primary never searches: it decodes no memory into a record cache."""
     settings = settings_for(tmp_path, workers=2)

@@ -3,6 +3,7 @@ which ratios it reports. A wrong pairing would print a ratio of the wrong server
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -105,3 +106,26 @@ def test_listening_and_connections_find_the_server_side_of_a_port() -> None:
                 assert accepted.recv(1) == b"x"
                 # Only the accepted end counts (the client's local port is another one).
                 assert workers.connections([os.getpid(), 1], port) == (1, 0)
+
+
+def files(root: Path) -> list[tuple[Path, int]]:
+    """Every file and directory under ``root`` with its modification time."""
+    return sorted((p.relative_to(root), p.stat().st_mtime_ns) for p in root.rglob("*"))
+
+
+def test_store_layout_counts_the_points_outside_the_graph(tmp_path: Path) -> None:
+    """The seeded store's layout is reported per tree (each seeds by its own build rule); read
+    from a copy, so the served stores start from untouched files."""
+    from proxy.memory.edge import EdgeStore
+    from tests.memory.support import record, vectors_for
+
+    async def seed() -> None:
+        store = await EdgeStore.open(tmp_path, dimensions=8, optimize_after=None)
+        batch = [record(f"m{i}") for i in range(30)]
+        await store.add(batch, vectors_for(batch, 8))
+        await store.close()
+
+    asyncio.run(seed())
+    before = files(tmp_path)
+    assert workers.store_layout(tmp_path) == (30, 30)  # a small store: all scanned exactly
+    assert files(tmp_path) == before
