@@ -443,14 +443,15 @@ class EdgeStore:
             users=users,
             tenants=tenants,
         )
-        stray = not tenants and not all(hit.record.tenant == tenant for hit in found)
+        if not tenants and not all(hit.record.tenant == tenant for hit in found):
+            # Another tenant's memories say nothing of this tenant's liveness or users.
+            self._tenants.note_others()
+            return self._search_once(tenant, query, vector)
         dead = at is not None and not lives and not all(hit.record.live(at) for hit in found)
         seen = scope_users(user)
         foreign = not users and not all(hit.record.user in seen for hit in found)
-        if not stray and not dead and not foreign:
+        if not dead and not foreign:
             return found
-        if stray:
-            self._tenants.note_others()
         if dead:
             self._lifecycle.note([tenant])
         if foreign:

@@ -824,3 +824,24 @@ async def test_after_a_restart_the_shard_says_whether_it_holds_other_tenants(
         finally:
             await store.close()
     assert seen == [False, True]
+
+
+async def test_another_tenants_dead_memory_says_nothing_of_the_searching_tenant(
+    tmp_path: Path,
+) -> None:
+    """A raced search that returned another tenant's expired memory searches again with the
+    tenant condition; it does not note the searching tenant as holding dead memories."""
+    past = LIVE_AT - timedelta(days=1)
+    records = [
+        record("m1", content="a red van"),
+        record("m2", tenant="t2", content="a red van", expires_at=past),
+    ]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        await store.add(records, vectors_for(records, DIM))
+        store._tenants = edge.ShardTenants()
+        store._tenants.others("t1", lambda: False)
+        assert await live_ids(store) == ["m1"]
+        assert store._lifecycle.may_hold("t1", lambda: False) is False
+    finally:
+        await store.close()
