@@ -61,6 +61,7 @@ from proxy.memory.edge_query import (
     turns_filter,
 )
 from proxy.memory.edge_shard import open_shard
+from proxy.memory.edge_tenants import ShardTenants
 from proxy.memory.edge_users import TenantUsers
 from proxy.memory.filters import scope_users
 from proxy.memory.near import near_turns, ranked, turns_failed, turns_query
@@ -121,6 +122,14 @@ def collision(memory_id: str) -> StoreError:
     )
 
 
+def stored_or_fail(payload: dict[str, Any] | None) -> MemoryRecord:
+    """The record of a hit of a query without the tenant condition, whoever's it is (the
+    caller checks the tenant)."""
+    if not payload:
+        raise StoreError("search returned a point without its payload")
+    return from_payload(payload)
+
+
 class EdgeStore:
     """A ``MemoryStore`` on an embedded Qdrant Edge shard; build it with ``EdgeStore.open``."""
 
@@ -151,6 +160,7 @@ class EdgeStore:
         self._counts = counts if counts is not None else RetrievalCounts()
         self._lifecycle = LifecycleTenants()
         self._users = TenantUsers()
+        self._tenants = ShardTenants()
         self._warming: Future[int] | None = None
         self._ids = ids
 
@@ -291,6 +301,7 @@ class EdgeStore:
             r.tenant for r in records if r.expires_at is not None or r.superseded_by is not None
         )
         self._users.note({(r.tenant, r.user) for r in records})
+        self._tenants.note({r.tenant for r in records})
         self._shard.update(qe.UpdateOperation.upsert_points(points))
         self._counts.drop(written)  # the payload carries the record's own count again
         self._records.invalidate(written)
@@ -415,18 +426,28 @@ class EdgeStore:
     ) -> builtins.list[Candidate]:
         """Blocking ``search`` (the benchmark uses it to measure the cost of offloading)."""
         at, user = query.live_at, query.user
-        # Whether the search needs its liveness and its user condition: only if the tenant may
-        # hold a dead memory (edge_lifecycle), or another user's memory (edge_users).
+        # Whether the search needs its liveness, user and tenant conditions: only if the tenant
+        # may hold a dead memory (edge_lifecycle), another user's memory (edge_users), or the
+        # shard another tenant's (edge_tenants).
         lives = at is None or self._lifecycle.may_hold(
             tenant, lambda: self._holds_lifecycle(tenant)
         )
         users = self._users.others(tenant, user, lambda: self._holds_others(tenant, user))
-        if lives and users:
+        tenants = self._shares_shard(tenant)
+        if lives and users and tenants:
             return self._search_once(tenant, query, vector)
         # Search without them, but check what comes back: a write may have raced the lookup.
         found = self._search_once(
-            tenant, query if lives else replace(query, live_at=None), vector, users=users
+            tenant,
+            query if lives else replace(query, live_at=None),
+            vector,
+            users=users,
+            tenants=tenants,
         )
+        if not tenants and not all(hit.record.tenant == tenant for hit in found):
+            # Another tenant's memories say nothing of this tenant's liveness or users.
+            self._tenants.note_others()
+            return self._search_once(tenant, query, vector)
         dead = at is not None and not lives and not all(hit.record.live(at) for hit in found)
         seen = scope_users(user)
         foreign = not users and not all(hit.record.user in seen for hit in found)
@@ -437,6 +458,10 @@ class EdgeStore:
         if foreign:
             self._users.note_others(tenant, user)
         return self._search_once(tenant, query, vector)
+
+    def _shares_shard(self, tenant: str) -> bool:
+        """Whether the shard may hold another tenant's memory than ``tenant``'s."""
+        return self._tenants.others(tenant, lambda: self._holds_other_tenants(tenant))
 
     async def search_near(
         self, tenant: str, query: SearchQuery, seeds: int, window_s: float
@@ -470,6 +495,11 @@ class EdgeStore:
             self._shard.count(qe.CountRequest(exact=True, filter=others_filter(tenant, user)))
         )
 
+    def _holds_other_tenants(self, tenant: str) -> bool:
+        """Whether the shard holds a memory of another tenant than ``tenant``."""
+        others = qe.Filter(must_not=[qe.FieldCondition(TENANT_KEY, match=qe.MatchValue(tenant))])
+        return bool(self._shard.count(qe.CountRequest(exact=True, filter=others)))
+
     def _holds_lifecycle(self, tenant: str) -> bool:
         """Whether the shard holds a memory of ``tenant`` with an expiry or a successor."""
         return any(
@@ -478,18 +508,32 @@ class EdgeStore:
         )
 
     def _search_once(
-        self, tenant: str, query: SearchQuery, vector: np.ndarray, *, users: bool = True
+        self,
+        tenant: str,
+        query: SearchQuery,
+        vector: np.ndarray,
+        *,
+        users: bool = True,
+        tenants: bool = True,
     ) -> builtins.list[Candidate]:
         hits = search_hits(
-            self._shard, tenant, query, vector, hybrid=self.hybrid, ids=self._ids, users=users
+            self._shard,
+            tenant,
+            query,
+            vector,
+            hybrid=self.hybrid,
+            ids=self._ids,
+            users=users,
+            tenants=tenants,
         )
-        return self._candidates(tenant, hits)
+        return self._candidates(tenant, hits, scoped=tenants)
 
     def _candidates(
-        self, tenant: str, hits: builtins.list[tuple[int, float]]
+        self, tenant: str, hits: builtins.list[tuple[int, float]], *, scoped: bool = True
     ) -> builtins.list[Candidate]:
-        """(point key, cosine) pairs as candidates with their records."""
-        records = self._records_of(tenant, [key for key, _ in hits])
+        """(point key, cosine) pairs as candidates with their records; ``scoped`` False: the
+        hits of a query without the tenant condition, whose records the caller checks."""
+        records = self._records_of(tenant, [key for key, _ in hits], scoped=scoped)
         # A hit deleted between the search and the payload read is simply gone. Stored vectors
         # are normalised, so a cosine is nearly always in range already: clipped only if not.
         return [
@@ -498,8 +542,13 @@ class EdgeStore:
             if key in records
         ]
 
-    def _records_of(self, tenant: str, keys: builtins.list[int]) -> dict[int, MemoryRecord]:
-        """The records of ``keys``: cached ones, the rest read from the shard (then cached)."""
+    def _records_of(
+        self, tenant: str, keys: builtins.list[int], *, scoped: bool = True
+    ) -> dict[int, MemoryRecord]:
+        """The records of ``keys``: cached ones, the rest read from the shard (then cached).
+        ``scoped``: the keys came from a query with the tenant condition, so another tenant's
+        record is a bug (``StoreError``); else it may be a write that raced ``edge_tenants``'s
+        lookup, which the caller looks for."""
         found, generation = self._records.lookup(keys)
         wire = self._ids.wire
         missing: builtins.list[Any] = (
@@ -508,11 +557,18 @@ class EdgeStore:
         if missing:
             merged = self._counts.merged
             fetched = {
-                (key := key_of(point.id)): merged(key, owned_or_fail(point.payload, tenant))
+                (key := key_of(point.id)): merged(
+                    key,
+                    owned_or_fail(point.payload, tenant)
+                    if scoped
+                    else stored_or_fail(point.payload),
+                )
                 for point in self._shard.retrieve(missing, True, False)
             }
             self._records.store(fetched, generation)
             found.update(fetched)
+        if not scoped:
+            return found
         for record in found.values():
             if record.tenant != tenant:  # defence in depth, as for payloads read from the shard
                 raise StoreError("a search returned another tenant's memory")
@@ -641,17 +697,28 @@ class EdgeStore:
         # A dense query over the window's turns returns their cosines without payloads or
         # vectors; records come from the record cache as a search's do. A scroll returning
         # payloads and vectors cost 1.3 ms p50 on LoCoMo dev (search 1.2 ms), this 0.6 ms
-        # (search 1.4 ms).
+        # (search 1.4 ms). Without the tenant condition where it excludes nothing
+        # (edge_tenants), checked as a search's hits are.
+        tenants = self._shares_shard(tenant)
+        found = self._turns_once(tenant, query, vector, tenants=tenants)
+        if tenants or all(turn.record.tenant == tenant for turn in found):
+            return found
+        self._tenants.note_others()
+        return self._turns_once(tenant, query, vector, tenants=True)
+
+    def _turns_once(
+        self, tenant: str, query: TurnsQuery, vector: np.ndarray, *, tenants: bool
+    ) -> builtins.list[Candidate]:
         found = self._shard.query(
             qe.QueryRequest(
                 limit=NEAR_TURNS * len(query.times),
                 query=qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR),
-                filter=turns_filter(tenant, query),
+                filter=turns_filter(tenant, query, tenants=tenants),
                 with_payload=False,
                 params=DENSE_PARAMS,
             )
         )
-        return self._candidates(tenant, list(self._ids.scored(found).items()))
+        return self._candidates(tenant, list(self._ids.scored(found).items()), scoped=tenants)
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory expired at or before ``before``; return how many."""

@@ -112,13 +112,17 @@ def lifecycle_filters(tenant: str) -> list[qe.Filter]:
     ]
 
 
-def scope_filter(tenant: str, query: SearchQuery, *, users: bool = True) -> qe.Filter:
+def scope_filter(
+    tenant: str, query: SearchQuery, *, users: bool = True, tenants: bool = True
+) -> qe.Filter | None:
     """Return the filter of a search (``store.scope_conditions``); ``users`` False leaves the
-    user condition out (the tenant holds no other user's memory: ``edge_users``)."""
-    conditions = scope_conditions(tenant, query)
-    if not users:
-        conditions = [condition for condition in conditions if condition[0] != USER_KEY]
-    return to_filter(conditions, liveness(query))
+    user condition out (the tenant holds no other user's memory: ``edge_users``), ``tenants``
+    False the tenant condition (the shard holds no other tenant's: ``edge_tenants``). ``None``:
+    nothing is left to filter on (an empty filter is not free to the engine)."""
+    dropped = ([] if users else [USER_KEY]) + ([] if tenants else [TENANT_KEY])
+    conditions = [c for c in scope_conditions(tenant, query) if c[0] not in dropped]
+    live = liveness(query)
+    return to_filter(conditions, live) if conditions or live is not None else None
 
 
 def others_filter(tenant: str, user: str) -> qe.Filter:
@@ -134,11 +138,13 @@ def repeat_filter(tenant: str, keys: Collection[RepeatKey], live_at: float) -> q
     return to_filter(repeat_conditions(tenant, keys), Liveness(live_at))
 
 
-def turns_filter(tenant: str, query: TurnsQuery) -> qe.Filter:
-    """Return the filter of a neighbour lookup (``filters.turn_conditions``, live only)."""
-    must, must_not = clauses(
-        turn_conditions(tenant, query.user), Liveness(query.live_at.timestamp())
-    )
+def turns_filter(tenant: str, query: TurnsQuery, *, tenants: bool = True) -> qe.Filter:
+    """Return the filter of a neighbour lookup (``filters.turn_conditions``, live only);
+    ``tenants`` False leaves the tenant condition out (``edge_tenants``)."""
+    conditions = turn_conditions(tenant, query.user)
+    if not tenants:
+        conditions = [condition for condition in conditions if condition[0] != TENANT_KEY]
+    must, must_not = clauses(conditions, Liveness(query.live_at.timestamp()))
     near: list[Any] = [
         qe.FieldCondition(CREATED_TS_KEY, range=qe.RangeFloat(gte=low, lte=high))
         for low, high in windows(query)
@@ -162,15 +168,16 @@ def search_hits(
     hybrid: bool,
     ids: PointIds,
     users: bool = True,
+    tenants: bool = True,
 ) -> list[Hit]:
     """Return the best ``query.top_k`` (point key, cosine) pairs of the query's scope, best first.
 
     Dense only, or (``hybrid`` and the text has terms) dense and BM25 fused by RRF; with
     ``query.lexical`` the BM25 branch's hits the fused cut leaves out follow, in BM25 order
     (the branch is fetched anyway: they cost their dense rescoring only; adr/0136). ``users``
-    False searches without the user condition (``scope_filter``).
+    and ``tenants`` False search without the user or the tenant condition (``scope_filter``).
     """
-    scope = scope_filter(tenant, query, users=users)
+    scope = scope_filter(tenant, query, users=users, tenants=tenants)
     dense = qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR)
     indices, values = lexical.encode_query(query.text) if hybrid else ([], [])
     if not indices:

@@ -22,10 +22,11 @@ from proxy.errors import StoreError
 from proxy.memory import edge, edge_maintenance
 from proxy.memory.edge import EdgeStore, is_engine_error
 from proxy.memory.edge_ids import Scheme
-from proxy.memory.edge_query import search_hits
+from proxy.memory.edge_query import search_hits, turns_filter
 from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB
+from proxy.memory.filters import DIALOG_SOURCE
 from proxy.memory.points import DENSE_VECTOR, EXPIRES_KEY, EXPIRES_TS_KEY
-from proxy.memory.store import SearchQuery
+from proxy.memory.store import SearchQuery, TurnsQuery
 from tests.memory.support import record, vector_for, vectors_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -719,5 +720,148 @@ async def test_after_a_restart_the_shard_says_which_users_a_tenant_holds(
         assert await live_ids(store) == ["m1"]
         assert await live_ids(store, "t2") == ["m3"]
         assert seen == [True, False]
+    finally:
+        await store.close()
+
+
+def spy_tenants(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record whether every shard search the store runs has the tenant condition."""
+    seen: list[bool] = []
+
+    def spy(shard: qe.EdgeShard, tenant: str, query: SearchQuery, *args: Any, **kw: Any) -> Any:
+        seen.append(kw.get("tenants", True))
+        return search_hits(shard, tenant, query, *args, **kw)
+
+    monkeypatch.setattr(edge, "search_hits", spy)
+    return seen
+
+
+def spy_turn_filters(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record whether every neighbour lookup the store runs has the tenant condition."""
+    seen: list[bool] = []
+
+    def spy(tenant: str, query: TurnsQuery, **kw: Any) -> Any:
+        seen.append(kw.get("tenants", True))
+        return turns_filter(tenant, query, **kw)
+
+    monkeypatch.setattr(edge, "turns_filter", spy)
+    return seen
+
+
+async def turn_ids(store: EdgeStore, tenant: str = "t1") -> list[str]:
+    """The ids of u1's dialog turns beside a moment, as a neighbour lookup returns them."""
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    query = TurnsQuery("u1", vector_for("a red van", DIM), (at,), 60.0, LIVE_AT)
+    return sorted(c.record.id for c in await store.turns_near(tenant, query))
+
+
+async def test_a_shard_of_one_tenant_is_searched_without_the_tenant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen, turns = spy_tenants(monkeypatch), spy_turn_filters(monkeypatch)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM, hybrid=True)
+    try:
+        mine = [record("m1", content="a red van"), record("d1", source=DIALOG_SOURCE)]
+        await store.add(mine, vectors_for(mine, DIM))
+        assert sorted(await live_ids(store)) == ["d1", "m1"]
+        assert await turn_ids(store) == ["d1"]
+        assert seen == [False]
+        assert turns == [False]
+        # Another tenant's memory written: from the next search on, the condition again.
+        theirs = [record("x", tenant="t2", content="a red van", source=DIALOG_SOURCE)]
+        await store.add(theirs, vectors_for(theirs, DIM))
+        seen.clear()
+        turns.clear()
+        assert sorted(await live_ids(store)) == ["d1", "m1"]
+        assert await turn_ids(store) == ["d1"]
+        assert seen == [True]
+        assert turns == [True]
+    finally:
+        await store.close()
+
+
+async def test_another_tenants_memory_found_without_the_tenant_is_searched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write racing the shard lookup (simulated: the store is told the shard holds one
+    tenant); the other tenant's memory is read from the shard, not the record cache."""
+    records = [
+        record("m1", content="a red van"),
+        record("m2", tenant="t2", content="a red van", source=DIALOG_SOURCE),
+    ]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        await store.add(records, vectors_for(records, DIM))
+        store._tenants = edge.ShardTenants()  # forgets the write's note
+        store._tenants.others("t1", lambda: False)  # looked up before the write
+        store._records.clear()
+        seen = spy_tenants(monkeypatch)
+        assert await live_ids(store) == ["m1"]
+        assert seen == [False, True]
+        seen.clear()
+        assert await live_ids(store) == ["m1"]
+        assert seen == [True]  # noted
+    finally:
+        await store.close()
+
+
+async def test_another_tenants_turn_found_without_the_tenant_is_looked_up_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = [
+        record("d1", source=DIALOG_SOURCE),
+        record("d2", tenant="t2", source=DIALOG_SOURCE),
+    ]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        await store.add(records, vectors_for(records, DIM))
+        store._tenants = edge.ShardTenants()
+        store._tenants.others("t1", lambda: False)
+        turns = spy_turn_filters(monkeypatch)
+        assert await turn_ids(store) == ["d1"]
+        assert turns == [False, True]
+        turns.clear()
+        assert await turn_ids(store) == ["d1"]
+        assert turns == [True]
+    finally:
+        await store.close()
+
+
+async def test_after_a_restart_the_shard_says_whether_it_holds_other_tenants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    for where, tenants in ((one, ["t1"]), (two, ["t1", "t2"])):
+        store = await EdgeStore.open(where, dimensions=DIM)
+        records = [record(f"m-{t}", tenant=t, content="a red van") for t in tenants]
+        await store.add(records, vectors_for(records, DIM))
+        await store.close()
+    seen = spy_tenants(monkeypatch)
+    for where in (one, two):
+        store = await EdgeStore.open(where, dimensions=DIM)
+        try:
+            assert await live_ids(store) == ["m-t1"]
+        finally:
+            await store.close()
+    assert seen == [False, True]
+
+
+async def test_another_tenants_dead_memory_says_nothing_of_the_searching_tenant(
+    tmp_path: Path,
+) -> None:
+    """A raced search that returned another tenant's expired memory searches again with the
+    tenant condition; it does not note the searching tenant as holding dead memories."""
+    past = LIVE_AT - timedelta(days=1)
+    records = [
+        record("m1", content="a red van"),
+        record("m2", tenant="t2", content="a red van", expires_at=past),
+    ]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        await store.add(records, vectors_for(records, DIM))
+        store._tenants = edge.ShardTenants()
+        store._tenants.others("t1", lambda: False)
+        assert await live_ids(store) == ["m1"]
+        assert store._lifecycle.may_hold("t1", lambda: False) is False
     finally:
         await store.close()

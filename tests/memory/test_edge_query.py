@@ -10,7 +10,7 @@ import pytest
 import qdrant_edge as qe
 
 from proxy.memory.edge_ids import UUID_IDS
-from proxy.memory.edge_query import key_of, turns_filter
+from proxy.memory.edge_query import key_of, scope_filter, turns_filter
 from proxy.memory.points import (
     EXPIRES_TS_KEY,
     SOURCE_KEY,
@@ -20,7 +20,7 @@ from proxy.memory.points import (
     point_id,
     point_key,
 )
-from proxy.memory.store import TurnsQuery
+from proxy.memory.store import SearchQuery, TurnsQuery
 
 PID = point_id("t1", "m1")
 
@@ -49,3 +49,16 @@ def test_the_neighbour_filter_is_flat() -> None:
     assert [(c.range.gte, c.range.lte) for c in found.should or []] == [
         (t.timestamp() - 60.0, t.timestamp() + 60.0) for t in times
     ]
+
+
+def test_a_search_left_nothing_to_filter_on_has_no_filter() -> None:
+    """An empty filter is not free to the engine: a search of the only tenant's shared scope
+    without liveness passes none (``edge_tenants``)."""
+    query = SearchQuery(np.zeros(4, dtype=np.float32), "x", "u1", None, 5)
+    assert scope_filter("t1", query, users=False, tenants=False) is None
+    kept = scope_filter("t1", query, tenants=False)
+    assert kept is not None
+    assert [c.key for c in kept.must or []] == [USER_KEY]
+    scoped = scope_filter("t1", query)
+    assert scoped is not None
+    assert [c.key for c in scoped.must or []] == [TENANT_KEY, USER_KEY]
