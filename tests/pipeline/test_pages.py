@@ -29,6 +29,13 @@ def with_pdf(data: str) -> dict[str, Any]:
     return {"model": "gpt-4o", "messages": [{"role": "user", "content": content}]}
 
 
+def with_pdfs(datas: list[str]) -> dict[str, Any]:
+    """A chat body whose user message carries each of ``datas`` as a file."""
+    files = [{"type": "file", "file": {"filename": "a.pdf", "file_data": d}} for d in datas]
+    content = [*files, {"type": "text", "text": QUESTION}]
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": content}]}
+
+
 async def test_pages_are_read_into_the_billed_parts() -> None:
     conversation = OPENAI_CHAT.conversation(with_pdf(b64(pdf(50, object_streams=True))))
     [document] = conversation.documents
@@ -59,6 +66,42 @@ async def test_the_loop_serves_others_between_slices() -> None:
     assert done
     assert conversation.documents[0].part["pages"] == 7
     assert order.index("other") < order.index("step", 1)  # served before the second step
+
+
+async def test_the_loop_serves_others_between_documents() -> None:
+    # Documents each read within a slice share it: past it, others run before the next one
+    # (each document on a clock of its own, a request of many small ones held the loop).
+    order: list[str] = []
+
+    def reader(data: str) -> Steps[int]:
+        order.append("document")
+        return 1
+        yield  # (a generator that ends at its first step)
+
+    async def other() -> None:
+        for _ in range(3):
+            order.append("other")
+            await asyncio.sleep(0)
+
+    conversation = OPENAI_CHAT.conversation(with_pdfs([b64(pdf(1))] * 3))
+    done, _ = await asyncio.gather(
+        read_documents(conversation.documents, float("inf"), slice_s=0.0, reader=reader), other()
+    )
+    assert done
+    assert order.index("other") < order.index("document", 1)
+
+
+async def test_the_smallest_documents_are_read_first() -> None:
+    sizes: list[int] = []
+
+    def reader(data: str) -> Steps[int]:
+        sizes.append(len(data))
+        return 1
+        yield
+
+    conversation = OPENAI_CHAT.conversation(with_pdfs([b64(pdf(40)), b64(pdf(1)), b64(pdf(9))]))
+    assert await read_documents(conversation.documents, float("inf"), reader=reader)
+    assert sizes == sorted(sizes)
 
 
 async def test_past_the_time_given_a_document_keeps_its_estimate() -> None:
