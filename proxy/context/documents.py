@@ -432,6 +432,15 @@ def pending(data: str, found: list[Document]) -> dict[str, object]:
     return part
 
 
+def file_part(part: Mapping[str, object], found: list[Document]) -> Mapping[str, object]:
+    """A chat ``file`` part as billed: its pages part, pending, if it carries its bytes
+    (``file_data``), else as it is (a file id: the billing's guess). Never read here: billed
+    as sent, the part would be read whole, at once, by the billing."""
+    file = part.get("file")
+    data = file.get("file_data") if isinstance(file, Mapping) else None
+    return pending(data, found) if isinstance(data, str) else part
+
+
 def read_files(
     messages: Sequence[Mapping[str, object]], found: list[Document]
 ) -> tuple[Sequence[Mapping[str, object]], bool]:
@@ -448,14 +457,13 @@ def read_files(
         for at, part in enumerate(content):
             if not isinstance(part, Mapping) or part.get("type") != "file":
                 continue
-            file = part.get("file")
-            data = file.get("file_data") if isinstance(file, Mapping) else None
-            if not isinstance(data, str):
+            billed = file_part(part, found)
+            if billed is part:
                 unseen = True
                 continue
             if parts is None:
                 parts = list(content)
-            parts[at] = pending(data, found)
+            parts[at] = billed
         if parts is not None:
             if out is None:
                 out = list(messages)
