@@ -1,5 +1,5 @@
 """Reading documents' pages at the edge (``proxy/pipeline/pages.py``, adr/0152): only when the
-request is budgeted, a slice at a time, and by the estimate from its size once time is up."""
+request is budgeted, a slice at a time; a request with one not read in time goes without memories."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.context import documents
 from proxy.context.documents import PAGES, Steps, estimated_pages
 from proxy.pipeline.pages import read_documents
+from proxy.pipeline.pipeline import PAGES_UNREAD
 from tests.fakes.embedder import FakeEmbedder
 from tests.fakes.pdfs import b64, pdf
-from tests.pipeline.test_pipeline import DIMS, TENANT, biscuit_store, build
+from tests.pipeline.test_pipeline import DIMS, TENANT, biscuit_store, build, degraded_by
 
 QUESTION = "what is my dog called?"
 
@@ -163,7 +164,7 @@ def slow_decoding(data: str, start: int, end: int, step: int) -> Steps[object]:
 SCANS = b64(pdf(3) + b"%" + b"x" * 1_200_000 + b"\n")
 
 
-async def test_a_document_not_read_in_time_counts_by_its_estimate(
+async def test_a_document_not_read_in_time_goes_without_memories(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
@@ -172,10 +173,25 @@ async def test_a_document_not_read_in_time_counts_by_its_estimate(
     monkeypatch.setattr(documents, "decoding", slow_decoding)
     request = with_pdf(SCANS)
     late = await pipeline.prepare(TENANT, {}, request, OPENAI_CHAT)
-    # The request goes on, counted by the estimate: no room for memories, and no failure.
+    # The request goes on as sent, without memories, and says why.
     assert late.body is request
-    assert late.response_headers["X-Memory-Status"] == "empty"
-    assert late.response_headers["X-Memory-Budget"] == "0"
+    assert late.response_headers["X-Memory-Status"] == "degraded"
+    assert late.response_headers["X-Memory-Injected"] == "0"
+    assert degraded_by(pipeline, PAGES_UNREAD) == 1
+
+
+async def test_a_dense_document_not_read_in_time_gets_no_memories(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 42 text-light pages (126,000 tokens as read) in a few KB: its size's estimate is a few
+    # pages, so a budget by it would leave room gpt-4o's 128k window does not have.
+    dense = b64(pdf(42))
+    assert estimated_pages(dense) < 42
+    pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
+    monkeypatch.setattr(documents, "decoding", slow_decoding)
+    late = await pipeline.prepare(TENANT, {}, with_pdf(dense), OPENAI_CHAT)
+    assert late.response_headers["X-Memory-Status"] == "degraded"
+    assert late.response_headers["X-Memory-Injected"] == "0"
 
 
 async def test_a_count_by_an_estimate_is_never_cached(monkeypatch: pytest.MonkeyPatch) -> None:
