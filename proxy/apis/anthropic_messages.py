@@ -52,7 +52,7 @@ from proxy.apis.adapter import (
     instead_of_system,
 )
 from proxy.apis.answer import Answer, read_answer
-from proxy.context.documents import Document, pending, unseen_files
+from proxy.context.documents import Document, file_part, pending, unseen_files
 from proxy.context.position import BREAKPOINT, SEPARATOR, carries_breakpoint, has_breakpoint
 from proxy.defaults import Position
 from proxy.error_responses import ANTHROPIC, ErrorShape
@@ -224,6 +224,8 @@ def chat_parts(block: object, found: list[Document]) -> list[object]:
         return [HIGH_DETAIL_IMAGE] * IMAGE_PARTS
     if kind == "document":
         return document_parts(block, found)
+    if kind == "file":  # a chat part (refused upstream): its bytes read when budgeted, not now
+        return [file_part(block, found)]
     return [block]  # redacted thinking, server tool blocks...: billed as their JSON
 
 

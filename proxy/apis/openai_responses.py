@@ -46,7 +46,7 @@ from proxy.apis.adapter import (
     in_turns,
 )
 from proxy.apis.answer import Answer, read_answer
-from proxy.context.documents import Document, pending, unseen_files
+from proxy.context.documents import Document, file_part, pending, unseen_files
 from proxy.context.position import SEPARATOR
 from proxy.defaults import Position
 from proxy.error_responses import OPENAI_RESPONSES, ErrorShape
@@ -188,6 +188,8 @@ def chat_part(part: object, found: list[Document]) -> object:
     if kind == "input_file":
         data = part.get("file_data")
         return pending(data, found) if isinstance(data, str) else {"type": "file"}
+    if kind == "file":  # a chat part (refused upstream): its bytes read when budgeted, not now
+        return file_part(part, found)
     return part  # refusal, input_audio: billed as in chat; anything else as its JSON
 
 

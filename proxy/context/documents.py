@@ -56,6 +56,8 @@ _WS = rb"[\x00\t\n\f\r ]"
 _END = rb"(?=[\x00\t\n\f\r ()<>\[\]{}/%]|\Z)"
 # A page object's type, or an object stream's: one pass over the bytes finds both.
 TYPE = re.compile(rb"/Type" + _WS + rb"*/(Page|ObjStm)" + _END)
+# What follows a "/Type" and its whitespace: a match of ``TYPE`` whose whitespace was seen apart.
+TYPE_END = re.compile(rb"/(Page|ObjStm)" + _END)
 OBJSTM = b"ObjStm"
 FILTER = re.compile(rb"/Filter" + _WS + rb"*(\[[^\]]*\]|/[^\x00\t\n\f\r ()<>\[\]{}/%]+)")
 STREAM = re.compile(rb"stream(?:\r\n|\n|\r)")
@@ -191,13 +193,16 @@ def types(data: Buffer, step: int) -> Generator[re.Match[bytes] | None, None, No
             yield match
             last = match.end()
         at = max(end, last)
-        if stop < size and not data[end : stop - 8].translate(None, WHITESPACE):
+        # The last "/Type" starting in the window, which may run past its end ("/T|ype").
+        start = data.rfind(b"/Type", last, end + len(b"/Type") - 1)
+        blank = max(end, start + len(b"/Type"))
+        if stop < size and not data[blank : stop - 8].translate(None, WHITESPACE):
             # No match starts in whitespace: the search goes on where it ends, and a "/Type"
-            # followed by whitespace up to there is matched on its own.
-            run = yield from whitespace_end(data, end, step)
-            start = data.rfind(b"/Type", last, end)
-            if start >= 0 and not data[start + 5 : end].translate(None, WHITESPACE):
-                across = TYPE.match(data, start, min(size, run + 8))
+            # followed by whitespace up to there is matched on its own, by what follows the
+            # run (matched from the "/Type", the run would be scanned again in one go).
+            run = yield from whitespace_end(data, blank, step)
+            if start >= 0 and not data[start + 5 : blank].translate(None, WHITESPACE):
+                across = TYPE_END.match(data, run, min(size, run + 8))
                 if across is not None:
                     yield across
                     run = max(run, across.end())
@@ -340,7 +345,10 @@ def padded(data: str, start: int, end: int, step: int) -> Steps[bytearray | None
                 pass
             else:
                 out += decoded
-                if len(decoded) < len(text) // 4 * 3:
+                # Padding ends the data only inside a group (whole groups make 3 bytes each):
+                # "=" after a whole group is skipped, as binascii does on the whole (strict mode
+                # takes "AAAA====" in Python 3.11).
+                if len(decoded) % 3:
                     return out  # it ended with padding
                 yield
                 continue
@@ -354,6 +362,10 @@ def padded(data: str, start: int, end: int, step: int) -> Steps[bytearray | None
         if len(decoded) < (chars - chars % 4) // 4 * 3:
             return out
         carry = piece[cut:]
+        if chars % 4 == 1:
+            # One character of a group: binascii skips any "=" after it (padding needs two),
+            # so they are dropped, not carried (a run of them grew the carry a piece a step).
+            carry = carry.replace(b"=", b"")
         yield
     if carry:
         try:
@@ -420,6 +432,15 @@ def pending(data: str, found: list[Document]) -> dict[str, object]:
     return part
 
 
+def file_part(part: Mapping[str, object], found: list[Document]) -> Mapping[str, object]:
+    """A chat ``file`` part as billed: its pages part, pending, if it carries its bytes
+    (``file_data``), else as it is (a file id: the billing's guess). Never read here: billed
+    as sent, the part would be read whole, at once, by the billing."""
+    file = part.get("file")
+    data = file.get("file_data") if isinstance(file, Mapping) else None
+    return pending(data, found) if isinstance(data, str) else part
+
+
 def read_files(
     messages: Sequence[Mapping[str, object]], found: list[Document]
 ) -> tuple[Sequence[Mapping[str, object]], bool]:
@@ -436,14 +457,13 @@ def read_files(
         for at, part in enumerate(content):
             if not isinstance(part, Mapping) or part.get("type") != "file":
                 continue
-            file = part.get("file")
-            data = file.get("file_data") if isinstance(file, Mapping) else None
-            if not isinstance(data, str):
+            billed = file_part(part, found)
+            if billed is part:
                 unseen = True
                 continue
             if parts is None:
                 parts = list(content)
-            parts[at] = pending(data, found)
+            parts[at] = billed
         if parts is not None:
             if out is None:
                 out = list(messages)

@@ -92,6 +92,8 @@ T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 INJECTED, EMPTY, OFF, DEGRADED, EXPLAIN = "injected", "empty", "off", "degraded", "explain"
 ENCODE = "encode"  # degraded reason: the body cannot be re-encoded as the client sent it
+# degraded reason: a document's pages could not be read in time (its size does not bound them)
+PAGES_UNREAD = "pages_unread"
 BUDGET_TIMEOUT = "budget_timeout"  # degraded reason: exact counting could not finish in time
 # Exact counting of more text than this (UTF-8 bytes, an upper bound of its tokens) runs off the
 # loop: BPE on one long run of a character costs ~3 ms for 16 KiB, and grows superlinearly.
@@ -355,6 +357,11 @@ class Pipeline:
         if run.conversation.documents:  # their pages, in slices, in a share of the deadline
             until = run.deadline_at - self.deadline_s * (1 - PDF_READ_SHARE)
             run.pages_read = await read_documents(run.conversation.documents, until)
+            if not run.pages_read:
+                # A size does not bound the pages: a text-light PDF runs 10x under the
+                # estimate's bytes a page, so a block budgeted by it could overflow the window.
+                run.degrade(PAGES_UNREAD)
+                return
         budget = run.budget = await self._budget(run)
         run.clock.mark("budget")
         if budget.memory_tokens <= 0:

@@ -307,6 +307,18 @@ def test_a_base64_pdf_counts_its_pages() -> None:
     assert conversation.messages[0]["content"] == [{"type": PAGES, "pages": 1}]
 
 
+def test_a_chat_file_part_is_read_when_budgeted_not_by_the_billing() -> None:
+    # Not an Anthropic block (refused upstream), but billed as sent the billing would read
+    # its bytes whole, on the loop, whatever the deadline.
+    data = b64(pdf(5))
+    block = {"type": "file", "file": {"file_data": data}}
+    conversation = API.conversation({"model": "m", "messages": [user([block])]})
+    [document] = conversation.documents
+    assert conversation.messages[0]["content"] == [document.part]
+    read_now(conversation.documents)
+    assert document.part == {"type": PAGES, "pages": 5}
+
+
 @pytest.mark.parametrize(
     "source",
     [{"type": "url", "url": "https://x/y.pdf"}, {"type": "file", "file_id": "file_1"}],

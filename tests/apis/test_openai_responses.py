@@ -116,6 +116,17 @@ def test_media_parts_cost_what_chat_parts_cost() -> None:
     assert count_content(message["content"], size) == IMAGE_TOKENS["low"] + len("what is this?")
 
 
+def test_a_chat_file_part_is_read_when_budgeted_not_by_the_billing() -> None:
+    # Not a Responses part (refused upstream), but billed as sent the billing would read its
+    # bytes whole, on the loop, whatever the deadline.
+    part = {"type": "file", "file": {"file_data": b64(pdf(5))}}
+    read = conversation({"input": [{"role": "user", "content": [part]}]})
+    [document] = read.documents
+    assert read.messages[0]["content"] == [document.part]
+    read_now(read.documents)
+    assert document.part == {"type": PAGES, "pages": 5}
+
+
 def test_a_file_sent_as_data_counts_its_pages() -> None:
     data = "data:application/pdf;base64," + b64(pdf(50))
     parts = [

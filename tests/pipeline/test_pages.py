@@ -1,5 +1,5 @@
 """Reading documents' pages at the edge (``proxy/pipeline/pages.py``, adr/0152): only when the
-request is budgeted, a slice at a time, and by the estimate from its size once time is up."""
+request is budgeted, a slice at a time; a request with one not read in time goes without memories."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.context import documents
 from proxy.context.documents import PAGES, Steps, estimated_pages
 from proxy.pipeline.pages import read_documents
+from proxy.pipeline.pipeline import PAGES_UNREAD
 from tests.fakes.embedder import FakeEmbedder
 from tests.fakes.pdfs import b64, pdf
-from tests.pipeline.test_pipeline import DIMS, TENANT, biscuit_store, build
+from tests.pipeline.test_pipeline import DIMS, TENANT, biscuit_store, build, degraded_by
 
 QUESTION = "what is my dog called?"
 
@@ -26,6 +27,13 @@ def with_pdf(data: str) -> dict[str, Any]:
         {"type": "file", "file": {"filename": "a.pdf", "file_data": data}},
         {"type": "text", "text": QUESTION},
     ]
+    return {"model": "gpt-4o", "messages": [{"role": "user", "content": content}]}
+
+
+def with_pdfs(datas: list[str]) -> dict[str, Any]:
+    """A chat body whose user message carries each of ``datas`` as a file."""
+    files = [{"type": "file", "file": {"filename": "a.pdf", "file_data": d}} for d in datas]
+    content = [*files, {"type": "text", "text": QUESTION}]
     return {"model": "gpt-4o", "messages": [{"role": "user", "content": content}]}
 
 
@@ -59,6 +67,42 @@ async def test_the_loop_serves_others_between_slices() -> None:
     assert done
     assert conversation.documents[0].part["pages"] == 7
     assert order.index("other") < order.index("step", 1)  # served before the second step
+
+
+async def test_the_loop_serves_others_between_documents() -> None:
+    # Documents each read within a slice share it: past it, others run before the next one
+    # (each document on a clock of its own, a request of many small ones held the loop).
+    order: list[str] = []
+
+    def reader(data: str) -> Steps[int]:
+        order.append("document")
+        return 1
+        yield  # (a generator that ends at its first step)
+
+    async def other() -> None:
+        for _ in range(3):
+            order.append("other")
+            await asyncio.sleep(0)
+
+    conversation = OPENAI_CHAT.conversation(with_pdfs([b64(pdf(1))] * 3))
+    done, _ = await asyncio.gather(
+        read_documents(conversation.documents, float("inf"), slice_s=0.0, reader=reader), other()
+    )
+    assert done
+    assert order.index("other") < order.index("document", 1)
+
+
+async def test_the_smallest_documents_are_read_first() -> None:
+    sizes: list[int] = []
+
+    def reader(data: str) -> Steps[int]:
+        sizes.append(len(data))
+        return 1
+        yield
+
+    conversation = OPENAI_CHAT.conversation(with_pdfs([b64(pdf(40)), b64(pdf(1)), b64(pdf(9))]))
+    assert await read_documents(conversation.documents, float("inf"), reader=reader)
+    assert sizes == sorted(sizes)
 
 
 async def test_past_the_time_given_a_document_keeps_its_estimate() -> None:
@@ -120,7 +164,7 @@ def slow_decoding(data: str, start: int, end: int, step: int) -> Steps[object]:
 SCANS = b64(pdf(3) + b"%" + b"x" * 1_200_000 + b"\n")
 
 
-async def test_a_document_not_read_in_time_counts_by_its_estimate(
+async def test_a_document_not_read_in_time_goes_without_memories(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
@@ -129,10 +173,25 @@ async def test_a_document_not_read_in_time_counts_by_its_estimate(
     monkeypatch.setattr(documents, "decoding", slow_decoding)
     request = with_pdf(SCANS)
     late = await pipeline.prepare(TENANT, {}, request, OPENAI_CHAT)
-    # The request goes on, counted by the estimate: no room for memories, and no failure.
+    # The request goes on as sent, without memories, and says why.
     assert late.body is request
-    assert late.response_headers["X-Memory-Status"] == "empty"
-    assert late.response_headers["X-Memory-Budget"] == "0"
+    assert late.response_headers["X-Memory-Status"] == "degraded"
+    assert late.response_headers["X-Memory-Injected"] == "0"
+    assert degraded_by(pipeline, PAGES_UNREAD) == 1
+
+
+async def test_a_dense_document_not_read_in_time_gets_no_memories(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 42 text-light pages (126,000 tokens as read) in a few KB: its size's estimate is a few
+    # pages, so a budget by it would leave room gpt-4o's 128k window does not have.
+    dense = b64(pdf(42))
+    assert estimated_pages(dense) < 42
+    pipeline = build(biscuit_store(), FakeEmbedder(DIMS))
+    monkeypatch.setattr(documents, "decoding", slow_decoding)
+    late = await pipeline.prepare(TENANT, {}, with_pdf(dense), OPENAI_CHAT)
+    assert late.response_headers["X-Memory-Status"] == "degraded"
+    assert late.response_headers["X-Memory-Injected"] == "0"
 
 
 async def test_a_count_by_an_estimate_is_never_cached(monkeypatch: pytest.MonkeyPatch) -> None:
