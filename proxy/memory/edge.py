@@ -461,7 +461,7 @@ class EdgeStore:
 
     def _shares_shard(self, tenant: str) -> bool:
         """Whether the shard may hold another tenant's memory than ``tenant``'s."""
-        return self._tenants.others(tenant, lambda: self._holds_other_tenants(tenant))
+        return self._tenants.others(tenant, self._shard_tenants)
 
     async def search_near(
         self, tenant: str, query: SearchQuery, seeds: int, window_s: float
@@ -495,10 +495,36 @@ class EdgeStore:
             self._shard.count(qe.CountRequest(exact=True, filter=others_filter(tenant, user)))
         )
 
-    def _holds_other_tenants(self, tenant: str) -> bool:
-        """Whether the shard holds a memory of another tenant than ``tenant``."""
-        others = qe.Filter(must_not=[qe.FieldCondition(TENANT_KEY, match=qe.MatchValue(tenant))])
-        return bool(self._shard.count(qe.CountRequest(exact=True, filter=others)))
+    def _shard_tenants(self) -> builtins.list[str] | None:
+        """Which tenants the shard holds, as far as one tells one from several: none, its
+        sole tenant, or a tenant and another; ``None`` if the shard could not tell (the
+        search keeps its tenant condition: a lookup is a saving, not a reason to fail)."""
+        try:
+            first = self._one_tenant(None)
+            if first is None:
+                return []
+            if not first:
+                return None  # a point without its tenant: nothing to tell from
+            not_first = qe.FieldCondition(TENANT_KEY, match=qe.MatchValue(first))
+            other = self._one_tenant(qe.Filter(must_not=[not_first]))
+        except Exception as exc:
+            if not is_engine_error(exc):
+                raise
+            LOGGER.warning("looking up the shard's tenants failed (searches filter): %s", exc)
+            return None
+        return [first] if other is None else [first, other]
+
+    def _one_tenant(self, scope: qe.Filter | None) -> str | None:
+        """The tenant of one point ``scope`` matches (any one: an existence check, not a
+        count); ``None`` if none matches, "" if the point has no tenant."""
+        request = qe.ScrollRequest(
+            limit=1, filter=scope, with_payload=[TENANT_KEY], with_vector=False
+        )
+        found, _ = self._shard.scroll(request)
+        if not found:
+            return None
+        tenant = (found[0].payload or {}).get(TENANT_KEY)
+        return tenant if isinstance(tenant, str) else ""
 
     def _holds_lifecycle(self, tenant: str) -> bool:
         """Whether the shard holds a memory of ``tenant`` with an expiry or a successor."""

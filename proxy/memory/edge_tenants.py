@@ -13,55 +13,60 @@ search without the condition still checks the tenant of every memory it returns,
 racing the lookup costs a second search with the condition, never another tenant's memory.
 Deletes never clear a note (a stale note only costs the condition).
 
-One state for the whole shard, not one per tenant: the sole tenant, or "several". A search of
-a tenant with no memory in a one-tenant shard finds the other tenant in its lookup and ends
-the one-tenant state too: it is looked up once, not per search.
+One state for the whole shard: empty, its sole tenant, or "several". The lookup asks which
+tenants the shard holds, not whether it holds others than the searcher: so whoever searches
+first (a tenant with no memory, a wrong key) cannot end the one-tenant state of the tenant the
+shard does hold. A lookup that fails decides nothing: that search keeps the condition.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 
 class ShardTenants:
     """Does the shard hold only one tenant's memories, and whose? Thread-safe."""
 
     def __init__(self) -> None:
-        self._sole: str | None = None  # the shard holds no memory of another tenant
-        self._several = False
-        self._written: str | None = None  # the one tenant this process wrote, if only one
+        self._sole: str | None = None  # the first tenant known in the shard (looked up or noted)
+        self._several = False  # another tenant than ``_sole`` is known in the shard too
+        self._known = False  # the shard was looked up: what it holds is all noted
         self._lock = threading.Lock()
 
-    def others(self, tenant: str, look_up: Callable[[], bool]) -> bool:
-        """Whether the shard may hold a memory of another tenant than ``tenant``;
-        ``look_up`` asks the shard when this process does not know yet. A write noted
-        meanwhile wins over the lookup's answer."""
+    def others(self, tenant: str, look_up: Callable[[], Collection[str] | None]) -> bool:
+        """Whether the shard may hold a memory of another tenant than ``tenant``.
+
+        ``look_up`` asks the shard when this process does not know yet: the tenants it holds
+        (none, one, or any two of them), or ``None`` if it could not tell (the answer is then
+        ``True`` and nothing is remembered). Writes noted meanwhile add to its answer."""
         if self._several:
             return True
-        sole = self._sole
-        if sole is not None:
-            return sole != tenant
+        if self._known:
+            return self._sole not in (None, tenant)
         found = look_up()
+        if found is None:
+            return True
         with self._lock:
-            if not self._several and self._sole is None:
-                if found or self._written not in (None, tenant):
-                    self._several = True
-                else:
-                    self._sole = tenant
-            return self._several or self._sole != tenant
+            self._add(found)
+            self._known = True
+            return self._several or self._sole not in (None, tenant)
 
     def note(self, tenants: Iterable[str]) -> None:
         """Memories of ``tenants`` are about to be written (call before the write is visible
         to searches)."""
         with self._lock:
-            for tenant in tenants:
-                if self._written is None:
-                    self._written = tenant
-                if tenant != self._written or self._sole not in (None, tenant):
-                    self._several = True
+            self._add(tenants)
 
     def note_others(self) -> None:
         """The shard holds several tenants' memories (a search returned another tenant's)."""
         with self._lock:
             self._several = True
+
+    def _add(self, tenants: Iterable[str]) -> None:
+        """Tenants held by the shard (the caller holds the lock)."""
+        for tenant in tenants:
+            if self._sole is None:
+                self._sole = tenant
+            elif tenant != self._sole:
+                self._several = True

@@ -793,7 +793,7 @@ async def test_another_tenants_memory_found_without_the_tenant_is_searched_again
     try:
         await store.add(records, vectors_for(records, DIM))
         store._tenants = edge.ShardTenants()  # forgets the write's note
-        store._tenants.others("t1", lambda: False)  # looked up before the write
+        store._tenants.others("t1", lambda: ["t1"])  # looked up before the write
         store._records.clear()
         seen = spy_tenants(monkeypatch)
         assert await live_ids(store) == ["m1"]
@@ -816,7 +816,7 @@ async def test_another_tenants_turn_found_without_the_tenant_is_looked_up_again(
     try:
         await store.add(records, vectors_for(records, DIM))
         store._tenants = edge.ShardTenants()
-        store._tenants.others("t1", lambda: False)
+        store._tenants.others("t1", lambda: ["t1"])
         turns = spy_turn_filters(monkeypatch)
         assert await turn_ids(store) == ["d1"]
         assert turns == [False, True]
@@ -846,6 +846,63 @@ async def test_after_a_restart_the_shard_says_whether_it_holds_other_tenants(
     assert seen == [False, True]
 
 
+async def test_a_first_search_by_a_tenant_without_memories_keeps_the_sole_tenant_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a restart, a tenant with no memory (a new or wrong key) searches first: the shard
+    still holds t1 only, so t1's searches go without the condition."""
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    records = [record("m1", content="a red van")]
+    await store.add(records, vectors_for(records, DIM))
+    await store.close()
+    seen = spy_tenants(monkeypatch)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        assert await live_ids(store, "new") == []
+        assert await live_ids(store) == ["m1"]
+        assert await live_ids(store) == ["m1"]
+        assert seen == [True, False, False]
+    finally:
+        await store.close()
+
+
+class FailingLookups:
+    """The store's shard, whose scrolls and counts fail as the engine's do."""
+
+    def __init__(self, shard: qe.EdgeShard) -> None:
+        self._shard = shard
+
+    def scroll(self, request: qe.ScrollRequest) -> Any:
+        raise Exception("Service runtime error: scroll failed")  # the engine raises bare ones
+
+    def count(self, request: qe.CountRequest) -> Any:
+        raise Exception("Service runtime error: count failed")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+
+async def test_a_failed_shard_lookup_keeps_the_tenant_condition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    try:
+        records = [record("m1", content="a red van")]
+        await store.add(records, vectors_for(records, DIM))
+        assert await live_ids(store) == ["m1"]  # liveness and users looked up
+        store._tenants = edge.ShardTenants()  # as after a restart
+        shard = store._shard
+        monkeypatch.setattr(store, "_shard", FailingLookups(shard))
+        seen = spy_tenants(monkeypatch)
+        assert await live_ids(store) == ["m1"]
+        assert seen == [True]
+        monkeypatch.setattr(store, "_shard", shard)  # nothing remembered: asked again
+        assert await live_ids(store) == ["m1"]
+        assert seen == [True, False]
+    finally:
+        await store.close()
+
+
 async def test_another_tenants_dead_memory_says_nothing_of_the_searching_tenant(
     tmp_path: Path,
 ) -> None:
@@ -860,7 +917,7 @@ async def test_another_tenants_dead_memory_says_nothing_of_the_searching_tenant(
     try:
         await store.add(records, vectors_for(records, DIM))
         store._tenants = edge.ShardTenants()
-        store._tenants.others("t1", lambda: False)
+        store._tenants.others("t1", lambda: ["t1"])
         assert await live_ids(store) == ["m1"]
         assert store._lifecycle.may_hold("t1", lambda: False) is False
     finally:
