@@ -1,5 +1,6 @@
 """Reading documents' pages at the edge (``proxy/pipeline/pages.py``, adr/0152): only when the
-request is budgeted, a slice at a time; a request with one not read in time goes without memories."""
+request is budgeted, a slice at a time; a request with one not read in time goes without
+memories."""
 
 from __future__ import annotations
 
