@@ -148,7 +148,6 @@ class Run:
     # Thunks, not coroutines: writes that never start leave nothing unawaited.
     deferred: list[Write] = field(default_factory=list)
     facts: FactRequest | None = None  # X-Memory-Capture: facts
-    pages_read: bool = True  # every document's pages read (not left at its size's estimate)
 
     @property
     def messages(self) -> Sequence[Mapping[str, object]]:
@@ -356,10 +355,10 @@ class Pipeline:
         options = run.options
         if run.conversation.documents:  # their pages, in slices, in a share of the deadline
             until = run.deadline_at - self.deadline_s * (1 - PDF_READ_SHARE)
-            run.pages_read = await read_documents(run.conversation.documents, until)
-            if not run.pages_read:
+            if not await read_documents(run.conversation.documents, until):
                 # A size does not bound the pages: a text-light PDF runs 10x under the
                 # estimate's bytes a page, so a block budgeted by it could overflow the window.
+                # Nothing is counted either, so no count by an estimate reaches the count cache.
                 run.degrade(PAGES_UNREAD)
                 return
         budget = run.budget = await self._budget(run)
@@ -525,8 +524,6 @@ class Pipeline:
     async def _exact_budget(self, run: Run, upper: TokenBudget, long_walk: bool) -> TokenBudget:
         """The exact budget, per-message counts from the cache; large work off the loop."""
         cache, messages, encoding = self.counts, run.messages, upper.encoding
-        if not run.pages_read:
-            cache = None  # a count by a document's estimate is never kept, nor one taken for it
         bounds = upper.message_counts  # UTF-8 bytes per message: the cost of what follows
         names: list[str | None] = []
         cached: list[int | None] | None = None
