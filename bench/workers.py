@@ -27,7 +27,9 @@ Reported per round and pooled: memory-on requests/s of each server, the ratios, 
 CPU went per request: each server's event-loop threads, its other Python threads, the search
 engine's own threads (``edge-search-*``), the fake upstream and wrk. The upstream (aiohttp) and
 wrk (C) run on the same 2 cores; their CPU per request is printed so their share of the
-2-worker rate can be read off (docs/benchmarks.md).
+2-worker rate can be read off (docs/benchmarks.md). ``idle`` is the cores the whole machine left
+idle during a cell: a server short of the cores with none idle lost them to other work on the
+machine, not to waiting.
 
 Target (issue 14): memory-on throughput at c=50 with 2 workers >= 1.7x one worker, in one run,
 on a 2-core machine.
@@ -137,6 +139,9 @@ class Cell:
     # whole cell: an uneven split leaves one worker short of work.
     conns: tuple[int, ...] = ()
     worker_cpu_s: tuple[float, ...] = ()
+    # CPU seconds the whole machine left idle during the cell (``/proc/stat``): the cores the
+    # server did not use were idle, or taken by other work on the machine.
+    idle_s: float = 0.0
 
     @property
     def rps(self) -> float:
@@ -199,6 +204,15 @@ def thread_cpu_s(pids: set[int]) -> dict[str, float]:
                 kind = "engine" if name.startswith(ENGINE_THREAD) else "threads"
             spent[kind] += (int(fields[11]) + int(fields[12])) / CLK_TCK
     return spent
+
+
+def machine_idle_s() -> float:
+    """CPU seconds all cores have been idle since boot (``/proc/stat``; 0 without it)."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    except OSError:
+        return 0.0
+    return (int(fields[4]) + int(fields[5])) / CLK_TCK  # idle and iowait
 
 
 def process_cpu_s(pid: int) -> float:
@@ -309,12 +323,14 @@ def run_wrk(
     pids = worker_pids(server)
     before = all_cpu_s(server, upstream)
     before_workers = [process_cpu_s(pid) for pid in pids]
+    idle_before = machine_idle_s()
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as wrk:
         time.sleep(seconds / 2)
         conns = connections(pids, server.port)
         out, _ = wrk.communicate()
     if wrk.returncode:
         raise subprocess.CalledProcessError(wrk.returncode, argv, out)
+    idle = machine_idle_s() - idle_before
     after = all_cpu_s(server, upstream)
     worker_cpu = [
         process_cpu_s(pid) - spent for pid, spent in zip(pids, before_workers, strict=True)
@@ -332,6 +348,7 @@ def run_wrk(
         repeats=max(0, int(data["requests"]) - count),
         conns=tuple(sorted(conns, reverse=True)),
         worker_cpu_s=tuple(sorted(worker_cpu, reverse=True)),
+        idle_s=idle,
     )
 
 
@@ -375,6 +392,7 @@ def pooled(cells: Sequence[Cell]) -> Cell:
         p99_ms=max(c.p99_ms for c in cells),
         cpu_s={part: sum(c.cpu_s[part] for c in cells) for part in CPU_PARTS},
         repeats=sum(c.repeats for c in cells),
+        idle_s=sum(c.idle_s for c in cells),
     )
 
 
@@ -388,6 +406,7 @@ def cpu_rows(cells: dict[str, Cell]) -> list[dict[str, Any]]:
         row["all_ms"] = round(cell.cpu_ms(), 2)
         row["server_cores"] = round(stats.ratio(cell.server_cpu_ms * cell.rps, 1000), 2)
         row["all_cores"] = round(stats.ratio(cell.cpu_ms() * cell.rps, 1000), 2)
+        row["idle_cores"] = round(stats.ratio(cell.idle_s, cell.seconds), 2)
         rows.append(row)
     return rows
 
@@ -507,6 +526,9 @@ def cell_rows(cells: dict[str, list[Cell]]) -> list[dict[str, Any]]:
                     # Cores the server's processes used: below what the machine has means the
                     # server was not what limited the rate (other work on the cores was).
                     "cores": round(stats.ratio(cell.server_cpu_ms * cell.rps, 1000), 2),
+                    # Cores the machine left idle: with ``cores`` short of the machine's and
+                    # none idle, other work took them; idle ones mean the server waited.
+                    "idle": round(stats.ratio(cell.idle_s, cell.seconds), 2),
                     "p99_ms": round(cell.p99_ms),
                     "conns": "/".join(map(str, cell.conns)),
                     "worker_cores": "/".join(

@@ -5,8 +5,11 @@ of the shard, so the search CPU of every worker runs in parallel (adr/0105). Wri
 worker go through the shared ``WriteLog``; a replica applies every entry it has not seen before
 it answers a read. The check is one load from the log's shared state, so a write acknowledged by
 any worker is visible to every read that starts after it, on every worker (staleness bound:
-none). A writer holds the log's lock only to append: it applies its entry after letting the lock
-go (adr/0141), so a worker stalled mid-apply holds up nobody else.
+none). Retrieval counts are the exception (adr/0154): a read does not wait for another worker's
+counts, which reach it within ``LOG_FOLD_CHECK_S`` (the follower) or at this worker's next
+write; a worker's own counts it sees at once. A writer holds the log's lock only to append: it
+applies its entry after letting the lock go (adr/0141), so a worker stalled mid-apply holds up
+nobody else.
 
 Layout under ``store.data_dir``: ``memories/`` is the primary shard, ``memories.log`` the writes
 it has not absorbed yet (``memories.log.state``: the log's positions, adr/0120),
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -265,7 +269,7 @@ class ReplicaStore:
             raise
         store = cls(replica, log, directory, slot=slot, start=start)
         try:
-            await store.sync()
+            await store.catch_up()
         except BaseException:
             await store.close()
             raise
@@ -275,11 +279,12 @@ class ReplicaStore:
 
     async def _follow(self) -> None:
         """Catch up every ``LOG_FOLD_CHECK_S`` without waiting for a read: a worker that gets
-        no requests would otherwise hold every fold's cut at its position (adr/0120)."""
+        no requests would otherwise hold every fold's cut at its position (adr/0120), and
+        reads leave other workers' retrieval counts to this (adr/0154)."""
         while True:
             await asyncio.sleep(LOG_FOLD_CHECK_S)
             try:
-                await self.sync()
+                await self.catch_up()
             except Exception as exc:  # the next read or round tries again
                 LOGGER.warning("memory replica could not catch up with the write log: %s", exc)
 
@@ -287,7 +292,13 @@ class ReplicaStore:
         return await asyncio.get_running_loop().run_in_executor(self._thread, func, *args)
 
     async def sync(self) -> None:
-        """Apply the log entries other processes appended since this replica last looked."""
+        """Apply what a read must see: the log up to its barrier, every entry other processes
+        appended but their retrieval counts since the last one that is not (adr/0154)."""
+        if self._log.barrier > self._offset:
+            await self.catch_up()
+
+    async def catch_up(self) -> None:
+        """Apply every log entry other processes appended since this replica last looked."""
         if self._log.end == self._offset:
             return
         # Shielded, as writes are: a caller's timeout must not cut an entry's apply short, or
@@ -325,7 +336,11 @@ class ReplicaStore:
         return result
 
     async def _write(
-        self, prepare: Callable[[], Awaitable[Entry | None]], *, read_first: bool = False
+        self,
+        prepare: Callable[[], Awaitable[Entry | None]],
+        *,
+        read_first: bool = False,
+        barrier: bool = True,
     ) -> object:
         """Append the entry ``prepare`` makes (``None``: nothing to write), then apply the log
         up to it here; what applying it returned.
@@ -336,14 +351,15 @@ class ReplicaStore:
         once this replica has applied its own entry (reads see their own writes). With
         ``read_first`` (read-modify-write updates: votes, supersession) the replica catches up
         under the lock before ``prepare``, which then sees every earlier write of every worker,
-        so those updates are atomic across processes. Shielded: a cancelled caller stops
-        waiting, but the write (or its wait for the lock) carries on and releases the lock,
-        never leaving it held or an entry half applied.
+        so those updates are atomic across processes. Without ``barrier`` (retrieval counts)
+        other workers' reads do not wait for the entry (adr/0154). Shielded: a cancelled caller
+        stops waiting, but the write (or its wait for the lock) carries on and releases the
+        lock, never leaving it held or an entry half applied.
         """
-        return await asyncio.shield(self._locked_write(prepare, read_first))
+        return await asyncio.shield(self._locked_write(prepare, read_first, barrier))
 
     async def _locked_write(
-        self, prepare: Callable[[], Awaitable[Entry | None]], read_first: bool
+        self, prepare: Callable[[], Awaitable[Entry | None]], read_first: bool, barrier: bool
     ) -> object:
         async with self._lock:
             if read_first:
@@ -357,7 +373,9 @@ class ReplicaStore:
                 if entry is None:
                     return None
                 try:
-                    end = await self._in_thread(self._log.append, entry)
+                    end = await self._in_thread(
+                        functools.partial(self._log.append, entry, barrier=barrier)
+                    )
                 except OSError as exc:
                     raise StoreError(f"cannot append to the memory write log: {exc}") from exc
             finally:
@@ -427,7 +445,9 @@ class ReplicaStore:
         """Add one to a memory's retrieval count per occurrence of its id."""
         require_tenant(tenant)
         if ids:
-            await self._write(lambda: _ready((INCREMENT, (tenant, tuple(ids)))))
+            # Off the read barrier (adr/0154): the worker's next read does not wait for it.
+            entry: Entry = (INCREMENT, (tenant, tuple(ids)))
+            await self._write(lambda: _ready(entry), barrier=False)
 
     async def set_usefulness(
         self, tenant: str, memory_id: str, usefulness: float

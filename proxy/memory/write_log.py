@@ -16,6 +16,8 @@ the workers run (adr/0120), so the file holds ``[base, end)``. Those counters li
 file every process maps (``<log>.state``), with one slot per replica saying how far it has
 applied, so nothing a replica still needs is cut. ``end`` moves only when a writer has appended
 a whole entry: reading it is how a replica learns, without a system call, that it is behind.
+``barrier`` is ``end`` as of the last entry that is not a retrieval count: a read waits only
+for the entries up to it (adr/0154).
 Bytes past ``end`` are a writer's entry cut short (it died mid-write) and are overwritten by the
 next append. Reading entries takes the lock shared (a cut moves bytes within the file); writing
 and cutting take it exclusive. The state file's own ``flock`` guards the primary shard: a fold
@@ -51,6 +53,10 @@ MAGIC = 0x6D706C6F67763031  # "mplogv01": the state file is initialised
 MAGIC_AT, BASE_AT, END_AT, PRIMARY_AT, SLOTS_AT = 0, 8, 16, 24, 64
 # A cut under way: its target position (0: none) and the kept bytes already at the front.
 CUT_AT, MOVED_AT = 32, 40
+# The end of the last entry every read must see (``barrier``): entries past it are retrieval
+# counts only, which reads do not wait for (adr/0154). 0 in a state file an older memproxy
+# wrote: its entries are absorbed into the primary before any replica opens.
+BARRIER_AT = 48
 CUT_CHUNK_BYTES = 1 << 20
 # A cut closing a gap smaller than this and the bytes it keeps waits for a later, larger one:
 # the kept bytes move in chunks no longer than the gap.
@@ -92,6 +98,7 @@ class WriteLog:
             self._set(PRIMARY_AT, 0)
             self._set(END_AT, 0)
             self._set(END_AT, self._scan(0, os.fstat(self._fd).st_size)[1])
+            self._set(BARRIER_AT, self.end)
             self._set(MAGIC_AT, MAGIC)
         finally:
             self.unlock()
@@ -114,6 +121,12 @@ class WriteLog:
         """The position after the last whole entry (one load from the shared map: the cheap
         check every read makes)."""
         return self._get(END_AT)
+
+    @property
+    def barrier(self) -> int:
+        """The position after the last entry a read must have applied before it answers (every
+        entry but retrieval counts, adr/0154); one load, like ``end``."""
+        return self._get(BARRIER_AT)
 
     @property
     def base(self) -> int:
@@ -188,10 +201,11 @@ class WriteLog:
         """Release the primary shard's lock."""
         fcntl.flock(self._state_fd, fcntl.LOCK_UN)
 
-    def append(self, entry: Entry) -> int:
+    def append(self, entry: Entry, *, barrier: bool = True) -> int:
         """Append ``entry`` at ``end`` (the caller holds the lock exclusively; it applies the
-        entry after releasing it); return the new ``end``. A dead writer's bytes past ``end``
-        are overwritten."""
+        entry after releasing it); return the new ``end``. ``barrier``: reads must see it (it
+        moves ``barrier`` to the new ``end``). A dead writer's bytes past ``end`` are
+        overwritten."""
         self._finish_cut()
         base, end = self.base, self.end
         payload = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
@@ -203,6 +217,8 @@ class WriteLog:
             os.ftruncate(self._fd, end - base)
             raise OSError(f"short write to {self.path}: {written} of {len(frame)} bytes")
         self._set(END_AT, end + len(frame))  # only now may readers see it
+        if barrier:  # after ``end``: a reader that sees the barrier move reads up to it
+            self._set(BARRIER_AT, end + len(frame))
         return end + len(frame)
 
     def cut_before(self, position: int) -> int:

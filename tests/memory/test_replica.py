@@ -71,6 +71,16 @@ def query(text: str, top_k: int = 5) -> SearchQuery:
     return SearchQuery(vector_for(text), text, "u1", None, top_k)
 
 
+async def stop_following(*stores: ReplicaStore) -> None:
+    """Stop the stores' followers: they apply nothing they are not made to."""
+    for store in stores:
+        if store._follower is not None:
+            store._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await store._follower
+            store._follower = None
+
+
 async def test_a_write_through_one_is_read_through_the_other(
     pair: tuple[ReplicaStore, ReplicaStore],
 ) -> None:
@@ -123,12 +133,7 @@ async def test_a_write_colliding_with_another_workers_unseen_write_is_refused(
     monkeypatch.setattr(edge_ids, "point_u64", lambda t, i: 7 if i in ("a", "b") else real(t, i))
     a, b = await replica(tmp_path), await replica(tmp_path)
     try:
-        for store in (a, b):  # b applies nothing it is not made to (no follower)
-            if store._follower is not None:
-                store._follower.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await store._follower
-                store._follower = None
+        await stop_following(a, b)  # b applies nothing it is not made to
         first, clash = record("a"), record("b")
         await a.add([first], vectors_for([first]))
         with pytest.raises(StoreError, match=r"'b'.*collision"):
@@ -180,9 +185,53 @@ async def test_retrieval_counts_from_both_add_up(pair: tuple[ReplicaStore, Repli
         a.increment_retrievals("t1", ["m1", "m1"]), b.increment_retrievals("t1", ["m1"])
     )
     for store in (a, b):
+        await store.catch_up()  # the follower's work: reads do not wait for counts (adr/0154)
         got = await store.get("t1", "m1")
         assert got is not None
         assert got.retrieval_count == 3
+
+
+async def test_a_read_does_not_wait_for_another_workers_retrieval_counts(
+    pair: tuple[ReplicaStore, ReplicaStore],
+) -> None:
+    """Applying every count another worker logged before each read put the reads of both
+    workers in a queue behind the counts' catch-ups (adr/0154): a read applies nothing for
+    them; the follower (``catch_up``) or the next write does, and a worker sees its own."""
+    a, b = pair
+    await stop_following(a, b)
+    memory = record("m1")
+    await a.add([memory], vectors_for([memory]))
+    assert await b.get("t1", "m1") is not None
+    applied = b._offset
+    await a.increment_retrievals("t1", ["m1"])
+    mine = await a.get("t1", "m1")
+    assert mine is not None
+    assert mine.retrieval_count == 1
+    assert await b.get("t1", "m1") is not None
+    assert await b.search("t1", query("m1"))
+    assert b._offset == applied  # b applied nothing to answer those
+    await b.catch_up()
+    counted = await b.get("t1", "m1")
+    assert counted is not None
+    assert counted.retrieval_count == 1
+
+
+async def test_a_read_waits_for_a_write_logged_behind_retrieval_counts(
+    pair: tuple[ReplicaStore, ReplicaStore],
+) -> None:
+    """The barrier moves past the counts with the next other write: a read sees that write
+    (adr/0105's bound) and the counts before it."""
+    a, b = pair
+    await stop_following(a, b)
+    first = record("m1")
+    await a.add([first], vectors_for([first]))
+    await a.increment_retrievals("t1", ["m1", "m1"])
+    later = record("m2")
+    await a.add([later], vectors_for([later]))
+    assert await b.get("t1", "m2") is not None
+    counted = await b.get("t1", "m1")
+    assert counted is not None
+    assert counted.retrieval_count == 2
 
 
 async def test_delete_user_through_one_is_seen_by_the_other(
@@ -418,7 +467,8 @@ async def test_a_fold_moves_what_every_replica_applied_off_the_log(
         await a.add([memory], vectors_for([memory]))
     await b.increment_retrievals("t1", ["m0", "m0"])
     grown = log.size()
-    assert await a.count("t1") == 20  # a has applied b's write too
+    await a.catch_up()  # b's counts too: a read leaves them to the follower (adr/0154)
+    assert await a.count("t1") == 20
     assert await fold_log(primary, log, min_bytes=grown + 1) == 0  # not due yet
     assert await fold_log(primary, log, min_bytes=grown) == grown
     assert log.size() == 0

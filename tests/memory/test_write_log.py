@@ -31,6 +31,18 @@ def test_entries_come_back_in_order_with_their_end_positions(tmp_path: Path) -> 
     assert reader.read(end) == ([], end)
 
 
+def test_the_barrier_moves_with_every_entry_but_those_appended_past_it(tmp_path: Path) -> None:
+    """Reads wait for the log up to the barrier only: retrieval counts are appended without
+    moving it (adr/0154); the next entry that moves it covers them too."""
+    writer, reader = WriteLog(tmp_path / "log"), WriteLog(tmp_path / "log")
+    first = writer.append(("add", (1,)))
+    assert reader.barrier == first
+    counted = writer.append(("inc", ("t", ("m",))), barrier=False)
+    assert (reader.barrier, reader.end) == (first, counted)
+    later = writer.append(("delete", ("t", "m")))
+    assert reader.barrier == later == reader.end
+
+
 def test_a_torn_tail_is_not_read_and_the_next_writer_overwrites_it(tmp_path: Path) -> None:
     log = WriteLog(tmp_path / "log")
     end = log.append(("add", ("whole",)))
@@ -53,7 +65,7 @@ def test_a_log_left_without_its_state_is_read_up_to_its_last_whole_entry(tmp_pat
         raw.write(HEADER.pack(100, 0) + b"torn")
     os.unlink(f"{tmp_path / 'log'}.state")
     log = WriteLog(tmp_path / "log")
-    assert (log.base, log.end, log.primary) == (0, end, 0)
+    assert (log.base, log.end, log.primary, log.barrier) == (0, end, 0, end)
     assert [entry for entry, _ in log.read(0)[0]] == [("add", ("a",)), ("add", ("b",))]
 
 
