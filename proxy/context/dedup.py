@@ -34,20 +34,12 @@ import functools
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
-import numpy as np
-
 from proxy.context.words import TEXTS_MEMOISED, TextMemo, split_dedup_words, split_text_words
 from proxy.errors import ConfigError
 
 DUPLICATE_JACCARD = 0.8
 BITS = 256  # a few bits per word of a long summary: collisions stay rare, an AND stays cheap
 MASK = BITS - 1
-WORDS = BITS // 64  # a signature's bits as unsigned 64-bit words, for ``pair_walk``
-# ``dedup_walk`` takes ``pair_walk`` for this many items: below, numpy's fixed cost per call
-# outweighs the Python loop it saves; above, the n x n pairs outgrow the bands.
-PAIR_WALK_ITEMS = range(24, 129)
-# Pairs (a, b) with a before b in the walk, for ``pair_walk`` (sliced to the items' count).
-LATER = np.triu(np.ones((PAIR_WALK_ITEMS.stop, PAIR_WALK_ITEMS.stop), dtype=bool), 1)
 
 Signature = tuple[frozenset[str], int, int, int]  # (words, size, word bits, lost)
 NO_SIGNATURE: Signature = (frozenset(), 0, 0, 0)
@@ -119,78 +111,10 @@ def dedup_walk(
 
     Invariants: an item is dropped exactly when a kept item before it in ``order`` is more than
     ``threshold`` similar (two empty sets are identical: only the first empty one is kept);
-    kept and dropped partition ``order``, each in walk order. ``band_walk`` and ``pair_walk``
-    give the same result (tested); this takes the faster for the number of items.
+    kept and dropped partition ``order``, each in walk order.
     """
     if not 0.0 <= threshold < 1.0:
         raise ConfigError("dedup threshold must be in [0, 1)", param="dedup_threshold")
-    order = list(order)
-    if len(order) in PAIR_WALK_ITEMS:
-        return pair_walk(signatures, order, threshold)
-    return band_walk(signatures, order, threshold)
-
-
-def pair_walk(
-    signatures: Sequence[Signature], order: list[int], threshold: float
-) -> tuple[list[int], list[int]]:
-    """``dedup_walk`` with every pair's bounds in one numpy pass, then a walk over the few pairs
-    they let through (at most ``PAIR_WALK_ITEMS.stop - 1`` items).
-
-    The pairs and bounds are ``duplicate_in``'s, in the same float operations (sizes are exact
-    in float64): both sizes above ``threshold`` times the other, then ``popcount(a & b) +
-    min(lost)`` over the union it implies. Whether the earlier item of a pair was kept is only
-    known in the walk, so the walk checks it; on real text ~1 pair of ~2,400 reaches it.
-    """
-    items = [signatures[i] for i in order]
-    count = len(items)
-    size_of = [item[1] for item in items]
-    sizes = np.array(size_of, dtype=np.float64)
-    scaled = threshold * sizes
-    near = (sizes > scaled[:, None]) & (sizes[:, None] > scaled) & LATER[:count, :count]
-    pairs = np.flatnonzero(near)
-    partners: dict[int, list[int]] = {}
-    if len(pairs):
-        first, then = np.divmod(pairs, count)
-        bits = np.frombuffer(
-            b"".join([item[2].to_bytes(WORDS * 8, "little") for item in items]), dtype=np.uint64
-        ).reshape(count, WORDS)
-        lost = np.array([item[3] for item in items], dtype=np.float64)
-        both = bits.take(first, axis=0) & bits.take(then, axis=0)
-        most = np.bitwise_count(both).sum(axis=1, dtype=np.int64) + np.minimum(
-            lost.take(first), lost.take(then)
-        )
-        maybe = np.flatnonzero(most / (sizes.take(first) + sizes.take(then) - most) > threshold)
-        for a, b in zip(first.take(maybe).tolist(), then.take(maybe).tolist(), strict=True):
-            partners.setdefault(b, []).append(a)
-    kept_at = [False] * count
-    kept: list[int] = []
-    dropped: list[int] = []
-    empty_kept = False
-    for at, i in enumerate(order):
-        size = size_of[at]
-        if not size:  # an empty set is in no pair: sizes 0 and n are never within the factor
-            (dropped if empty_kept else kept).append(i)
-            empty_kept = True
-            continue
-        earlier = partners.get(at)
-        if earlier is not None and any(
-            kept_at[a]
-            and (shared := len(items[at][0] & items[a][0])) / (size + size_of[a] - shared)
-            > threshold
-            for a in earlier
-        ):
-            dropped.append(i)
-            continue
-        kept_at[at] = True
-        kept.append(i)
-    return kept, dropped
-
-
-def band_walk(
-    signatures: Sequence[Signature], order: Iterable[int], threshold: float
-) -> tuple[list[int], list[int]]:
-    """``dedup_walk`` by size bands: each item against the kept sets of its band (module
-    notes), one bound for the whole band first."""
     # The kept non-empty sets in size order, and their sizes and bits side by side.
     band_sets: list[Signature] = []
     sizes: list[int] = []

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Sequence
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.context.dedup import (
-    NO_SIGNATURE,
-    PAIR_WALK_ITEMS,
-    Signature,
-    band_walk,
     dedup_order,
-    dedup_walk,
     jaccard,
-    pair_walk,
     signature,
     split_profile,
     split_signature,
@@ -159,68 +150,3 @@ def test_a_new_texts_profile_fills_no_other_memo() -> None:
     before = (text_words.cache_info().currsize, text_signature.cache_info().currsize)
     split_profile(text)
     assert (text_words.cache_info().currsize, text_signature.cache_info().currsize) == before
-
-
-def signatures_of(sets: list[frozenset[str]]) -> list[Signature]:
-    return [signature(words) for words in sets]
-
-
-Walk = Callable[[Sequence[Signature], list[int], float], tuple[list[int], list[int]]]
-# ``pair_walk`` takes any count up to its range's end: the range only says where it is faster.
-WALKS: list[Walk] = [band_walk, pair_walk]
-
-
-@settings(max_examples=300)
-@pytest.mark.parametrize("walk", WALKS)
-@given(word_sets, st.sampled_from([0.0, 0.3, 0.5, 0.8, 0.9]), st.randoms(use_true_random=False))
-def test_both_walks_equal_all_pairs_in_any_order(
-    walk: Walk, sets: list[frozenset[str]], threshold: float, rng: random.Random
-) -> None:
-    order = list(range(len(sets)))
-    rng.shuffle(order)
-    kept, dropped = walk(signatures_of(sets), order, threshold)
-    by_rank = [sets[i] for i in order]
-    assert kept == [order[k] for k in brute_force(by_rank, threshold)]
-    assert sorted(kept + dropped) == sorted(order)
-
-
-@settings(max_examples=200)
-@pytest.mark.parametrize("walk", WALKS)
-@given(long_sets(), st.sampled_from([0.0, 0.8, 0.9]))
-def test_both_walks_equal_all_pairs_on_long_sets(
-    walk: Walk, sets: list[frozenset[str]], threshold: float
-) -> None:
-    kept, _ = walk(signatures_of(sets), list(range(len(sets))), threshold)
-    assert kept == brute_force(sets, threshold)
-
-
-def test_the_walk_skips_items_left_out_of_the_order() -> None:
-    # The assembler passes ``NO_SIGNATURE`` for candidates the bundle dropped.
-    sets = [normalise_words(t) for t in ("a b c d e", "a b c d e", "x y")] * 10
-    signatures = signatures_of(sets)
-    signatures[0] = NO_SIGNATURE
-    order = list(range(1, len(sets)))
-    for walk in WALKS:
-        kept, dropped = walk(signatures, order, 0.8)
-        assert kept == [1, 2]
-        assert sorted(dropped) == order[2:]
-
-
-def test_dedup_walk_takes_the_pair_walk_for_a_requests_candidates(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    taken: list[str] = []
-
-    def walk(name: str) -> Walk:
-        def recorded(*_: object) -> tuple[list[int], list[int]]:
-            taken.append(name)
-            return [], []
-
-        return recorded
-
-    monkeypatch.setattr("proxy.context.dedup.pair_walk", walk("pair"))
-    monkeypatch.setattr("proxy.context.dedup.band_walk", walk("band"))
-    sets = [frozenset({f"w{n}"}) for n in range(PAIR_WALK_ITEMS.stop)]
-    for count in (PAIR_WALK_ITEMS.start - 1, 70, PAIR_WALK_ITEMS.stop):
-        dedup_walk(signatures_of(sets[:count]), range(count))
-    assert taken == ["band", "pair", "band"]
