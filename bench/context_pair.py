@@ -24,6 +24,8 @@ Two worker processes, one per tree, each importing its own tree's engine:
     .venv/bin/python bench/context_pair.py --baseline-tree /tmp/engine-before --retrieved 300
     .venv/bin/python bench/context_pair.py --smoke    # this tree against itself, for CI
 
+``--calls FILE`` replays a file ``capture_retrieved`` wrote (one capture for several runs).
+
 A tree from before ADR 0093 has no ``BlockTokens``: the worker calls its ``assemble`` with
 ``encoding=`` and a memoised ``line_renderer`` (or none, for fresh counts) instead.
 """
@@ -482,7 +484,9 @@ def main() -> None:
     )
     parser.add_argument("--only", default="", help="time only the measures whose name has this")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--calls", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--calls", type=Path, help="replay this file of captured calls instead of capturing"
+    )
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.batch, args.cases = 2, 3, 6
@@ -491,8 +495,8 @@ def main() -> None:
         return
     env = {**os.environ, "PYTHONHASHSEED": HASH_SEED}
     trees = {"baseline": args.baseline_tree.resolve(), "this": ROOT}
-    calls_file = None
-    if args.retrieved:
+    calls_file = args.calls
+    if args.retrieved and calls_file is None:
         calls_file = Path(tempfile.mkdtemp(prefix="context-pair-")) / "calls.json"
         made = capture_retrieved(args.retrieved, calls_file)
         print(f"captured {made} assemble calls of {args.retrieved} requests", file=sys.stderr)

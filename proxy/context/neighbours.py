@@ -37,10 +37,11 @@ def neighbour_gains(
     if window < 0 or len(gains) < 2:
         return out
     last: dict[Hashable, int] = {}
-    for i in sorted(range(len(gains)), key=times.__getitem__):  # stable: ties by index
+    # Only grouped items have neighbours (about half of a request's candidates are turns);
+    # the sort is stable, so ties still go by index.
+    grouped = [i for i, group in enumerate(groups) if group is not None]
+    for i in sorted(grouped, key=times.__getitem__):
         group = groups[i]
-        if group is None:
-            continue
         j = last.get(group)
         last[group] = i
         if j is None or (times[i] - times[j]).total_seconds() > window:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.context.dedup import (
     dedup_order,
+    dedup_walk,
     jaccard,
     signature,
     split_profile,
@@ -150,3 +153,19 @@ def test_a_new_texts_profile_fills_no_other_memo() -> None:
     before = (text_words.cache_info().currsize, text_signature.cache_info().currsize)
     split_profile(text)
     assert (text_words.cache_info().currsize, text_signature.cache_info().currsize) == before
+
+
+@settings(max_examples=300)
+@given(word_sets, st.sampled_from([0.0, 0.3, 0.8, 0.9]), st.randoms(use_true_random=False))
+def test_the_walk_equals_all_pairs_in_any_order(
+    sets: list[frozenset[str]], threshold: float, rng: random.Random
+) -> None:
+    # The assembler walks in final-score order, not index order; left-out items (the bundle's
+    # drops) carry no signature of their own.
+    order = list(range(len(sets)))
+    rng.shuffle(order)
+    walked = order[: len(order) * 3 // 4]
+    signatures = [signature(words) for words in sets]
+    kept, dropped = dedup_walk(signatures, walked, threshold)
+    assert kept == [walked[k] for k in brute_force([sets[i] for i in walked], threshold)]
+    assert sorted(kept + dropped) == sorted(walked)
