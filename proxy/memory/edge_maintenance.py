@@ -177,7 +177,10 @@ class ShardMaintenance:
                     return self.shard.optimize()
                 return self._build_in_child(self._path)
         except Exception:  # searches still work on unindexed segments; try again later
-            LOGGER.exception("background index build of the memory store failed")
+            if self._stopping.is_set():
+                LOGGER.info("background index build of the memory store stopped: it closed")
+            else:
+                LOGGER.exception("background index build of the memory store failed")
             with self._lock:  # the points it did not index are still due
                 self._unindexed += self.optimize_after or 0
                 self._retry_at = time.monotonic() + RETRY_AFTER_S
@@ -256,13 +259,13 @@ class ShardMaintenance:
                 switch_generation(path, generation)
                 old, self.shard = self.shard, built
                 self._recorded = None
-            unindexed = unindexed_points(built)  # the replayed writes, counted anew
-            with self._lock:
-                self._unindexed = unindexed
         except BaseException:
             built.close()
             raise
         phases.append(time.monotonic())
+        unindexed = unindexed_points(built)  # the replayed writes, counted anew
+        with self._lock:
+            self._unindexed = unindexed
         self._stopping.wait(RETIRE_AFTER_S)
         retired = time.monotonic()
         old.close()
