@@ -1,9 +1,11 @@
 """``EdgeStore``: Qdrant's engine in-process (qdrant-edge-py), persistent under a data dir.
 
-The shard's API is synchronous and releases the GIL, so every call runs on a small dedicated
-thread pool instead of the event loop. The shard tolerates concurrent callers (measured: parallel
-queries and upserts from four threads); read-modify-write updates (retrieval counts, usefulness,
-delete_user's count) still take a lock so two of them never interleave.
+The shard's API is synchronous, so every call runs on a small dedicated thread pool instead of
+the event loop. It holds the GIL throughout (most calls take a millisecond or less); an index
+build, which takes seconds, runs in a child process instead (adr/0153). The shard tolerates
+concurrent callers (measured: parallel queries and upserts from four threads); read-modify-write
+updates (retrieval counts, usefulness, delete_user's count) still take a lock so two of them
+never interleave.
 
 Durability: updates go through the shard's write-ahead log. ``add`` returns once ``update`` has
 returned, i.e. the batch is in the WAL; that survives the process being killed (SIGKILL) and is
@@ -60,7 +62,7 @@ from proxy.memory.edge_query import (
     tenant_filter,
     turns_filter,
 )
-from proxy.memory.edge_shard import open_shard
+from proxy.memory.edge_shard import open_shard, settle_generations
 from proxy.memory.edge_tenants import ShardTenants
 from proxy.memory.edge_users import TenantUsers
 from proxy.memory.filters import scope_users
@@ -150,7 +152,6 @@ class EdgeStore:
         self.dimensions = dimensions
         self.hybrid = hybrid
         self.optimize_after = optimize_after
-        self._shard = shard
         self._executor = executor
         self._maintenance = ShardMaintenance(shard, optimize_after, path=path, unindexed=unindexed)
         self._closed = False
@@ -163,6 +164,17 @@ class EdgeStore:
         self._tenants = ShardTenants()
         self._warming: Future[int] | None = None
         self._ids = ids
+
+    @property
+    def _shard(self) -> qe.EdgeShard:
+        """The shard's current handle: a background index build swaps in another (adr/0153);
+        every update goes through ``self._maintenance.update``."""
+        return self._maintenance.shard
+
+    @_shard.setter
+    def _shard(self, shard: qe.EdgeShard) -> None:
+        """Replace the handle (tests wrap the engine to count or fail its calls)."""
+        self._maintenance.shard = shard
 
     @classmethod
     async def open(
@@ -197,6 +209,7 @@ class EdgeStore:
         try:
             # A build this process left running on these files (``close``) ends first.
             await loop.run_in_executor(executor, wait_for_build, path)
+            await loop.run_in_executor(executor, settle_generations, path)
             ids = await loop.run_in_executor(executor, ids_at, path, point_ids)
             shard = await loop.run_in_executor(
                 executor, open_shard, path, dimensions, search_threads
@@ -302,7 +315,7 @@ class EdgeStore:
         )
         self._users.note({(r.tenant, r.user) for r in records})
         self._tenants.note({r.tenant for r in records})
-        self._shard.update(qe.UpdateOperation.upsert_points(points))
+        self._maintenance.update(qe.UpdateOperation.upsert_points(points))
         self._counts.drop(written)  # the payload carries the record's own count again
         self._records.invalidate(written)
         self._maintenance.after_write(len(points))
@@ -397,7 +410,7 @@ class EdgeStore:
             found = self._shard.retrieve([pid], True, False)
             if not found or self._owned(found[0], tenant, memory_id) is None:
                 return False
-            self._shard.update(qe.UpdateOperation.delete_points([pid]))
+            self._maintenance.update(qe.UpdateOperation.delete_points([pid]))
             self._counts.drop([key_of(pid)])
             self._records.invalidate([key_of(pid)])
         return True
@@ -660,7 +673,7 @@ class EdgeStore:
             if current is None:
                 return None
             value = update(current.usefulness)
-            self._shard.update(qe.UpdateOperation.set_payload([pid], {"usefulness": value}))
+            self._maintenance.update(qe.UpdateOperation.set_payload([pid], {"usefulness": value}))
             self._records.invalidate([key_of(pid)])
             after = self._shard.retrieve([pid], True, False)
         return self._owned(after[0], tenant, memory_id)
@@ -680,7 +693,7 @@ class EdgeStore:
                 return None
             # Before the write is visible, as ``add`` does: a superseded memory is dead.
             self._lifecycle.note([tenant])
-            self._shard.update(qe.UpdateOperation.set_payload([pid], {SUPERSEDED_KEY: by}))
+            self._maintenance.update(qe.UpdateOperation.set_payload([pid], {SUPERSEDED_KEY: by}))
             self._records.invalidate([key_of(pid)])
             after = self._shard.retrieve([pid], True, False)
         return self._owned(after[0], tenant, memory_id)
@@ -765,7 +778,7 @@ class EdgeStore:
             # The increments trust the table to hold only live points: forget these first.
             matching = self._scrolled(scope, page=DELETE_PAGE, with_payload=False)
             self._counts.drop([key_of(point.id) for point in matching])
-        self._shard.update(qe.UpdateOperation.delete_points_by_filter(scope))
+        self._maintenance.update(qe.UpdateOperation.delete_points_by_filter(scope))
         self._records.clear()
         return count
 
@@ -799,11 +812,11 @@ class EdgeStore:
     def _flush_sync(self) -> None:
         self._maintenance.settle()
         self._counts.save()
-        self._shard.flush()
+        self._maintenance.flush()
 
     async def close(self) -> None:
         """Flush, close the shard and stop the threads (once). A running background index
-        build is waited for a little; one that takes longer closes the shard when it ends."""
+        build's child process is killed and its copy dropped."""
         if self._closed:
             return
         self._closed = True
@@ -814,6 +827,6 @@ class EdgeStore:
     def _close_sync(self) -> None:
         self._maintenance.close()
         self._counts.save()
-        self._shard.flush()
-        if not self._maintenance.when_idle(self._shard.close):
+        self._maintenance.flush()
+        if not self._maintenance.when_idle(lambda: self._shard.close()):
             LOGGER.warning("closing the memory store during an index build: it ends on its own")

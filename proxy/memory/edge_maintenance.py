@@ -5,19 +5,30 @@ at most every ``FLUSH_INTERVAL_S`` (persisting segments keeps the write-ahead lo
 replaced payload blocks are reclaimed only by a flush) and an HNSW build once ``optimize_after``
 points are outside the graph. Neither may hold up the write that triggered it or the searches,
 which keep running meanwhile on the unindexed segments (adr/0011): a flush (~200 ms) runs on its
-own thread, a build (seconds to minutes) on a daemon thread of its own.
+own thread, a build (seconds to minutes) in a child process (adr/0153, ``edge_build``): the
+engine holds the GIL for the whole build, which on a thread here froze the event loop for
+8-11 s at 10k memories.
+
+A background build copies the shard (writes wait for the copy), records every update from
+then on (``update``: every write of the store goes through it), and when the child is done
+opens the indexed copy, replays the recorded updates into it and swaps it in under the write
+lock, then switches the shard's link to it (``edge_shard``): readers see one shard or the
+other, both holding every acknowledged write, and so does a process that crashes at any step.
+A child that fails or is killed leaves the store serving unindexed; the next writes try again.
+Closing kills a running child and drops its copy.
 
 Unindexed points are counted from the shard when it opens, then per write (adr/0124): a store
 grown over many processes, or through the API in smaller batches than the threshold, is still
-indexed. Closing waits for a running build at most ``CLOSE_WAIT_S``: a build outlasting that
-closes the shard itself when it ends, or dies with the process (a build killed half-way leaves
-the shard as it was, measured with SIGKILL).
+indexed. An explicit ``optimize`` (bulk loads, the supervisor before workers copy the primary:
+no request is served there) builds in this process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +37,9 @@ from pathlib import Path
 
 import qdrant_edge as qe
 
+from proxy.memory.edge_build import BuildFailed, ChildBuild
+from proxy.memory.edge_shard import current_generation, generation_dir, switch_generation
+
 FLUSH_INTERVAL_S = 5.0
 # Unindexed points that start a background build: above the shard's indexing threshold (2,000
 # memories of 256 dimensions, ``edge_shard``), so a build always finds a segment to index, and
@@ -33,6 +47,15 @@ FLUSH_INTERVAL_S = 5.0
 # search 1.41 ms, indexed 0.84 ms).
 OPTIMIZE_AFTER_POINTS = 5_000
 CLOSE_WAIT_S = 2.0
+# How long the shard a build replaced stays open: a reader that took the old handle just
+# before the swap still calls it (every engine call takes a millisecond or so).
+RETIRE_AFTER_S = 1.0
+# A failed background build is tried again after this long (and the next write), not at once:
+# a child that cannot build (a full disk) would otherwise be restarted on every write.
+RETRY_AFTER_S = 60.0
+# Recorded updates (an ``add`` is one, up to a batch of points) replayed into the new shard
+# without the write lock, until this few remain: writes wait only for the last few.
+REPLAY_LOCKED = 8
 LOGGER = logging.getLogger("memproxy.store")
 
 # Background builds still running per shard directory, so this process never opens a shard
@@ -53,20 +76,20 @@ def building(path: Path) -> bool:
     """Whether a background build left running by ``close`` still works on the shard at
     ``path`` (its files must stay until it ends)."""
     with _BUILDS_LOCK:
-        build = _BUILDS.get(path.resolve())
+        build = _BUILDS.get(path.absolute())
     return build is not None and build.is_alive()
 
 
 def wait_for_build(path: Path) -> None:
     """Block until a background build left running on the shard at ``path`` has ended."""
     with _BUILDS_LOCK:
-        build = _BUILDS.get(path.resolve())
+        build = _BUILDS.get(path.absolute())
     if build is not None:
         build.join()
 
 
 class ShardMaintenance:
-    """Schedules the shard's flushes and index builds on their own threads."""
+    """Schedules the shard's flushes and index builds; holds the shard's current handle."""
 
     def __init__(
         self,
@@ -77,18 +100,32 @@ class ShardMaintenance:
         unindexed: int = 0,
     ) -> None:
         self.optimize_after = optimize_after
-        self._shard = shard
-        self._path = None if path is None else path.resolve()  # one key per directory
+        self.shard = shard  # replaced by a background build's swap
+        # The link's path, not its target: one key per shard whatever its generation.
+        self._path = None if path is None else path.absolute()
         self._optimizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-optimize")
         self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edge-flush")
         self._lock = threading.Lock()
         self._building = threading.Lock()  # one build at a time, background or explicit
+        self._writes = threading.Lock()  # every update, and a build's copy and swap
+        self._files = threading.Lock()  # a flush never rewrites files a build copies
+        self._recorded: list[qe.UpdateOperation] | None = None  # updates since a build's copy
+        self._child: ChildBuild | None = None
+        self._stopping = threading.Event()
         self._optimizing = False
         self._flushing = False
         self._unindexed = unindexed
         self._last_flush = time.monotonic()
+        self._retry_at = 0.0
         self._build: threading.Thread | None = None
         self._after_build: Callable[[], None] | None = None
+
+    def update(self, operation: qe.UpdateOperation) -> None:
+        """Apply ``operation`` to the shard; a background build replays it into its copy."""
+        with self._writes:
+            self.shard.update(operation)
+            if self._recorded is not None:
+                self._recorded.append(operation)
 
     def after_write(self, points: int) -> None:
         """Note ``points`` new points; start a flush or an index build when one is due."""
@@ -101,6 +138,7 @@ class ShardMaintenance:
                 self._flushing = True
             threshold = self.optimize_after
             build = threshold is not None and self._unindexed >= threshold and not self._optimizing
+            build = build and now >= self._retry_at and not self._stopping.is_set()
             if build:
                 self._unindexed = 0
                 self._optimizing = True
@@ -119,9 +157,14 @@ class ShardMaintenance:
                 _BUILDS[self._path] = thread
         thread.start()
 
+    def flush(self) -> None:
+        """Flush the shard now (never while a build copies its files)."""
+        with self._files:
+            self.shard.flush()
+
     def _flush_sync(self) -> None:
         try:
-            self._shard.flush()
+            self.flush()
         except Exception:  # a background thread has no caller: log, the WAL still holds the data
             LOGGER.exception("background flush of the memory store failed")
         finally:
@@ -129,9 +172,18 @@ class ShardMaintenance:
 
     def _optimize_sync(self) -> bool:
         try:
-            return self._optimize_now()
+            with self._building:
+                if self._path is None:  # a shard without files of its own (tests' fakes)
+                    return self.shard.optimize()
+                return self._build_in_child(self._path)
         except Exception:  # searches still work on unindexed segments; try again later
-            LOGGER.exception("background index build of the memory store failed")
+            if self._stopping.is_set():
+                LOGGER.info("background index build of the memory store stopped: it closed")
+            else:
+                LOGGER.exception("background index build of the memory store failed")
+            with self._lock:  # the points it did not index are still due
+                self._unindexed += self.optimize_after or 0
+                self._retry_at = time.monotonic() + RETRY_AFTER_S
             return False
         finally:
             with self._lock:
@@ -144,23 +196,106 @@ class ShardMaintenance:
                     if _BUILDS.get(self._path) is threading.current_thread():
                         del _BUILDS[self._path]
 
-    def _optimize_now(self) -> bool:
-        with self._building:
-            return self._shard.optimize()
+    def _build_in_child(self, path: Path) -> bool:
+        """Build the index in a child on a copy, then swap the copy in (the module's doc)."""
+        generation = current_generation(path) + 1
+        target = generation_dir(path, generation)
+        shutil.rmtree(target, ignore_errors=True)  # a copy a crash left (opening drops it too)
+        child = ChildBuild(path.resolve(), target)
+        swapped = False
+        try:
+            with self._lock:
+                self._child = child
+            if self._stopping.is_set():
+                raise BuildFailed("the store closed")
+            child.ready()
+            phases = [time.monotonic()]
+            with self._writes, self._files:
+                child.copy()
+                self._recorded = []
+            phases.append(time.monotonic())
+            child.built()
+            phases.append(time.monotonic())
+            if self._stopping.is_set():
+                raise BuildFailed("the store closed")
+            built = qe.EdgeShard.load(str(target))
+            phases.append(time.monotonic())
+            swapped = self._swap(path, generation, built, phases)
+            took = [f"{b - a:.2f}" for a, b in itertools.pairwise(phases)]
+            LOGGER.info(
+                "index build of the memory store done (seconds: copy %s, build in a child %s, "
+                "open %s, replay %s, swap %s, close the old shard %s)",
+                *took,
+            )
+        finally:
+            with self._lock:
+                self._child = None
+            child.close()
+            with self._writes:
+                self._recorded = None
+            if not swapped:
+                shutil.rmtree(target, ignore_errors=True)
+        return True
+
+    def _swap(self, path: Path, generation: int, built: qe.EdgeShard, phases: list[float]) -> bool:
+        """Replay the updates recorded since the copy into ``built`` and make it the shard.
+        False (``built`` closed) if the store closes first."""
+        try:
+            while True:
+                with self._writes:
+                    recorded = self._recorded or []
+                    if len(recorded) <= REPLAY_LOCKED or self._stopping.is_set():
+                        break
+                    self._recorded = []
+                for operation in recorded:  # writes go on meanwhile, recorded again
+                    built.update(operation)
+            phases.append(time.monotonic())
+            with self._writes:
+                if self._stopping.is_set():
+                    raise BuildFailed("the store closed")
+                for operation in self._recorded or []:
+                    built.update(operation)
+                # ``built`` holds every acknowledged write: the link may name it now.
+                switch_generation(path, generation)
+                old, self.shard = self.shard, built
+                self._recorded = None
+        except BaseException:
+            built.close()
+            raise
+        phases.append(time.monotonic())
+        unindexed = unindexed_points(built)  # the replayed writes, counted anew
+        with self._lock:
+            self._unindexed = unindexed
+        self._stopping.wait(RETIRE_AFTER_S)
+        retired = time.monotonic()
+        old.close()
+        phases.append(phases[-1] + time.monotonic() - retired)  # the wait is no cost
+        shutil.rmtree(generation_dir(path, generation - 1), ignore_errors=True)
+        return True
 
     def settle(self) -> None:
         """Wait for a background flush already started (blocking; its thread runs in order)."""
         self._flusher.submit(lambda: None).result()
 
+    def _optimize_now(self) -> bool:
+        with self._building:
+            return self.shard.optimize()
+
     async def optimize(self) -> bool:
-        """Build the HNSW index for everything written so far (waits until done)."""
+        """Build the HNSW index for everything written so far in this process (waits until
+        done; for bulk loads, where no request is being served)."""
         with self._lock:
             self._unindexed = 0
         return await asyncio.get_running_loop().run_in_executor(self._optimizer, self._optimize_now)
 
     def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
-        """Wait for a running flush, and for a running background build at most ``wait_s``;
-        stop the threads."""
+        """Kill a background build's child, wait for a running flush and for the build's
+        thread at most ``wait_s``; stop the threads."""
+        self._stopping.set()
+        with self._lock:
+            child = self._child
+        if child is not None:
+            child.kill()
         self._optimizer.shutdown(wait=True)
         self._flusher.shutdown(wait=True)
         if self._build is not None:

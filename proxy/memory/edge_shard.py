@@ -6,6 +6,9 @@ Dense search settings were measured on synthetic memories, top 50 against an exa
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 from pathlib import Path
 
 import qdrant_edge as qe
@@ -22,6 +25,9 @@ from proxy.memory.points import (
 )
 
 CONFIG_FILE = "edge_config.json"
+# The shard's directory ``memories`` is a symlink to ``memories.g<N>``: a background index
+# build (adr/0153) makes generation N+1 beside it and switches the link, one atomic rename.
+GENERATION = re.compile(r"\.g(\d+)$")
 HNSW_M = 32
 HNSW_EF_CONSTRUCT = 200
 FULL_SCAN_KB = 2_000
@@ -60,6 +66,47 @@ def shard_config(dimensions: int, search_threads: int | None = None) -> qe.EdgeC
         optimizers=qe.EdgeOptimizersConfig(indexing_threshold=INDEXING_THRESHOLD_KB),
         max_search_threads=search_threads,
     )
+
+
+def generation_dir(path: Path, generation: int) -> Path:
+    """The directory of the shard at ``path``'s ``generation``."""
+    return path.with_name(f"{path.name}.g{generation}")
+
+
+def current_generation(path: Path) -> int:
+    """The generation the link ``path`` points at."""
+    found = GENERATION.search(os.readlink(path))
+    if found is None:
+        raise ValueError(f"{path} links to no generation of the shard")
+    return int(found.group(1))
+
+
+def switch_generation(path: Path, generation: int) -> None:
+    """Point the link ``path`` at ``generation`` in one rename: a crash leaves either."""
+    temp = path.with_name(f"{path.name}.link")
+    temp.unlink(missing_ok=True)
+    os.symlink(generation_dir(path, generation).name, temp)  # relative: the data dir may move
+    os.replace(temp, path)
+
+
+def settle_generations(path: Path) -> None:
+    """Make ``path`` the link to the shard's generation before it opens, and drop what a build
+    interrupted by a crash left beside it. A shard from before the link, a directory at
+    ``path``, becomes generation 0; so does a new one. Anything else at ``path`` is left for
+    opening to fail on."""
+    if path.is_symlink():
+        keep = generation_dir(path, current_generation(path)).name
+        for other in path.parent.glob(f"{path.name}.g*"):
+            if other.name != keep and GENERATION.search(other.name):
+                shutil.rmtree(other, ignore_errors=True)
+        return
+    first = generation_dir(path, 0)
+    if path.is_dir():
+        os.replace(path, first)
+    elif path.exists():
+        return
+    first.mkdir(parents=True, exist_ok=True)  # a new shard, or a crash between the renames
+    switch_generation(path, 0)
 
 
 def open_shard(path: Path, dimensions: int, search_threads: int | None = None) -> qe.EdgeShard:

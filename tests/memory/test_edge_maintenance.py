@@ -1,10 +1,10 @@
-"""ShardMaintenance: when flushes and index builds start, with a recording fake shard."""
+"""ShardMaintenance: when flushes and index builds start, with a recording fake shard (the
+child builds on real shards: ``test_edge_build``)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -18,11 +18,15 @@ class RecordingShard:
     def __init__(self) -> None:
         self.flushes = 0
         self.builds = 0
+        self.updates: list[object] = []
         self.release = threading.Event()
         self.release.set()
 
     def flush(self) -> None:
         self.flushes += 1
+
+    def update(self, operation: object) -> None:
+        self.updates.append(operation)
 
     def optimize(self) -> bool:
         self.builds += 1
@@ -80,27 +84,34 @@ def test_points_unindexed_at_open_count_toward_a_build() -> None:
     assert shard.builds == 1
 
 
-def test_close_waits_for_a_long_build_only_a_little(tmp_path: Path) -> None:
+def test_close_waits_for_a_long_in_process_build_only_a_little() -> None:
+    """A shard without a directory of its own builds on a thread (a child build needs files
+    to copy): closing waits for it a little, and it closes the shard when it ends."""
     shard = RecordingShard()
     shard.release.clear()  # the build runs until released
-    maintenance = ShardMaintenance(shard, 10, path=tmp_path)  # type: ignore[arg-type]
+    maintenance = ShardMaintenance(shard, 10)  # type: ignore[arg-type]
     maintenance.after_write(10)
     maintenance.close(wait_s=0.01)  # returns with the build still running
     closed: list[str] = []
     assert not maintenance.when_idle(lambda: closed.append("shard"))
     assert closed == []  # the shard stays open under the build
-    assert edge_maintenance.building(tmp_path)  # its files stay too (replica copies)
-    reopened = threading.Thread(target=edge_maintenance.wait_for_build, args=(tmp_path,))
-    reopened.start()
-    reopened.join(0.05)
-    assert reopened.is_alive()  # a new open of the same files waits for the build
     shard.release.set()
-    reopened.join(5)
-    assert not reopened.is_alive()
+    assert maintenance._build is not None
+    maintenance._build.join(5)
     assert closed == ["shard"]  # the build closed it when it ended
-    assert not edge_maintenance.building(tmp_path)
     assert maintenance.when_idle(lambda: closed.append("again"))  # idle now: runs at once
     assert closed == ["shard", "again"]
+
+
+def test_updates_are_recorded_only_while_a_build_asks() -> None:
+    shard = RecordingShard()
+    maintenance = ShardMaintenance(shard, None)  # type: ignore[arg-type]
+    maintenance.update("before")  # type: ignore[arg-type]
+    maintenance._recorded = []  # what a build does once its copy is made
+    maintenance.update("during")  # type: ignore[arg-type]
+    maintenance.close()
+    assert shard.updates == ["before", "during"]
+    assert maintenance._recorded == ["during"]
 
 
 async def test_an_explicit_build_waits_for_a_background_one() -> None:

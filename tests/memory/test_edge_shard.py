@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,14 @@ import pytest
 import qdrant_edge as qe
 
 from proxy.errors import ConfigError
-from proxy.memory.edge_shard import CONFIG_FILE, open_shard, shard_config
+from proxy.memory.edge_shard import (
+    CONFIG_FILE,
+    current_generation,
+    open_shard,
+    settle_generations,
+    shard_config,
+    switch_generation,
+)
 from proxy.memory.points import (
     CREATED_TS_KEY,
     DENSE_VECTOR,
@@ -102,3 +110,47 @@ def test_a_store_written_without_a_pool_size_opens_with_one_and_keeps_its_data(
     # A later open without a size (an older memproxy) keeps the stored one.
     open_shard(tmp_path, 8).close()
     assert stored_pool_size(tmp_path) == 2
+
+
+def test_a_shard_from_before_the_link_becomes_generation_zero(tmp_path: Path) -> None:
+    path = tmp_path / "memories"
+    open_shard(path, 8).close()  # a real directory, as every store had before adr/0153
+    settle_generations(path)
+    assert os.readlink(path) == "memories.g0"
+    assert (tmp_path / "memories.g0" / CONFIG_FILE).exists()
+    open_shard(path, 8).close()  # opens through the link
+
+
+def test_a_new_shard_starts_as_generation_zero(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "memories"
+    settle_generations(path)
+    assert os.readlink(path) == "memories.g0"
+    assert current_generation(path) == 0
+
+
+def test_a_crash_between_the_renames_of_the_first_open_loses_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "memories"
+    open_shard(tmp_path / "memories.g0", 8).close()  # renamed, not linked yet
+    settle_generations(path)
+    assert os.readlink(path) == "memories.g0"
+
+
+def test_a_copy_a_crashed_build_left_is_dropped_and_the_link_kept(tmp_path: Path) -> None:
+    path = tmp_path / "memories"
+    settle_generations(path)
+    switch_generation(path, 3)  # a build swapped generation 3 in
+    (tmp_path / "memories.g3").mkdir()
+    (tmp_path / "memories.g4").mkdir()  # the next build's copy, when the process died
+    (tmp_path / "memories.g4" / "segment").write_text("half")
+    settle_generations(path)
+    assert current_generation(path) == 3
+    assert not (tmp_path / "memories.g4").exists()
+    assert not (tmp_path / "memories.g0").exists()  # replaced, not removed before the crash
+    assert (tmp_path / "memories.g3").is_dir()
+
+
+def test_something_else_at_the_path_is_left_for_opening_to_refuse(tmp_path: Path) -> None:
+    path = tmp_path / "memories"
+    path.write_text("not a directory")
+    settle_generations(path)
+    assert path.read_text() == "not a directory"

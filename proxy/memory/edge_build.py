@@ -1,0 +1,165 @@
+"""An HNSW build in a child process, on a copy of the shard (adr/0153).
+
+qdrant-edge holds the GIL for the whole of ``EdgeShard.optimize`` (no ``allow_threads`` in
+its binding): built on a thread of the serving process, 10k memories froze the event loop for
+8-11 s. So a background build runs in ``python -m proxy.memory.edge_build SOURCE TARGET``:
+
+1. the child imports qdrant-edge and prints ``ready``; the parent takes its write lock and
+   answers ``go``;
+2. the child copies SOURCE to TARGET (sparse: the shard's files are mostly preallocated holes)
+   and prints ``copied``; the parent lets writes go on and records them from there;
+3. the child opens the copy (its write-ahead log replays what no flush persisted yet), builds
+   the index, flushes, closes and prints ``built``.
+
+The parent then opens TARGET and swaps it in (``edge_maintenance``). The child asks the kernel
+to kill it when its parent dies, so a killed server leaves no build behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO
+
+READY, GO, COPIED, BUILT = "ready", "go", "copied", "built"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+COPY_CHUNK = 1 << 20
+
+
+class BuildFailed(Exception):
+    """The child ended without doing its step (it died, was killed or failed)."""
+
+
+def copy_sparse(source: str, target: str) -> None:
+    """Copy one file, skipping its holes: a shard's 32 MB pages hold a few KB each, and
+    ``shutil.copy`` would write every zero."""
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        fin, fout = src.fileno(), dst.fileno()
+        size = os.fstat(fin).st_size
+        pos = 0
+        while pos < size:
+            try:
+                start = os.lseek(fin, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # only a hole is left
+                    break
+                raise
+            end = os.lseek(fin, start, os.SEEK_HOLE)
+            while start < end:
+                chunk = os.pread(fin, min(COPY_CHUNK, end - start), start)
+                if not chunk:
+                    break
+                os.pwrite(fout, chunk, start)
+                start += len(chunk)
+            pos = end
+        os.ftruncate(fout, size)
+    shutil.copystat(source, target)
+
+
+def copy_shard(source: Path, target: Path) -> None:
+    """Copy the shard directory ``source`` to ``target`` (which must not exist)."""
+    shutil.copytree(source, target, copy_function=copy_sparse)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this process when its parent ends (Linux; elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent ended before the request took effect
+        os._exit(1)
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    """The child: copy ``argv[0]`` to ``argv[1]`` when told, then build the copy's index."""
+    source, target, parent = Path(argv[0]), Path(argv[1]), int(argv[2])
+    _die_with_parent(parent)
+    import qdrant_edge as qe  # before ``ready``: the parent's writes wait only for the copy
+
+    _say(READY)
+    if sys.stdin.readline().strip() != GO:
+        return 1
+    copy_shard(source, target)
+    _say(COPIED)
+    shard = qe.EdgeShard.load(str(target))  # its stored config: the same layout
+    shard.optimize()
+    shard.flush()
+    shard.close()
+    _say(BUILT)
+    return 0
+
+
+class ChildBuild:
+    """The parent's end of one build: start it, let it copy, wait for the index, or kill it."""
+
+    def __init__(self, source: Path, target: Path) -> None:
+        self.source, self.target = source, target
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(source), str(target), str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def _expect(self, line: str) -> None:
+        stdout: IO[str] | None = self._process.stdout
+        said = stdout.readline().strip() if stdout is not None else ""
+        if said != line:
+            code = self._process.wait()
+            raise BuildFailed(f"the index build process ended (exit {code}) before {line!r}")
+
+    def ready(self) -> None:
+        """Wait until the child can copy at once."""
+        self._expect(READY)
+
+    def copy(self) -> None:
+        """Have the child copy the shard now; return once the copy is complete (the caller
+        holds every write back meanwhile)."""
+        stdin = self._process.stdin
+        if stdin is None:
+            raise BuildFailed("the index build process has no input")
+        try:
+            stdin.write(GO + "\n")
+            stdin.flush()
+        except (BrokenPipeError, ValueError) as exc:
+            raise BuildFailed(f"the index build process ended before the copy: {exc}") from exc
+        self._expect(COPIED)
+
+    def built(self) -> None:
+        """Wait until the copy is indexed, flushed and closed by the child."""
+        self._expect(BUILT)
+        if self._process.wait() != 0:
+            raise BuildFailed(f"the index build process failed (exit {self._process.returncode})")
+
+    def kill(self) -> None:
+        """End the child now (it may be half-way: the caller drops its copy) and reap it; a
+        thread waiting on one of its steps gets ``BuildFailed``."""
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+
+    def close(self) -> None:
+        """Kill the child if it still runs and close its pipes (by the thread that waits on
+        it: closing a pipe another thread reads is not safe)."""
+        self.kill()
+        for pipe in (self._process.stdin, self._process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

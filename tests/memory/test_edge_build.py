@@ -1,0 +1,169 @@
+"""Background index builds in a child process (adr/0153): a real small shard, a real child.
+
+Each test holds the child between its copy and its swap (``HeldBuild``), so writes, failures
+and closes land exactly while a build is under way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from proxy.memory import edge_build, edge_maintenance
+from proxy.memory.edge import SHARD_DIR, EdgeStore
+from proxy.memory.edge_build import copy_sparse
+from proxy.memory.edge_maintenance import unindexed_points
+from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB
+from proxy.memory.store import SearchQuery
+from tests.memory.support import record, vector_for, vectors_for
+
+DIMS = 256
+POINTS = INDEXING_THRESHOLD_KB * 1024 // (DIMS * 4) + 100  # enough for an indexed segment
+SAFETY_S = 60  # a bound on waits that should end at once, never a measured time
+
+
+class HeldBuild(edge_build.ChildBuild):
+    """A child build that stops after its copy until ``release``, and says when it got there."""
+
+    copied = threading.Event()
+    release = threading.Event()
+    started: ClassVar[list[HeldBuild]] = []
+
+    def __init__(self, source: Path, target: Path) -> None:
+        super().__init__(source, target)
+        HeldBuild.started.append(self)
+
+    def built(self) -> None:
+        HeldBuild.copied.set()
+        HeldBuild.release.wait(SAFETY_S)
+        super().built()
+
+    def kill(self) -> None:
+        super().kill()
+        HeldBuild.release.set()  # a closing store wakes the waiting build
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def ended(self) -> bool:
+        return self._process.poll() is not None
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> type[HeldBuild]:
+    HeldBuild.copied = threading.Event()
+    HeldBuild.release = threading.Event()
+    HeldBuild.started = []
+    monkeypatch.setattr(edge_maintenance, "ChildBuild", HeldBuild)
+    return HeldBuild
+
+
+async def build_started(tmp_path: Path) -> EdgeStore:
+    """A store whose first ``POINTS`` writes started a background build, held after the copy."""
+    store = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=POINTS)
+    first = [record(f"m{i}", content=f"note {i}") for i in range(POINTS)]
+    await store.add(first, vectors_for(first, DIMS))
+    assert await asyncio.to_thread(HeldBuild.copied.wait, SAFETY_S)
+    return store
+
+
+async def build_ended(tmp_path: Path) -> None:
+    await asyncio.to_thread(edge_maintenance.wait_for_build, tmp_path / SHARD_DIR)
+
+
+async def test_a_build_keeps_every_write_made_during_it(
+    tmp_path: Path, held: type[HeldBuild]
+) -> None:
+    store = await build_started(tmp_path)
+    try:
+        later = [record(f"late{i}", content=f"later note {i}") for i in range(150)]
+        for i in range(0, len(later), 10):  # more updates than the swap replays under its lock
+            await store.add(later[i : i + 10], vectors_for(later[i : i + 10], DIMS))
+        assert await store.delete("t1", "m0")
+        assert await store.set_usefulness("t1", "m1", 0.9) is not None
+        assert await store.supersede("t1", "m2", "late0") is not None
+        held.release.set()
+        await build_ended(tmp_path)
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"  # swapped in
+        assert not (tmp_path / f"{SHARD_DIR}.g0").exists()  # the old generation is gone
+        # The copy's points are in the graph (a rewritten or deleted one may count either way).
+        assert unindexed_points(store._shard) <= len(later)
+        await expect_every_write(store, len(later))
+    finally:
+        await store.close()
+    reopened = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=None)
+    try:
+        await expect_every_write(reopened, len(later))
+    finally:
+        await reopened.close()
+
+
+async def expect_every_write(store: EdgeStore, later: int) -> None:
+    assert await store.count("t1") == POINTS - 1 + later
+    assert await store.get("t1", "m0") is None
+    assert await store.get("t1", f"late{later - 1}") is not None
+    useful = await store.get("t1", "m1")
+    assert useful is not None
+    assert useful.usefulness == 0.9
+    superseded = await store.get("t1", "m2")
+    assert superseded is not None
+    assert superseded.superseded_by == "late0"
+
+
+async def test_a_killed_child_leaves_the_store_serving(
+    tmp_path: Path, held: type[HeldBuild], caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await build_started(tmp_path)
+    try:
+        child = held.started[0]
+        os.kill(child.pid, signal.SIGKILL)  # the kernel's OOM killer, say
+        held.release.set()
+        await build_ended(tmp_path)
+        assert "background index build of the memory store failed" in caplog.text
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g0"  # still the old shard
+        assert not (tmp_path / f"{SHARD_DIR}.g1").exists()  # its half-built copy dropped
+        extra = [record("after", content="written after the failed build")]
+        await store.add(extra, vectors_for(extra, DIMS))
+        assert await store.count("t1") == POINTS + 1
+        assert await store.get("t1", "m5") is not None
+        assert unindexed_points(store._shard) == POINTS + 1  # tried again later
+    finally:
+        await store.close()
+
+
+async def test_close_during_a_build_leaves_no_child_and_one_shard(
+    tmp_path: Path, held: type[HeldBuild]
+) -> None:
+    store = await build_started(tmp_path)
+    child = held.started[0]
+    await store.close()
+    assert child.ended()  # killed and reaped by close
+    await build_ended(tmp_path)
+    assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g0"
+    assert not (tmp_path / f"{SHARD_DIR}.g1").exists()
+    reopened = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=None)
+    try:
+        assert await reopened.count("t1") == POINTS
+        query = SearchQuery(vector_for("note 7", DIMS), "note 7", "u1", None, top_k=5)
+        assert await reopened.search("t1", query)
+    finally:
+        await reopened.close()
+
+
+def test_a_sparse_copy_keeps_the_bytes_and_the_holes(tmp_path: Path) -> None:
+    source, target = tmp_path / "source", tmp_path / "target"
+    with open(source, "wb") as out:
+        out.write(b"head")
+        out.seek(8 << 20)
+        out.write(b"middle")
+        out.truncate(32 << 20)  # a shard's page: mostly a hole
+    copy_sparse(str(source), str(target))
+    assert target.read_bytes() == source.read_bytes()
+    assert target.stat().st_blocks * 512 < 1 << 20  # the holes were not written
