@@ -54,6 +54,7 @@ from proxy.memory.edge_query import (
     key_of,
     lifecycle_filters,
     list_filter,
+    nearest,
     others_filter,
     repeat_filter,
     search_hits,
@@ -438,9 +439,10 @@ class EdgeStore:
         return await self._run(self.search_sync, tenant, query, vector)
 
     def search_sync(
-        self, tenant: str, query: SearchQuery, vector: np.ndarray
+        self, tenant: str, query: SearchQuery, vector: np.ndarray, dense: qe.Query | None = None
     ) -> builtins.list[Candidate]:
-        """Blocking ``search`` (the benchmark uses it to measure the cost of offloading)."""
+        """Blocking ``search`` (the benchmark uses it to measure the cost of offloading);
+        ``dense``: the vector's query (``edge_query.nearest``) if the caller has it."""
         at, user = query.live_at, query.user
         # Whether the search needs its liveness, user and tenant conditions: only if the tenant
         # may hold a dead memory (edge_lifecycle), another user's memory (edge_users), or the
@@ -451,7 +453,7 @@ class EdgeStore:
         users = self._users.others(tenant, user, lambda: self._holds_others(tenant, user))
         tenants = self._shares_shard(tenant)
         if lives and users and tenants:
-            return self._search_once(tenant, query, vector)
+            return self._search_once(tenant, query, vector, dense=dense)
         # Search without them, but check what comes back: a write may have raced the lookup.
         found = self._search_once(
             tenant,
@@ -459,11 +461,12 @@ class EdgeStore:
             vector,
             users=users,
             tenants=tenants,
+            dense=dense,
         )
         if not tenants and not all(hit.record.tenant == tenant for hit in found):
             # Another tenant's memories say nothing of this tenant's liveness or users.
             self._tenants.note_others()
-            return self._search_once(tenant, query, vector)
+            return self._search_once(tenant, query, vector, dense=dense)
         dead = at is not None and not lives and not all(hit.record.live(at) for hit in found)
         seen = scope_users(user)
         foreign = not users and not all(hit.record.user in seen for hit in found)
@@ -473,7 +476,7 @@ class EdgeStore:
             self._lifecycle.note([tenant])
         if foreign:
             self._users.note_others(tenant, user)
-        return self._search_once(tenant, query, vector)
+        return self._search_once(tenant, query, vector, dense=dense)
 
     def _shares_shard(self, tenant: str) -> bool:
         """Whether the shard may hold another tenant's memory than ``tenant``'s."""
@@ -494,12 +497,13 @@ class EdgeStore:
     def _search_near_sync(
         self, tenant: str, query: SearchQuery, vector: np.ndarray, seeds: int, window_s: float
     ) -> Found:
-        hits = ranked(self.search_sync(tenant, query, vector))
+        dense = nearest(vector)  # one for the search and the lookup
+        hits = ranked(self.search_sync(tenant, query, vector, dense))
         chosen, turns = turns_query(query, hits, seeds, window_s)
         if turns is None:
             return Found(hits, [])
         try:
-            near = self._turns_near_sync(tenant, turns, vector)
+            near = self._turns_near_sync(tenant, turns, dense)
         except Exception as exc:  # the hits stand without their neighbours
             turns_failed(exc)
             return Found(hits, None)
@@ -557,6 +561,7 @@ class EdgeStore:
         *,
         users: bool = True,
         tenants: bool = True,
+        dense: qe.Query | None = None,
     ) -> builtins.list[Candidate]:
         hits = search_hits(
             self._shard,
@@ -567,6 +572,7 @@ class EdgeStore:
             ids=self._ids,
             users=users,
             tenants=tenants,
+            dense=dense,
         )
         return self._candidates(tenant, hits, scoped=tenants)
 
@@ -731,10 +737,10 @@ class EdgeStore:
         vector = check_vector(query.vector, self.dimensions)
         if not query.times:
             return []
-        return await self._run(self._turns_near_sync, tenant, query, vector)
+        return await self._run(self._turns_near_sync, tenant, query, nearest(vector))
 
     def _turns_near_sync(
-        self, tenant: str, query: TurnsQuery, vector: np.ndarray
+        self, tenant: str, query: TurnsQuery, dense: qe.Query
     ) -> builtins.list[Candidate]:
         # A dense query over the window's turns returns their cosines without payloads or
         # vectors; records come from the record cache as a search's do. A scroll returning
@@ -742,19 +748,19 @@ class EdgeStore:
         # (search 1.4 ms). Without the tenant condition where it excludes nothing
         # (edge_tenants), checked as a search's hits are.
         tenants = self._shares_shard(tenant)
-        found = self._turns_once(tenant, query, vector, tenants=tenants)
+        found = self._turns_once(tenant, query, dense, tenants=tenants)
         if tenants or all(turn.record.tenant == tenant for turn in found):
             return found
         self._tenants.note_others()
-        return self._turns_once(tenant, query, vector, tenants=True)
+        return self._turns_once(tenant, query, dense, tenants=True)
 
     def _turns_once(
-        self, tenant: str, query: TurnsQuery, vector: np.ndarray, *, tenants: bool
+        self, tenant: str, query: TurnsQuery, dense: qe.Query, *, tenants: bool
     ) -> builtins.list[Candidate]:
         found = self._shard.query(
             qe.QueryRequest(
                 limit=NEAR_TURNS * len(query.times),
-                query=qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR),
+                query=dense,
                 filter=turns_filter(tenant, query, tenants=tenants),
                 with_payload=False,
                 params=FEW_PARAMS,
