@@ -59,6 +59,12 @@ DENSE_PARAMS = qe.SearchParams(
     hnsw_ef=HNSW_EF,
     quantization=qe.QuantizationSearchParams(rescore=True, oversampling=RESCORE_OVERSAMPLING),
 )
+# The dense queries whose filter picks a handful of points (the rescoring of lexical-only hits
+# by id, the neighbour lookup's time windows): the engine scores them all, and with the int8
+# copies it scored them twice (int8, then the originals for up to 3x the limit, i.e. all of
+# them). The originals alone give the same cosines and hits, ~5 us less each in a search at
+# 10k memories (docs/benchmarks.md).
+FEW_PARAMS = qe.SearchParams(hnsw_ef=HNSW_EF, quantization=qe.QuantizationSearchParams(ignore=True))
 
 
 def key_of(pid: int | UUID | str) -> int:
@@ -68,6 +74,12 @@ def key_of(pid: int | UUID | str) -> int:
     if isinstance(pid, UUID):
         return pid.int
     return pid if isinstance(pid, int) else UUID(pid).int
+
+
+def nearest(vector: np.ndarray) -> qe.Query:
+    """The dense query of ``vector``: built once a ``search_near`` (the list conversion and the
+    engine's copy, ~15 us) for its search and its neighbour lookup."""
+    return qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR)
 
 
 def to_filter(conditions: list[Condition], live: Liveness | None = None) -> qe.Filter:
@@ -169,6 +181,7 @@ def search_hits(
     ids: PointIds,
     users: bool = True,
     tenants: bool = True,
+    dense: qe.Query | None = None,
 ) -> list[Hit]:
     """Return the best ``query.top_k`` (point key, cosine) pairs of the query's scope, best first.
 
@@ -176,9 +189,10 @@ def search_hits(
     ``query.lexical`` the BM25 branch's hits the fused cut leaves out follow, in BM25 order
     (the branch is fetched anyway: they cost their dense rescoring only; adr/0136). ``users``
     and ``tenants`` False search without the user or the tenant condition (``scope_filter``).
+    ``dense``: ``nearest(vector)`` if the caller has it already.
     """
     scope = scope_filter(tenant, query, users=users, tenants=tenants)
-    dense = qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR)
+    dense = nearest(vector) if dense is None else dense
     indices, values = lexical.encode_query(query.text) if hybrid else ([], [])
     if not indices:
         found = shard.query(
@@ -218,7 +232,7 @@ def search_hits(
                 query=dense,
                 filter=qe.Filter(must=[qe.HasIdCondition(set(missing))]),
                 with_payload=False,
-                params=DENSE_PARAMS,
+                params=FEW_PARAMS,
             )
         )
         cosine.update(ids.scored(rescored))

@@ -70,7 +70,8 @@ def turn_conditions(tenant: str, user: str) -> list[Condition]:
 def windows(query: TurnsQuery) -> list[tuple[float, float]]:
     """The epoch-second ranges ``[t - window_s, t + window_s]`` around the query's times."""
     span = query.window_s
-    return [(t.timestamp() - span, t.timestamp() + span) for t in query.times]
+    # One ``timestamp()`` a time: ~0.7 us each on an aware datetime, 10 times a search.
+    return [(at - span, at + span) for at in (t.timestamp() for t in query.times)]
 
 
 def list_conditions(tenant: str, user: str | None, source: str | None) -> list[Condition]:

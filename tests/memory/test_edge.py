@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 import qdrant_edge as qe
 
+from proxy.context.records import Candidate
 from proxy.errors import StoreError
 from proxy.memory import edge, edge_maintenance
-from proxy.memory.edge import EdgeStore, is_engine_error
+from proxy.memory.edge import EdgeStore, candidate, is_engine_error
 from proxy.memory.edge_ids import Scheme
-from proxy.memory.edge_query import search_hits, turns_filter
+from proxy.memory.edge_query import FEW_PARAMS, search_hits, turns_filter
 from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB
 from proxy.memory.filters import DIALOG_SOURCE
 from proxy.memory.points import DENSE_VECTOR, EXPIRES_KEY, EXPIRES_TS_KEY
@@ -154,8 +155,8 @@ async def test_quantized_segments_still_give_exact_cosines(tmp_path: Path, hybri
     """After an index build the dense branch reads int8 copies; cosines must stay exact."""
     store = await EdgeStore.open(tmp_path, dimensions=QUANTIZED_DIM, hybrid=hybrid)
     try:
-        records = [
-            record(f"m{i}", content=f"note {i} about item {i % 13}")
+        records = [  # dialog turns, so the neighbour lookup finds them too
+            record(f"m{i}", content=f"note {i} about item {i % 13}", source=DIALOG_SOURCE)
             for i in range(QUANTIZED_POINTS)
         ]
         matrix = vectors_for(records, QUANTIZED_DIM)
@@ -170,6 +171,16 @@ async def test_quantized_segments_still_give_exact_cosines(tmp_path: Path, hybri
             for hit in hits:
                 row = int(hit.record.id[1:])
                 assert hit.similarity == pytest.approx(max(0.0, float(exact[row])), abs=1e-5)
+        # The neighbour lookup's cosines too (``FEW_PARAMS``: the originals only).
+        times = (records[5].created_at,)
+        turns = TurnsQuery("u1", matrix[5], times, 1e9, LIVE_AT)
+        near = await store.turns_near("t1", turns)
+        assert near
+        for hit in near:
+            row = int(hit.record.id[1:])
+            assert hit.similarity == pytest.approx(
+                max(0.0, float(matrix[row] @ matrix[5])), abs=1e-5
+            )
         # A stored vector finds itself first, at cosine 1 (HNSW order is approximate beyond that).
         for row in (7, 1234, QUANTIZED_POINTS - 1):
             query = SearchQuery(matrix[row], records[row].content, "u1", None, 5)
@@ -505,6 +516,55 @@ async def test_a_hybrid_search_reads_each_returned_id_once(
         assert max(point.id_reads for point in counting.points) == 1
     finally:
         await store.close()
+
+
+class ParamsShard:
+    """The store's shard, keeping the requests of its dense queries."""
+
+    def __init__(self, shard: qe.EdgeShard) -> None:
+        self._shard = shard
+        self.requests: list[qe.QueryRequest] = []
+
+    def query(self, request: qe.QueryRequest) -> Any:
+        self.requests.append(request)
+        return self._shard.query(request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+
+async def test_few_point_queries_score_the_original_vectors_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rescoring of lexical-only hits by id and the neighbour lookup score a handful of
+    points: the originals alone, no int8 pass first (``edge_query.FEW_PARAMS``)."""
+    store, query = await dialog_store(tmp_path)
+    try:
+        lexical = [
+            record(f"w{i}", content=f"zebra {i} crossing", source="learnings") for i in range(3)
+        ]
+        await store.add(lexical, np.tile(-query.vector, (3, 1)))  # far from the query: BM25 only
+        spy = ParamsShard(store._shard)
+        monkeypatch.setattr(store, "_shard", spy)
+        asked = replace(query, text="zebra crossing", top_k=2, lexical=True)
+        found = await store.search_near("t1", asked, 1, 90.0)
+        assert found.turns  # the lookup ran
+        few = [r for r in spy.requests if repr(r.params) == repr(FEW_PARAMS)]
+        assert len(few) == 2  # the rescoring by id, the neighbour lookup
+        assert any("HasIdCondition" in repr(r.filter) for r in few)
+        assert all(repr(r.params) != repr(FEW_PARAMS) for r in spy.requests if r not in few)
+    finally:
+        await store.close()
+
+
+def test_a_candidate_built_past_the_frozen_init_is_a_candidate() -> None:
+    """``edge.candidate`` sets the slots directly: only sound while ``Candidate`` has exactly
+    these two fields and checks nothing when built."""
+    made = candidate(record("m1"), 0.25)
+    assert made == Candidate(record("m1"), 0.25)
+    assert type(made) is Candidate
+    assert [f.name for f in fields(Candidate)] == ["record", "similarity"]
+    assert not hasattr(Candidate, "__post_init__")
 
 
 class ReadCountingShard:

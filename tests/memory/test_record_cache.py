@@ -81,3 +81,15 @@ def test_never_holds_more_than_the_bound(bound: int, keys: list[str]) -> None:
         assert len(cache) <= bound
     if keys:  # the last stored key is always there
         assert key(keys[-1]) in cache.lookup([key(keys[-1])])[0]
+
+
+def test_reads_with_room_leave_the_order_alone() -> None:
+    """Recency counts while the cache is full only: with room nothing is evicted, so a read
+    skips the move (~80 a search on a store that fits its cache)."""
+    cache = RecordCache(3)
+    cache.store({key("a"): record("a"), key("b"): record("b")}, 0)
+    cache.lookup([key("a")])  # with room: a stays the oldest
+    cache.store({key("c"): record("c")}, 0)  # full now
+    cache.store({key("d"): record("d")}, 0)  # the oldest goes: a
+    found, _ = cache.lookup([key(name) for name in "abcd"])
+    assert set(found) == {key("b"), key("c"), key("d")}
