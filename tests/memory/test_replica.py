@@ -232,6 +232,13 @@ async def test_a_read_waits_for_a_write_logged_behind_retrieval_counts(
     counted = await b.get("t1", "m1")
     assert counted is not None
     assert counted.retrieval_count == 2
+    # b past the counts: only a barrier at the write's own end (not the count's before it)
+    # makes b's read wait for the write.
+    await a.increment_retrievals("t1", ["m1"])
+    await b.catch_up()
+    third = record("m3")
+    await a.add([third], vectors_for([third]))
+    assert await b.get("t1", "m3") is not None
 
 
 async def test_delete_user_through_one_is_seen_by_the_other(
