@@ -167,3 +167,29 @@ def test_a_sparse_copy_keeps_the_bytes_and_the_holes(tmp_path: Path) -> None:
     copy_sparse(str(source), str(target))
     assert target.read_bytes() == source.read_bytes()
     assert target.stat().st_blocks * 512 < 1 << 20  # the holes were not written
+
+
+async def test_a_failure_after_the_link_switched_keeps_the_new_generation(
+    tmp_path: Path, held: type[HeldBuild], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await build_started(tmp_path)
+    try:
+
+        def fails(shard: object) -> int:
+            raise RuntimeError("the count after the swap failed")
+
+        monkeypatch.setattr(edge_maintenance, "unindexed_points", fails)
+        held.release.set()
+        await build_ended(tmp_path)
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"
+        assert (tmp_path / f"{SHARD_DIR}.g1" / "edge_config.json").exists()  # the live files
+        extra = [record("after", content="written after the swap")]
+        await store.add(extra, vectors_for(extra, DIMS))
+        assert await store.count("t1") == POINTS + 1
+    finally:
+        await store.close()
+    reopened = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=None)
+    try:
+        assert await reopened.count("t1") == POINTS + 1
+    finally:
+        await reopened.close()
