@@ -185,7 +185,7 @@ def test_a_lost_link_beside_several_generations_is_refused_and_nothing_dropped(
     path = tmp_path / "memories"
     (tmp_path / "memories.g3").mkdir()
     (tmp_path / "memories.g4").mkdir()  # the live one, or a build's half copy: cannot tell
-    with pytest.raises(ConfigError, match="memories.g3"):
+    with pytest.raises(ConfigError, match=r"memories\.g3"):
         settle_generations(path)
     assert (tmp_path / "memories.g3").is_dir()
     assert (tmp_path / "memories.g4").is_dir()
@@ -215,6 +215,6 @@ def test_a_link_to_anything_but_a_generation_is_a_config_error(tmp_path: Path) -
     path = tmp_path / "data" / "memories"
     path.parent.mkdir()
     path.symlink_to(elsewhere)
-    with pytest.raises(ConfigError, match="store.data_dir|links to"):
+    with pytest.raises(ConfigError, match="links to"):
         settle_generations(path)
     assert (elsewhere / CONFIG_FILE).exists()
