@@ -31,6 +31,7 @@ from typing import IO
 READY, GO, COPIED, BUILT = "ready", "go", "copied", "built"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 COPY_CHUNK = 1 << 20
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding ``proxy``
 
 
 class BuildFailed(Exception):
@@ -107,11 +108,16 @@ class ChildBuild:
 
     def __init__(self, source: Path, target: Path) -> None:
         self.source, self.target = source, target
+        argv = [str(source.absolute()), str(target.absolute()), str(os.getpid())]
         self._process = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(source), str(target), str(os.getpid())],
+            [sys.executable, "-m", __name__, *argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            # ``-m`` puts the working directory first on the child's path: run it where this
+            # package lies, or a ``proxy`` package where the server was started (an older
+            # checkout) would be the one that builds.
+            cwd=PACKAGE_ROOT,
         )
 
     def _expect(self, line: str) -> None:

@@ -19,7 +19,7 @@ from proxy.memory import edge_build, edge_maintenance
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.edge_build import copy_sparse
 from proxy.memory.edge_maintenance import unindexed_points
-from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB
+from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB, open_shard
 from proxy.memory.store import SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
 
@@ -193,3 +193,26 @@ async def test_a_failure_after_the_link_switched_keeps_the_new_generation(
         assert await reopened.count("t1") == POINTS + 1
     finally:
         await reopened.close()
+
+
+def test_the_child_runs_this_code_whatever_the_working_directory_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m`` puts the working directory first on the path: a server started in a
+    directory holding another ``proxy`` package (an older checkout) must not run that one."""
+    shadow = tmp_path / "cwd" / "proxy"
+    (shadow / "memory").mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    (shadow / "memory" / "__init__.py").write_text("")
+    (shadow / "memory" / "edge_build.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.chdir(shadow.parent)
+    source = tmp_path / "shard"
+    open_shard(source, DIMS).close()
+    child = edge_build.ChildBuild(source, tmp_path / "copy")
+    try:
+        child.ready()
+        child.copy()
+        child.built()
+    finally:
+        child.close()
+    assert (tmp_path / "copy" / "edge_config.json").exists()
