@@ -113,8 +113,7 @@ def switch_generation(path: Path, generation: int) -> None:
 
 
 def settle_generations(path: Path) -> None:
-    """Make ``path`` the link to the shard's generation before it opens, and drop what a build
-    interrupted by a crash left beside it.
+    """Make ``path`` the link to the shard's generation before it opens.
 
     A shard from before the link, a directory at ``path``, becomes generation 0; so does a new
     one. So does a copy of the data dir that followed the link (``cp -rL``): its directory is
@@ -124,8 +123,7 @@ def settle_generations(path: Path) -> None:
     opening to fail on.
     """
     if path.is_symlink():
-        keep = current_generation(path)
-        _drop_generations(path, keep)
+        current_generation(path)  # a link to anything else is refused here
         return
     if path.is_dir():
         # Before the rename, so a crash between the renames leaves generation 0 alone.
@@ -147,6 +145,13 @@ def settle_generations(path: Path) -> None:
     generation = next(iter(found), 0)
     generation_dir(path, generation).mkdir(parents=True, exist_ok=True)  # a new shard
     switch_generation(path, generation)
+
+
+def drop_stale_generations(path: Path) -> None:
+    """Drop the generations beside the link ``path`` but the one it names: what a build
+    interrupted by a crash, or the replaced shard of a swap, left. Only once the shard is open
+    here: its lock tells no other process serves it (whose build copy this would delete)."""
+    _drop_generations(path, current_generation(path))
 
 
 def _drop_generations(path: Path, keep: int | None) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import ClassVar
@@ -216,3 +218,32 @@ def test_the_child_runs_this_code_whatever_the_working_directory_holds(
     finally:
         child.close()
     assert (tmp_path / "copy" / "edge_config.json").exists()
+
+
+async def test_another_process_opening_a_store_in_use_deletes_nothing(
+    tmp_path: Path, held: type[HeldBuild]
+) -> None:
+    """A CLI run against a served data dir fails on the shard's lock; before it did, it had
+    dropped the server's build copy as a crash's leftover."""
+    store = await build_started(tmp_path)
+    try:
+        opener = (
+            "import asyncio, sys\n"
+            "from proxy.memory.edge import EdgeStore\n"
+            f"asyncio.run(EdgeStore.open(sys.argv[1], dimensions={DIMS}, optimize_after=None))\n"
+        )
+        other = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", opener, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert "StoreError" in other.stderr  # the shard's lock
+        assert (tmp_path / f"{SHARD_DIR}.g1").is_dir()
+        held.release.set()
+        await build_ended(tmp_path)
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"  # swapped in
+        assert await store.count("t1") == POINTS
+    finally:
+        await store.close()
