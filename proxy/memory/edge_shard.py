@@ -74,7 +74,10 @@ def generation_dir(path: Path, generation: int) -> Path:
 def current_generation(path: Path) -> int:
     """The generation the link ``path`` points at; a ``ConfigError`` if it links elsewhere."""
     target = os.readlink(path)
-    found = _generation_of(path, target)
+    found = _generation_of(path, os.path.basename(target))
+    beside = os.path.dirname(target)  # "" as linked here; a hand-made link may name the dir
+    if beside and os.path.realpath(path.parent / beside) != os.path.realpath(path.parent):
+        found = None
     if found is None:
         raise ConfigError(
             f"{path} links to {target}, not to a generation of the memory store beside it "

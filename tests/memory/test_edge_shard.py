@@ -221,3 +221,17 @@ def test_a_link_to_anything_but_a_generation_is_a_config_error(tmp_path: Path) -
     with pytest.raises(ConfigError, match="links to"):
         settle_generations(path)
     assert (elsewhere / CONFIG_FILE).exists()
+
+
+def test_a_link_made_by_hand_to_a_generation_by_its_full_path_is_one(tmp_path: Path) -> None:
+    path = tmp_path / "memories"
+    (tmp_path / "memories.g2").mkdir()
+    path.symlink_to(tmp_path / "memories.g2")  # ln -s "$PWD/memories.g2" memories
+    settle_generations(path)
+    assert current_generation(path) == 2
+    other = tmp_path / "elsewhere"
+    (other / "memories.g2").mkdir(parents=True)
+    path.unlink()
+    path.symlink_to(other / "memories.g2")  # the same name in another directory: not ours
+    with pytest.raises(ConfigError, match="links to"):
+        settle_generations(path)
