@@ -12,10 +12,13 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
+import qdrant_edge as qe
 
 from proxy.memory import edge_build, edge_maintenance
 from proxy.memory.edge import SHARD_DIR, EdgeStore
@@ -247,3 +250,63 @@ async def test_another_process_opening_a_store_in_use_deletes_nothing(
         assert await store.count("t1") == POINTS
     finally:
         await store.close()
+
+
+class ReplayingShard:
+    """The built shard, with ``during`` run at its first replayed update (writes go on
+    meanwhile: the first updates are replayed without the write lock)."""
+
+    def __init__(self, shard: object, during: Callable[[], None]) -> None:
+        self._shard, self._during = shard, during
+
+    def update(self, operation: object) -> None:
+        during, self._during = self._during, lambda: None
+        during()
+        self._shard.update(operation)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._shard, name)
+
+
+async def test_writes_made_while_the_recorded_ones_replay_are_kept(
+    tmp_path: Path, held: type[HeldBuild], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await build_started(tmp_path)
+    try:
+        later = [record(f"late{i}", content=f"later note {i}") for i in range(40)]
+        for i in range(0, len(later), 2):  # more updates than the swap replays under its lock
+            await store.add(later[i : i + 2], vectors_for(later[i : i + 2], DIMS))
+        racing = [record("racing", content="written while the replay runs")]
+
+        def during() -> None:
+            store.add_sync(racing, vectors_for(racing, DIMS))
+            assert store._delete_sync("t1", "late3")
+            assert store._update_usefulness_sync("t1", "m4", lambda _: 0.25) is not None
+
+        load = qe.EdgeShard.load
+        fake = SimpleNamespace(
+            EdgeShard=SimpleNamespace(load=lambda path: ReplayingShard(load(path), during))
+        )
+        monkeypatch.setattr(edge_maintenance, "qe", fake)
+        held.release.set()
+        await build_ended(tmp_path)
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"
+        assert isinstance(store._shard, ReplayingShard)  # the swapped-in shard serves
+        monkeypatch.undo()
+        await expect_racing_writes(store, len(later))
+    finally:
+        await store.close()
+    reopened = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=None)
+    try:
+        await expect_racing_writes(reopened, len(later))
+    finally:
+        await reopened.close()
+
+
+async def expect_racing_writes(store: EdgeStore, later: int) -> None:
+    assert await store.count("t1") == POINTS + later  # + racing - late3
+    assert await store.get("t1", "racing") is not None
+    assert await store.get("t1", "late3") is None
+    useful = await store.get("t1", "m4")
+    assert useful is not None
+    assert useful.usefulness == 0.25
