@@ -124,8 +124,13 @@ class ChildBuild:
         stdout: IO[str] | None = self._process.stdout
         said = stdout.readline().strip() if stdout is not None else ""
         if said != line:
-            code = self._process.wait()
-            raise BuildFailed(f"the index build process ended (exit {code}) before {line!r}")
+            # Ended, or it strays from its lines: either way no use. Killed, not waited for:
+            # the copy step holds every write back until this returns.
+            self.kill()
+            raise BuildFailed(
+                f"the index build process ended (exit {self._process.returncode}) before "
+                f"{line!r}" + (f" (it said {said!r})" if said else "")
+            )
 
     def ready(self) -> None:
         """Wait until the child can copy at once."""

@@ -310,3 +310,44 @@ async def expect_racing_writes(store: EdgeStore, later: int) -> None:
     useful = await store.get("t1", "m4")
     assert useful is not None
     assert useful.usefulness == 0.25
+
+
+class ChattyBuild(edge_build.ChildBuild):
+    """A child that answers the copy with a line of its own, then goes on for ever (a library
+    printing to its standard output, say)."""
+
+    def __init__(self, source: Path, target: Path) -> None:
+        script = (
+            "import sys, time\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "print('loading segments...', flush=True)\n"
+            "time.sleep(3600)\n"
+        )
+        self.source, self.target = source, target
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+
+def test_a_child_that_says_anything_else_is_ended_not_waited_for(tmp_path: Path) -> None:
+    """The copy step holds every write back: a child that strays from its lines must not
+    keep them waiting until it exits on its own."""
+    child = ChattyBuild(tmp_path / "shard", tmp_path / "copy")
+    failed: list[BaseException] = []
+
+    def copy() -> None:
+        try:
+            child.ready()
+            child.copy()
+        except edge_build.BuildFailed as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    thread.join(SAFETY_S)
+    try:
+        assert not thread.is_alive()
+        assert failed
+    finally:
+        child.close()
