@@ -126,7 +126,13 @@ def settle_generations(path: Path) -> None:
     opening to fail on.
     """
     if path.is_symlink():
-        current_generation(path)  # a link to anything else is refused here
+        current = generation_dir(path, current_generation(path))  # refuses a foreign link
+        if not current.is_dir():  # never a new empty store in place of the missing one
+            raise ConfigError(
+                f"{path} links to {current.name}, which is missing: restore it, or remove "
+                "the link to start an empty store",
+                param="store.data_dir",
+            )
         return
     if path.is_dir():
         # Before the rename, so a crash between the renames leaves generation 0 alone.

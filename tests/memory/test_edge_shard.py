@@ -235,3 +235,12 @@ def test_a_link_made_by_hand_to_a_generation_by_its_full_path_is_one(tmp_path: P
     path.symlink_to(other / "memories.g2")  # the same name in another directory: not ours
     with pytest.raises(ConfigError, match="links to"):
         settle_generations(path)
+
+
+def test_a_link_to_a_missing_generation_is_a_config_error(tmp_path: Path) -> None:
+    """The link copied without its directory (``cp -a data/memories``), or the directory
+    deleted: a clear error, not a file error retried for ever nor an empty store."""
+    path = tmp_path / "memories"
+    switch_generation(path, 2)
+    with pytest.raises(ConfigError, match="missing"):
+        settle_generations(path)
