@@ -118,6 +118,10 @@ class ChildBuild:
             # package lies, or a ``proxy`` package where the server was started (an older
             # checkout) would be the one that builds.
             cwd=PACKAGE_ROOT,
+            # Its own process group: a terminal's Ctrl-C (sent to the whole foreground group)
+            # is the server's to handle, which kills the child as it closes; killed by it
+            # first, the build failed and logged an error at every interrupted shutdown.
+            process_group=0,
         )
 
     def _expect(self, line: str) -> None:

@@ -351,3 +351,16 @@ def test_a_child_that_says_anything_else_is_ended_not_waited_for(tmp_path: Path)
         assert failed
     finally:
         child.close()
+
+
+def test_the_child_is_out_of_reach_of_the_terminals_interrupt(tmp_path: Path) -> None:
+    """Ctrl-C goes to the terminal's whole foreground process group: the child must not get
+    it (the server kills it as it closes)."""
+    source = tmp_path / "shard"
+    open_shard(source, DIMS).close()
+    child = edge_build.ChildBuild(source, tmp_path / "copy")
+    try:
+        child.ready()
+        assert os.getpgid(child._process.pid) != os.getpgrp()
+    finally:
+        child.close()
