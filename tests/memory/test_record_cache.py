@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from uuid import NAMESPACE_URL, uuid5
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.errors import ConfigError
-from proxy.memory.record_cache import RecordCache
+from proxy.memory.record_cache import RecordCache, with_count
 from tests.memory.support import record
 
 
@@ -146,3 +147,8 @@ def test_reads_with_room_leave_the_order_alone() -> None:
     cache.store({key("d"): record("d")}, 0)  # the oldest goes: a
     found, _ = cache.lookup([key(name) for name in "abcd"])
     assert set(found) == {key("b"), key("c"), key("d")}
+
+
+def test_with_count_is_replace() -> None:
+    original = replace(record("a"), metadata={"k": 1}, expires_at=None, context="c")
+    assert with_count(original, 9) == replace(original, retrieval_count=9)
