@@ -127,7 +127,9 @@ class RetrievalCounts:
         """Start a save on a thread of its own when the table changed, ``SAVE_INTERVAL_S``
         passed since the last save and no save is under way; return that thread. The fsync
         (10-34 ms) would otherwise hold the store's thread a search waits for."""
-        if not self._dirty or time.monotonic() - self._saved_at < SAVE_INTERVAL_S:
+        if self.path is None or not self._dirty:
+            return None
+        if time.monotonic() - self._saved_at < SAVE_INTERVAL_S:
             return None
         if not self._save_lock.acquire(blocking=False):
             return None  # the save under way takes this change or the next one does
