@@ -174,8 +174,8 @@ class EdgeStore:
         self._closed = False
         self._rmw_lock = threading.Lock()
         self.record_cache_entries = record_cache_entries
-        self._records = RecordCache(record_cache_entries)
         self._counts = counts if counts is not None else RetrievalCounts()
+        self._records = RecordCache(record_cache_entries, count_of=self._counts.get)
         self._lifecycle = LifecycleTenants()
         self._users = TenantUsers()
         self._tenants = ShardTenants()
@@ -668,10 +668,7 @@ class EdgeStore:
                 counts[key] = int(payload.get(RETRIEVAL_COUNT_KEY) or 0) + deltas[key]
             self._counts.set_many(counts)
             self._records.update_counts(counts)
-        try:
-            self._counts.save_if_due()
-        except OSError as exc:  # counts only nudge a score; the next save tries again
-            LOGGER.warning("saving retrieval counts failed: %s", exc)
+        self._counts.save_if_due()  # on a thread of its own, which logs a failure
 
     async def set_usefulness(
         self, tenant: str, memory_id: str, usefulness: float

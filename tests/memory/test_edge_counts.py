@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from uuid import NAMESPACE_URL, uuid5
 
 import pytest
 import qdrant_edge as qe
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.memory import edge_counts
 from proxy.memory.edge import EdgeStore
@@ -68,11 +71,56 @@ def test_saves_only_changes_and_at_most_every_interval(
     table.save_if_due()
     assert not path.exists()  # changed, but the interval has not passed
     monkeypatch.setattr(edge_counts, "SAVE_INTERVAL_S", 0.0)
-    table.save_if_due()
+    saving = table.save_if_due()
+    assert saving is not None  # the write and fsync run on a thread of their own
+    saving.join()
     assert RetrievalCounts.load(path).get(pid(1)) == 1
     path.unlink()
-    table.save_if_due()
+    assert table.save_if_due() is None
     assert not path.exists()  # saved already: nothing new to write
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.tuples(st.booleans(), st.integers(0, 20), st.integers(0, 2**64 - 1)), max_size=60)
+)
+def test_the_file_holds_the_table_after_any_sets_and_drops(
+    ops: list[tuple[bool, int, int]],
+) -> None:
+    # The packed body is patched in place and a dropped entry's slot takes the last one: the
+    # saved file must still be exactly the table, in the old format.
+    table, expected = RetrievalCounts(), {}
+    for is_set, n, count in ops:
+        key = uuid5(NAMESPACE_URL, str(n)).int if n % 2 else n  # both id schemes
+        if is_set:
+            table.set_many({key: count})
+            expected[key] = count
+        else:
+            table.drop([key])
+            expected.pop(key, None)
+    body = bytes(table._body)
+    saved = {int.from_bytes(k): c for k, c in edge_counts.ENTRY.iter_unpack(body)}
+    assert saved == expected
+    assert len(body) == len(expected) * edge_counts.ENTRY.size
+
+
+def test_an_old_file_loads_changes_and_saves_back(tmp_path: Path) -> None:
+    path = tmp_path / COUNTS_FILE
+    entries = {uuid5(NAMESPACE_URL, str(n)).int: n for n in range(5)}
+    # Written as the table before the packed body wrote it: one struct call per entry.
+    path.write_bytes(
+        MAGIC + b"".join(edge_counts.ENTRY.pack(k.to_bytes(16), c) for k, c in entries.items())
+    )
+    table = RetrievalCounts.load(path)
+    first, second, *_ = entries
+    table.drop([first])
+    table.set_many({second: 99, 12345: 1})
+    table.save()
+    entries.pop(first)
+    entries.update({second: 99, 12345: 1})
+    loaded = RetrievalCounts.load(path)
+    assert {k: loaded.get(k) for k in entries} == entries
+    assert len(loaded) == len(entries)
 
 
 async def test_increments_never_write_the_shard(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from uuid import NAMESPACE_URL, uuid5
 
 import pytest
@@ -9,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.errors import ConfigError
-from proxy.memory.record_cache import RecordCache
+from proxy.memory.record_cache import RecordCache, with_count
 from tests.memory.support import record
 
 
@@ -31,7 +33,6 @@ def test_lookup_returns_hits_only_and_the_generation() -> None:
     ("write", "kept"),
     [
         (lambda c: c.invalidate([key("x")]), False),
-        (lambda c: c.update_counts({key("x"): 3}), False),
         (lambda c: c.clear(), False),
         (lambda c: c.lookup([key("x")]), True),  # a read is not a write
     ],
@@ -42,6 +43,59 @@ def test_a_write_since_the_lookup_keeps_the_reader_from_storing(write, kept: boo
     write(cache)  # e.g. the record changed in the shard while the reader fetched the old one
     assert cache.store({key("a"): record("a")}, generation) is kept
     assert (len(cache) == 1) is kept
+
+
+def test_a_count_since_the_lookup_keeps_the_reader_storing_the_new_count() -> None:
+    # The count flush bumps no generation (a bump made every search that read the shard while
+    # ~70 count calls ran throw its records away): ``store`` takes the table's count instead.
+    table: dict[int, int] = {}
+    cache = RecordCache(10, count_of=table.get)
+    _, generation = cache.lookup([key("a")])
+    stale = record("a")  # read from the shard before the count landed
+    table[key("a")] = 5  # the store updates its table first, then the cache
+    cache.update_counts({key("a"): 5})
+    assert cache.store({key("a"): stale}, generation)
+    found, _ = cache.lookup([key("a")])
+    assert found[key("a")].retrieval_count == 5
+
+
+def test_without_a_count_table_a_count_still_turns_readers_away() -> None:
+    cache = RecordCache(10)
+    _, generation = cache.lookup([key("a")])
+    cache.update_counts({key("a"): 3})
+    assert not cache.store({key("a"): record("a")}, generation)
+
+
+def test_concurrent_lookups_during_count_updates_end_with_the_table_counts() -> None:
+    # Readers store shard copies (count 0) while a writer counts; however they interleave,
+    # every cached record ends with its table count: no reader puts back an older count.
+    keys = [key(str(n)) for n in range(40)]
+    table: dict[int, int] = {}
+    cache = RecordCache(len(keys), count_of=table.get)
+    rounds = 200
+
+    def read() -> None:
+        for n in range(rounds):
+            wanted = keys[n % 7 :: 3]
+            found, generation = cache.lookup(wanted)
+            cache.store({k: record(str(k)) for k in wanted if k not in found}, generation)
+            if n % 10 == 0:
+                cache.invalidate(wanted[:2])  # and a write now and then
+
+    def count() -> None:
+        for n in range(rounds):
+            batch = {k: table.get(k, 0) + 1 for k in keys[n % 5 :: 2]}
+            table.update(batch)
+            cache.update_counts(batch)
+
+    threads = [threading.Thread(target=read) for _ in range(3)] + [threading.Thread(target=count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    found, _ = cache.lookup(keys)
+    assert found
+    assert {k: r.retrieval_count for k, r in found.items()} == {k: table.get(k, 0) for k in found}
 
 
 def test_invalidate_drops_and_update_replaces() -> None:
@@ -93,3 +147,8 @@ def test_reads_with_room_leave_the_order_alone() -> None:
     cache.store({key("d"): record("d")}, 0)  # the oldest goes: a
     found, _ = cache.lookup([key(name) for name in "abcd"])
     assert set(found) == {key("b"), key("c"), key("d")}
+
+
+def test_with_count_is_replace() -> None:
+    original = replace(record("a"), metadata={"k": 1}, expires_at=None, context="c")
+    assert with_count(original, 9) == replace(original, retrieval_count=9)
