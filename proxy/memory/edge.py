@@ -1,8 +1,9 @@
 """``EdgeStore``: Qdrant's engine in-process (qdrant-edge-py), persistent under a data dir.
 
 The shard's API is synchronous, so every call runs on a small dedicated thread pool instead of
-the event loop. It holds the GIL throughout (most calls take a millisecond or less); an index
-build, which takes seconds, runs in a child process instead (adr/0153). The shard tolerates
+the event loop. A query lets the GIL go while the engine searches; other calls hold it, most
+for a millisecond or less, an index build for seconds: that one runs in a child process
+(adr/0153). The shard tolerates
 concurrent callers (measured: parallel queries and upserts from four threads); read-modify-write
 updates (retrieval counts, usefulness, delete_user's count) still take a lock so two of them
 never interleave.
