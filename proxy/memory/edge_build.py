@@ -30,7 +30,7 @@ from typing import IO
 
 READY, GO, COPIED, BUILT = "ready", "go", "copied", "built"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-COPY_CHUNK = 1 << 20
+COPY_CHUNK = 1 << 20  # a data run is read in pieces this size: bounded memory, few calls
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding ``proxy``
 
 
