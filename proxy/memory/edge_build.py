@@ -2,7 +2,8 @@
 
 qdrant-edge holds the GIL for the whole of ``EdgeShard.optimize`` (measured: a Python thread
 beside it does not run; its queries do let it go): built on a thread of the serving process,
-10k memories froze the event loop for 8-11 s. So a background build runs in ``python -m proxy.memory.edge_build SOURCE TARGET``:
+10k memories froze the event loop for 8-11 s. So a background build runs in
+``python -m proxy.memory.edge_build SOURCE TARGET``:
 
 1. the child imports qdrant-edge and prints ``ready``; the parent takes its write lock and
    answers ``go``;
