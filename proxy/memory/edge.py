@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import logging
 import threading
 from collections import Counter
@@ -224,6 +225,7 @@ class EdgeStore:
         path = Path(data_dir) / SHARD_DIR
         executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edge-store")
         loop = asyncio.get_running_loop()
+        shard: qe.EdgeShard | None = None
         try:
             # A build this process left running on these files (``close``) ends first.
             await loop.run_in_executor(executor, wait_for_build, path)
@@ -238,6 +240,9 @@ class EdgeStore:
                 executor, RetrievalCounts.load, Path(data_dir) / COUNTS_FILE
             )
         except BaseException:
+            if shard is not None:  # its WAL lock too: until closed, no open here succeeds
+                with contextlib.suppress(Exception):
+                    shard.close()
             executor.shutdown(wait=False)
             raise
         store = cls(
