@@ -363,8 +363,8 @@ async def import_only(
 @contextlib.contextmanager
 def graph_everywhere() -> Iterator[None]:
     """Shards opened inside get a layout whose every segment is indexed and whose graph answers
-    every filtered search. The gate's store (~1,900 memories a server) is below the indexing
-    threshold and each question's user filter (~650) below the full-scan threshold, so with
+    every filtered search. The gate's store (~2,200 memories a server) is below the indexing
+    threshold and each question's user filter (~730) below the full-scan threshold, so with
     the product layout every search is an exact scan and graph recall (``hnsw_ef``) is never
     measured. A segment keeps the full-scan threshold it was built with: a server reopening it
     with the product layout still searches the graph."""

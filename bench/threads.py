@@ -183,8 +183,7 @@ def main() -> None:
                 os.kill(proxy.pid, signal.SIGUSR1)
                 deadline = time.monotonic() + 10
                 while not trace.exists() and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                time.sleep(0.2)  # the dump is one write: let it finish
+                    time.sleep(0.05)  # the dump renames it into place once written
                 events = json.loads(trace.read_text())
     report(events, requests, latencies, cpu)
 

@@ -108,9 +108,12 @@ def install() -> None:
 
 
 def dump(*_: object) -> None:
-    """Write the events so far to ``$BENCH_THREAD_TRACE``."""
-    with open(os.environ["BENCH_THREAD_TRACE"], "w") as out:
+    """Write the events so far to ``$BENCH_THREAD_TRACE``, whole or not at all: the reader
+    waits for the file to appear."""
+    path = os.environ["BENCH_THREAD_TRACE"]
+    with open(path + ".tmp", "w") as out:
         json.dump(EVENTS, out)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

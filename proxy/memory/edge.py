@@ -1,8 +1,9 @@
 """``EdgeStore``: Qdrant's engine in-process (qdrant-edge-py), persistent under a data dir.
 
 The shard's API is synchronous, so every call runs on a small dedicated thread pool instead of
-the event loop. It holds the GIL throughout (most calls take a millisecond or less); an index
-build, which takes seconds, runs in a child process instead (adr/0153). The shard tolerates
+the event loop. A query lets the GIL go while the engine searches; other calls hold it, most
+for a millisecond or less, an index build for seconds: that one runs in a child process
+(adr/0153). The shard tolerates
 concurrent callers (measured: parallel queries and upserts from four threads); read-modify-write
 updates (retrieval counts, usefulness, delete_user's count) still take a lock so two of them
 never interleave.
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import logging
 import threading
 from collections import Counter
@@ -223,6 +225,7 @@ class EdgeStore:
         path = Path(data_dir) / SHARD_DIR
         executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edge-store")
         loop = asyncio.get_running_loop()
+        shard: qe.EdgeShard | None = None
         try:
             # A build this process left running on these files (``close``) ends first.
             await loop.run_in_executor(executor, wait_for_build, path)
@@ -237,6 +240,9 @@ class EdgeStore:
                 executor, RetrievalCounts.load, Path(data_dir) / COUNTS_FILE
             )
         except BaseException:
+            if shard is not None:  # its WAL lock too: until closed, no open here succeeds
+                with contextlib.suppress(Exception):
+                    shard.close()
             executor.shutdown(wait=False)
             raise
         store = cls(

@@ -1,8 +1,9 @@
 """An HNSW build in a child process, on a copy of the shard (adr/0153).
 
-qdrant-edge holds the GIL for the whole of ``EdgeShard.optimize`` (no ``allow_threads`` in
-its binding): built on a thread of the serving process, 10k memories froze the event loop for
-8-11 s. So a background build runs in ``python -m proxy.memory.edge_build SOURCE TARGET``:
+qdrant-edge holds the GIL for the whole of ``EdgeShard.optimize`` (measured: a Python thread
+beside it does not run; its queries do let it go): built on a thread of the serving process,
+10k memories froze the event loop for 8-11 s. So a background build runs in
+``python -m proxy.memory.edge_build SOURCE TARGET``:
 
 1. the child imports qdrant-edge and prints ``ready``; the parent takes its write lock and
    answers ``go``;
@@ -30,7 +31,7 @@ from typing import IO
 
 READY, GO, COPIED, BUILT = "ready", "go", "copied", "built"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-COPY_CHUNK = 1 << 20
+COPY_CHUNK = 1 << 20  # a data run is read in pieces this size: bounded memory, few calls
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding ``proxy``
 
 

@@ -289,7 +289,10 @@ class ShardMaintenance:
             self._stopping.wait(RETIRE_AFTER_S)
             retired = time.monotonic()
             try:
-                old.close()
+                # A background flush may have taken ``old`` just before the swap, and closing
+                # the store skips the grace period: never close the shard under its flush.
+                with self._files:
+                    old.close()
             finally:
                 phases.append(phases[-1] + time.monotonic() - retired)  # the wait is no cost
                 shutil.rmtree(generation_dir(path, generation - 1), ignore_errors=True)

@@ -8,9 +8,8 @@ any worker is visible to every read that starts after it, on every worker (stale
 none). Retrieval counts are the exception (adr/0154): a read does not wait for another worker's
 counts, which reach it within ``LOG_FOLD_CHECK_S`` (the follower) or at this worker's next
 write; a worker's own counts it sees at once. ``list`` waits for them too: what it reads is
-written back whole. A writer holds the log's lock only to append: it
-applies its entry after letting the lock go (adr/0141), so a worker stalled mid-apply holds up
-nobody else.
+written back whole. A writer holds the log's lock only to append: it applies its entry after
+letting the lock go (adr/0141), so a worker stalled mid-apply holds up nobody else.
 
 Layout under ``store.data_dir``: ``memories/`` is the primary shard, ``memories.log`` the writes
 it has not absorbed yet (``memories.log.state``: the log's positions, adr/0120),
@@ -293,8 +292,8 @@ class ReplicaStore:
         return await asyncio.get_running_loop().run_in_executor(self._thread, func, *args)
 
     async def sync(self) -> None:
-        """Apply what a read must see: the log up to its barrier, every entry other processes
-        appended but their retrieval counts since the last one that is not (adr/0154)."""
+        """Apply what a read must see: the log up to its barrier, i.e. every entry but other
+        workers' retrieval counts appended after the last entry of another kind (adr/0154)."""
         if self._log.barrier > self._offset:
             await self.catch_up()
 

@@ -982,3 +982,21 @@ async def test_another_tenants_dead_memory_says_nothing_of_the_searching_tenant(
         assert store._lifecycle.may_hold("t1", lambda: False) is False
     finally:
         await store.close()
+
+
+async def test_an_open_that_fails_after_the_shard_opened_closes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Left open, the shard keeps its WAL's lock for as long as the error's traceback lives
+    (a caller that keeps or logs it): opening the store again in this process would fail."""
+
+    def unreadable(path: Path) -> None:
+        raise OSError(f"cannot read {path}")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(edge.RetrievalCounts, "load", unreadable)
+        with pytest.raises(OSError, match="cannot read") as failed:
+            await EdgeStore.open(tmp_path, dimensions=DIM)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    await store.close()
+    assert failed.traceback  # held until here, as a caller's error handling would

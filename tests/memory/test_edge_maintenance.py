@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -136,3 +138,39 @@ async def test_an_explicit_build_waits_for_a_background_one() -> None:
     assert await explicit
     maintenance.close()
     assert overlapped == [False, False]
+
+
+class SlowFlushShard:
+    """Its flush waits for a close (a bounded wait: without it the close lands mid-flush)."""
+
+    def __init__(self) -> None:
+        self.flushing = threading.Event()
+        self.closed = threading.Event()
+        self.in_flush = False
+        self.closed_mid_flush: bool | None = None
+
+    def flush(self) -> None:
+        self.in_flush = True
+        self.flushing.set()
+        self.closed.wait(0.5)
+        self.in_flush = False
+
+    def close(self) -> None:
+        self.closed_mid_flush = self.in_flush
+        self.closed.set()
+
+    def info(self) -> SimpleNamespace:
+        return SimpleNamespace(points_count=0, indexed_vectors_count=0)
+
+
+def test_the_replaced_shard_is_not_closed_under_its_flush(tmp_path: Path) -> None:
+    old, built = SlowFlushShard(), SlowFlushShard()
+    maintenance = ShardMaintenance(old, None)  # type: ignore[arg-type]
+    flush = threading.Thread(target=maintenance.flush)
+    flush.start()
+    assert old.flushing.wait(60)  # the flush holds ``old``
+    maintenance.shard = built  # the swap
+    maintenance._stopping.set()  # closing: no grace period before ``old`` closes
+    maintenance._retire(tmp_path / "memories", 1, old, built, [0.0])  # type: ignore[arg-type]
+    flush.join()
+    assert old.closed_mid_flush is False
