@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -94,9 +95,10 @@ def test_writes_start_a_flush_at_the_point_count(writes: list[int], flushes: int
 @pytest.mark.parametrize(("quiet_s", "flushes"), [(0.0, 1), (3600.0, 0)])
 def test_a_pause_in_the_writes_starts_a_flush(quiet_s: float, flushes: int) -> None:
     shard = RecordingShard()
-    policy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=quiet_s, max_age_s=3600.0)
-    maintenance = ShardMaintenance(shard, None, flush_policy=policy)  # type: ignore[arg-type]
-    maintenance.after_write(1)
+    busy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=3600.0)
+    maintenance = ShardMaintenance(shard, None, flush_policy=busy)  # type: ignore[arg-type]
+    maintenance.after_write(1)  # not due: the write itself starts no flush
+    maintenance.flush_policy = replace(busy, quiet_s=quiet_s)
     maintenance._on_quiet()  # the quiet check, run now rather than by its timer
     maintenance.settle()
     assert shard.flushes == flushes
