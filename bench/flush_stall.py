@@ -184,8 +184,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from proxy.memory.embedders import StaticEmbedder
 
     edge_maintenance.FLUSH_AFTER_POINTS = 10**9  # this script flushes by hand
-    edge_maintenance.FLUSH_QUIET_S = float("inf")
-    edge_maintenance.FLUSH_MAX_AGE_S = float("inf")
+    edge_maintenance.FLUSH_QUIET_S = 86_400.0  # a timer takes no infinity
+    edge_maintenance.FLUSH_MAX_AGE_S = 86_400.0
     embedder = StaticEmbedder()
     extra = sum(args.writes) * args.rounds
     records = real_records(args.memories + extra)
