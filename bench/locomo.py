@@ -35,10 +35,11 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import httpx
 
@@ -47,6 +48,10 @@ if __package__ in (None, ""):
 
 from bench.lib import locomo_data, report, servers, stats
 from proxy.context.tokens import O200K
+from proxy.memory import edge_shard
+from proxy.memory.edge import SHARD_DIR, EdgeStore
+from proxy.memory.edge_maintenance import unindexed_points
+from proxy.memory.points import DENSE_VECTOR
 from proxy.tokenizer import count_tokens
 
 DEFAULT_DATA = servers.ROOT.parent / "shared" / "bench" / "locomo" / "locomo_dev.json"
@@ -89,6 +94,16 @@ RELAXED_TIMEOUTS = {
         "stage_timeouts": {"embed_ms": 2000.0, "search_ms": 2000.0, "cache_ms": 500.0},
     }
 }
+
+
+# --indexed (``graph_everywhere``): the gate's stores are indexed from 1 KB of vectors (one
+# 256-dimension memory), so the graph holds every point, and filters above 100 KB (~100
+# memories) search it: each question's user (~730 memories) does, while the few-point queries
+# (lexical hits' cosines by id, the neighbour lookup's time windows) scan as they do in
+# production. With the full-scan threshold at 1 KB they went through the graph too and missed
+# points: recall at ef 256 fell 85.2 % -> 83.6 %, the median block 963 -> 790 tokens.
+GRAPH_INDEXING_KB = 1
+GRAPH_FULL_SCAN_KB = 100
 
 
 class ContractMissing(RuntimeError):
@@ -310,15 +325,85 @@ def recall_rows(summary: dict[str, Any], budgets: Sequence[int]) -> list[dict[st
     return rows
 
 
+async def import_all(
+    client: httpx.AsyncClient,
+    others: Sequence[httpx.AsyncClient | None],
+    samples: list[dict[str, Any]],
+    args: argparse.Namespace,
+) -> tuple[list[int], float]:
+    """Probe the contract, import every sample into every server; return the memories per
+    sample and the measured server's import seconds."""
+    now = datetime.now(UTC)
+    await probe_contract(client, explain=not args.baseline_only)
+    started = time.perf_counter()
+    imported = [await import_sample(client, sample, now) for sample in samples]
+    import_seconds = time.perf_counter() - started
+    for other in (c for c in others if c is not None):
+        for sample in samples:
+            await import_sample(other, sample, now)
+    print(f"imported {sum(imported)} memories in {import_seconds:.1f} s", file=sys.stderr)
+    return imported, import_seconds
+
+
+async def import_only(
+    urls: Sequence[str], samples: list[dict[str, Any]], args: argparse.Namespace
+) -> tuple[list[int], float]:
+    """``import_all`` into the servers at ``urls`` (the measured one first)."""
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(base_url=url, headers=headers, timeout=60)
+            )
+            for url in urls
+        ]
+        return await import_all(clients[0], clients[1:], samples, args)
+
+
+@contextlib.contextmanager
+def graph_everywhere() -> Iterator[None]:
+    """Shards opened inside get a layout whose every segment is indexed and whose graph answers
+    every filtered search. The gate's store (~1,900 memories a server) is below the indexing
+    threshold and each question's user filter (~650) below the full-scan threshold, so with
+    the product layout every search is an exact scan and graph recall (``hnsw_ef``) is never
+    measured. A segment keeps the full-scan threshold it was built with: a server reopening it
+    with the product layout still searches the graph."""
+    with (
+        mock.patch.object(edge_shard, "INDEXING_THRESHOLD_KB", GRAPH_INDEXING_KB),
+        mock.patch.object(edge_shard, "FULL_SCAN_KB", GRAPH_FULL_SCAN_KB),
+    ):
+        yield
+
+
+async def build_graph(data_dir: Path) -> dict[str, int]:
+    """Build the HNSW graph of the (closed) store under ``data_dir`` (``graph_everywhere``);
+    return its points and how many of them the graph holds."""
+    config = json.loads((data_dir / SHARD_DIR / edge_shard.CONFIG_FILE).read_text())
+    dimensions = int(config["vectors"][DENSE_VECTOR]["size"])
+    with graph_everywhere():
+        store = await EdgeStore.open(
+            data_dir, dimensions=dimensions, optimize_after=None, record_cache_entries=0
+        )
+    try:
+        await store.optimize()
+        await store.flush()
+        shard = store._shard  # the bench reads the engine's own counts
+        points = shard.info().points_count
+        return {"points": points, "in_graph": points - unindexed_points(shard)}
+    finally:
+        await store.close()
+
+
 async def evaluate(
     base_url: str,
     samples: list[dict[str, Any]],
     args: argparse.Namespace,
     baseline_url: str | None = None,
     before_url: str | None = None,
+    loaded: tuple[list[int], float] | None = None,
 ) -> dict[str, Any]:
-    """Import every sample (into every server), ask every question, return the results document."""
-    now = datetime.now(UTC)
+    """Import every sample (into every server) unless ``loaded`` (memories per sample, seconds)
+    says an earlier start of the servers did, ask every question, return the results document."""
     headers = {"Authorization": f"Bearer {API_KEY}"}
     limits = httpx.Limits(max_connections=CONCURRENCY * 2)
     async with contextlib.AsyncExitStack() as stack:
@@ -335,14 +420,10 @@ async def evaluate(
             before = await stack.enter_async_context(
                 httpx.AsyncClient(base_url=before_url, headers=headers, timeout=60, limits=limits)
             )
-        await probe_contract(client, explain=not args.baseline_only)
-        started = time.perf_counter()
-        imported = [await import_sample(client, sample, now) for sample in samples]
-        import_seconds = time.perf_counter() - started
-        for other in (c for c in (baseline, before) if c is not None):
-            for sample in samples:
-                await import_sample(other, sample, now)
-        print(f"imported {sum(imported)} memories in {import_seconds:.1f} s", file=sys.stderr)
+        if loaded is None:
+            imported, import_seconds = await import_all(client, [baseline, before], samples, args)
+        else:
+            imported, import_seconds = loaded
         questions = [q for sample in samples for q in locomo_data.questions(sample)]
         if args.questions:
             questions = questions[: args.questions]
@@ -372,6 +453,7 @@ async def evaluate(
         "smoke": args.smoke,
         "relaxed_timeouts": not args.default_timeouts and not args.url,
         "baseline_only": args.baseline_only,
+        "graph": getattr(args, "graph", None),
         "off_topic_tokens": {m: token_figures(t) for m, t in off_topic.items() if t},
         **summary,
     }
@@ -430,23 +512,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # Another tree runs with its own defaults: the before of a change to the code.
         plain = measured_config(timeouts, args.top_k)
         old.write_text(json.dumps(plain if args.before_tree else before_config(plain)))
-        with (
-            servers.fake_upstream() as upstream,
-            servers.memproxy(
-                upstream.base_url + "/v1",
-                folder / "measured",
-                extra_env={"MEMPROXY_CONFIG": str(measured)},
-            ) as proxy,
-            servers.memproxy(
-                upstream.base_url + "/v1",
-                folder / "dense",
-                extra_env={"MEMPROXY_CONFIG": str(dense)},
-            ) as cosine,
-            before_server(upstream.base_url + "/v1", folder, old, args.before_tree) as previous,
-        ):
-            return asyncio.run(
-                evaluate(proxy.base_url, samples, args, cosine.base_url, previous.base_url)
-            )
+
+        @contextlib.contextmanager
+        def started(upstream_url: str) -> Iterator[list[str]]:
+            with (
+                servers.memproxy(
+                    upstream_url, folder / "measured", extra_env={"MEMPROXY_CONFIG": str(measured)}
+                ) as proxy,
+                servers.memproxy(
+                    upstream_url, folder / "dense", extra_env={"MEMPROXY_CONFIG": str(dense)}
+                ) as cosine,
+                before_server(upstream_url, folder, old, args.before_tree) as previous,
+            ):
+                yield [proxy.base_url, cosine.base_url, previous.base_url]
+
+        with servers.fake_upstream() as upstream:
+            loaded = None
+            if args.indexed:  # import, stop the servers, build each graph, start them again
+                with started(upstream.base_url + "/v1") as urls:
+                    loaded = asyncio.run(import_only(urls, samples, args))
+                args.graph = {
+                    name: asyncio.run(build_graph(folder / name))
+                    for name in ("measured", "dense", "before")
+                }
+                print(f"graph built: {args.graph}", file=sys.stderr)
+            with started(upstream.base_url + "/v1") as urls:
+                return asyncio.run(evaluate(urls[0], samples, args, urls[1], urls[2], loaded))
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -487,6 +578,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--baseline-only", action="store_true", help="top-k only (no explain mode needed)"
+    )
+    parser.add_argument(
+        "--indexed",
+        action="store_true",
+        help="build every store's HNSW graph (all points) before the questions, so searches go "
+        "through the graph (hnsw_ef) instead of an exact scan",
     )
     parser.add_argument("--smoke", action="store_true", help="1 conversation, a few questions")
     parser.add_argument("--out", default="locomo", help="results name under bench/results/")

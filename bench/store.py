@@ -16,13 +16,17 @@ Three questions about ``proxy.memory.edge.EdgeStore`` (ADRs 0010-0012, docs/benc
 4. ``--recall``: LoCoMo dev evidence recall@k for dense-only versus hybrid (BM25 + RRF), reading
    the data from ``/work/shared/bench/locomo`` (never copied). ``--prune-share 0.05`` adds
    hybrid with the BM25 query's common terms dropped (a prototype, issue 14).
+5. ``--ef-recall``: the dense query's top-k recall against an exact search (originals, no
+   int8) at several ``hnsw_ef``, on ``--size`` real-text memories seeded as ``bench/pipeline.py``
+   seeds them (tenant-shared, then ``optimize``): what the served store's graph finds.
 
 Both dense-only and hybrid search are timed on the same store (hybrid is a search-time switch).
 
 Run: ``.venv/bin/python bench/store.py`` (100k in one tenant, with the HNSW build: minutes);
 ``--size 1000000 --tenants 1000 --no-optimize --keep /tmp/store1m`` for the large case (tenant
 filters narrow each search to ~1,000 points, no graph needed; ``--keep`` lets a second run reuse
-the imported store); ``--recall`` for the retrieval study; ``--smoke`` for CI (seconds).
+the imported store); ``--recall`` for the retrieval study; ``--ef-recall --size 10000`` for
+the graph's; ``--smoke`` for CI (seconds).
 The machine is shared with other work: treat p99 as noisy.
 """
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import subprocess
 import sys
@@ -46,7 +51,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
+import qdrant_edge as qe
 
+from bench import pipeline
 from bench.lib import realtext
 from bench.lib.locomo_data import CATEGORIES, build_memories, evidence_recall, questions
 from bench.lib.report import save_results
@@ -54,8 +61,11 @@ from bench.lib.stats import format_table, summarize_ms
 from proxy.context.records import SOURCES, MemoryRecord
 from proxy.memory import lexical
 from proxy.memory.edge import EdgeStore
+from proxy.memory.edge_maintenance import unindexed_points
+from proxy.memory.edge_query import RESCORE_OVERSAMPLING, scope_filter
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.inputs import MemoryInput
+from proxy.memory.points import DENSE_VECTOR
 from proxy.memory.service import MemoryService
 from proxy.memory.store import SearchQuery
 
@@ -441,6 +451,62 @@ async def run_recall(
     return {"questions": len(asked), "conversations": len(samples), "recall": results}
 
 
+async def run_ef_recall(size: int, count: int, efs: Sequence[int]) -> dict[str, Any]:
+    """Top-10/50 recall of the dense query (``edge_query.DENSE_PARAMS`` but ``hnsw_ef``) against
+    an exact search, over ``count`` real-text questions; mean engine ms per query."""
+    embedder = StaticEmbedder()
+    tenant = pipeline.bench_tenant()
+    exact = qe.SearchParams(exact=True, quantization=qe.QuantizationSearchParams(ignore=True))
+    rescore = qe.QuantizationSearchParams(rescore=True, oversampling=RESCORE_OVERSAMPLING)
+    params = {ef: qe.SearchParams(hnsw_ef=ef, quantization=rescore) for ef in efs}
+    ks = (10, TOP_K)
+    with tempfile.TemporaryDirectory(prefix="mp-ef-") as where:
+        store = await EdgeStore.open(where, dimensions=embedder.dimensions)
+        try:
+            await pipeline.seed_store(store, embedder, tenant, size, "real")
+            shard = store._shard  # the bench queries the engine as edge_query does
+            points = shard.info().points_count
+            outside = unindexed_points(shard)
+            asked = list(itertools.islice(realtext.RealText().questions(), count))
+            found = {ef: dict.fromkeys(ks, 0) for ef in efs}
+            seconds = dict.fromkeys([*efs, 0], 0.0)  # 0: exact
+            total = dict.fromkeys(ks, 0)
+            for text, vector in zip(asked, embedder.embed_sync(asked), strict=True):
+                scope = scope_filter(tenant, SearchQuery(vector, text, "u1", None, TOP_K))
+                dense = qe.Query.Nearest(vector.tolist(), using=DENSE_VECTOR)
+                for ef in (0, *efs):
+                    request = qe.QueryRequest(
+                        limit=TOP_K,
+                        query=dense,
+                        filter=scope,
+                        with_payload=False,
+                        params=exact if ef == 0 else params[ef],
+                    )
+                    started = time.perf_counter()
+                    ids = [p.id for p in shard.query(request)]
+                    seconds[ef] += time.perf_counter() - started
+                    if ef == 0:
+                        truth = ids
+                        for k in ks:
+                            total[k] += len(truth[:k])
+                        continue
+                    for k in ks:
+                        found[ef][k] += len(set(ids[:k]) & set(truth[:k]))
+        finally:
+            await store.close()
+    rows = [
+        {
+            "hnsw_ef": ef or "exact",
+            **{f"recall@{k}": round(found[ef][k] / total[k], 4) for k in ks if ef},
+            "mean_ms": round(1000 * seconds[ef] / len(asked), 3),
+        }
+        for ef in (*efs, 0)
+    ]
+    print(f"{points} points, {outside} outside the graph, {len(asked)} questions")
+    print(format_table(rows))
+    return {"points": points, "outside_graph": outside, "questions": len(asked), "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -454,6 +520,11 @@ def main() -> None:
         default=[],
         help="--recall: also hybrid with BM25 query terms above this df share dropped",
     )
+    parser.add_argument(
+        "--ef-recall", action="store_true", help="dense top-k recall against exact, per hnsw_ef"
+    )
+    parser.add_argument("--ef", type=int, nargs="+", default=[64, 128, 150, 192, 256, 384])
+    parser.add_argument("--questions", type=int, default=1_000, help="--ef-recall questions")
     parser.add_argument("--size", type=int, default=100_000, help="memories to import")
     parser.add_argument("--tenants", type=int, default=1, help="tenants to spread them over")
     parser.add_argument("--rounds", type=int, default=2_000, help="search queries to time")
@@ -495,6 +566,15 @@ def main() -> None:
         )
         if not args.smoke:
             print("saved", save_results("store_recall", out))
+        return
+    if args.ef_recall:
+        if not realtext.available():
+            print(f"real text needs the LoCoMo data at {realtext.LOCOMO_PATH}", file=sys.stderr)
+            sys.exit(0 if args.smoke else 1)
+        size, asked = (500, 20) if args.smoke else (args.size, args.questions)
+        out = asyncio.run(run_ef_recall(size, asked, args.ef))
+        if not args.smoke:
+            print("saved", save_results(f"store_ef_recall_{size}", out))
         return
     if args.smoke:
         args.size, args.tenants, args.rounds = 3_000, 10, 50

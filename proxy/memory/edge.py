@@ -63,7 +63,7 @@ from proxy.memory.edge_query import (
     tenant_filter,
     turns_filter,
 )
-from proxy.memory.edge_shard import open_shard, settle_generations
+from proxy.memory.edge_shard import drop_stale_generations, open_shard, settle_generations
 from proxy.memory.edge_tenants import ShardTenants
 from proxy.memory.edge_users import TenantUsers
 from proxy.memory.filters import scope_users
@@ -231,6 +231,7 @@ class EdgeStore:
             shard = await loop.run_in_executor(
                 executor, open_shard, path, dimensions, search_threads
             )
+            await loop.run_in_executor(executor, drop_stale_generations, path)
             unindexed = await loop.run_in_executor(executor, unindexed_points, shard)
             counts = await loop.run_in_executor(
                 executor, RetrievalCounts.load, Path(data_dir) / COUNTS_FILE

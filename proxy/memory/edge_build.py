@@ -31,6 +31,7 @@ from typing import IO
 READY, GO, COPIED, BUILT = "ready", "go", "copied", "built"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 COPY_CHUNK = 1 << 20
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding ``proxy``
 
 
 class BuildFailed(Exception):
@@ -107,19 +108,33 @@ class ChildBuild:
 
     def __init__(self, source: Path, target: Path) -> None:
         self.source, self.target = source, target
+        argv = [str(source.absolute()), str(target.absolute()), str(os.getpid())]
         self._process = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(source), str(target), str(os.getpid())],
+            [sys.executable, "-m", __name__, *argv],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            # ``-m`` puts the working directory first on the child's path: run it where this
+            # package lies, or a ``proxy`` package where the server was started (an older
+            # checkout) would be the one that builds.
+            cwd=PACKAGE_ROOT,
+            # Its own process group: a terminal's Ctrl-C (sent to the whole foreground group)
+            # is the server's to handle, which kills the child as it closes; killed by it
+            # first, the build failed and logged an error at every interrupted shutdown.
+            process_group=0,
         )
 
     def _expect(self, line: str) -> None:
         stdout: IO[str] | None = self._process.stdout
         said = stdout.readline().strip() if stdout is not None else ""
         if said != line:
-            code = self._process.wait()
-            raise BuildFailed(f"the index build process ended (exit {code}) before {line!r}")
+            # Ended, or it strays from its lines: either way no use. Killed, not waited for:
+            # the copy step holds every write back until this returns.
+            self.kill()
+            raise BuildFailed(
+                f"the index build process ended (exit {self._process.returncode}) before "
+                f"{line!r}" + (f" (it said {said!r})" if said else "")
+            )
 
     def ready(self) -> None:
         """Wait until the child can copy at once."""

@@ -294,7 +294,10 @@ class ShardMaintenance:
                 raise BuildFailed("the store closed")
             built = qe.EdgeShard.load(str(target))
             phases.append(time.monotonic())
-            swapped = self._swap(path, generation, built, phases)
+            old = self._swap(path, generation, built, phases)
+            # From here the link names ``target``: nothing may delete it any more.
+            swapped = True
+            self._retire(path, generation, old, built, phases)
             took = [f"{b - a:.2f}" for a, b in itertools.pairwise(phases)]
             LOGGER.info(
                 "index build of the memory store done (seconds: copy %s, build in a child %s, "
@@ -311,9 +314,12 @@ class ShardMaintenance:
                 shutil.rmtree(target, ignore_errors=True)
         return True
 
-    def _swap(self, path: Path, generation: int, built: qe.EdgeShard, phases: list[float]) -> bool:
-        """Replay the updates recorded since the copy into ``built`` and make it the shard.
-        False (``built`` closed) if the store closes first."""
+    def _swap(
+        self, path: Path, generation: int, built: qe.EdgeShard, phases: list[float]
+    ) -> qe.EdgeShard:
+        """Replay the updates recorded since the copy into ``built`` and make it the shard;
+        return the shard it replaced. ``BuildFailed`` (``built`` closed) if the store closes
+        first."""
         try:
             while True:
                 with self._writes:
@@ -337,15 +343,30 @@ class ShardMaintenance:
             built.close()
             raise
         phases.append(time.monotonic())
-        unindexed = unindexed_points(built)  # the replayed writes, counted anew
-        with self._lock:
-            self._unindexed = unindexed
-        self._stopping.wait(RETIRE_AFTER_S)
-        retired = time.monotonic()
-        old.close()
-        phases.append(phases[-1] + time.monotonic() - retired)  # the wait is no cost
-        shutil.rmtree(generation_dir(path, generation - 1), ignore_errors=True)
-        return True
+        return old
+
+    def _retire(
+        self,
+        path: Path,
+        generation: int,
+        old: qe.EdgeShard,
+        built: qe.EdgeShard,
+        phases: list[float],
+    ) -> None:
+        """After the swap: count what the replay left unindexed, close the replaced shard once
+        its last readers are done and drop its generation (whatever fails on the way)."""
+        try:
+            unindexed = unindexed_points(built)  # the replayed writes, counted anew
+            with self._lock:
+                self._unindexed = unindexed
+        finally:
+            self._stopping.wait(RETIRE_AFTER_S)
+            retired = time.monotonic()
+            try:
+                old.close()
+            finally:
+                phases.append(phases[-1] + time.monotonic() - retired)  # the wait is no cost
+                shutil.rmtree(generation_dir(path, generation - 1), ignore_errors=True)
 
     def settle(self) -> None:
         """Wait for a background flush already started (blocking; its thread runs in order)."""

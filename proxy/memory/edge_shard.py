@@ -7,7 +7,6 @@ Dense search settings were measured on synthetic memories, top 50 against an exa
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -27,7 +26,6 @@ from proxy.memory.points import (
 CONFIG_FILE = "edge_config.json"
 # The shard's directory ``memories`` is a symlink to ``memories.g<N>``: a background index
 # build (adr/0153) makes generation N+1 beside it and switches the link, one atomic rename.
-GENERATION = re.compile(r"\.g(\d+)$")
 HNSW_M = 32
 HNSW_EF_CONSTRUCT = 200
 FULL_SCAN_KB = 2_000
@@ -74,11 +72,39 @@ def generation_dir(path: Path, generation: int) -> Path:
 
 
 def current_generation(path: Path) -> int:
-    """The generation the link ``path`` points at."""
-    found = GENERATION.search(os.readlink(path))
+    """The generation the link ``path`` points at; a ``ConfigError`` if it links elsewhere."""
+    target = os.readlink(path)
+    found = _generation_of(path, os.path.basename(target))
+    beside = os.path.dirname(target)  # "" as linked here; a hand-made link may name the dir
+    if beside and os.path.realpath(path.parent / beside) != os.path.realpath(path.parent):
+        found = None
     if found is None:
-        raise ValueError(f"{path} links to no generation of the shard")
-    return int(found.group(1))
+        raise ConfigError(
+            f"{path} links to {target}, not to a generation of the memory store beside it "
+            f"({path.name}.g<N>): memproxy switches this link itself (adr/0153); to keep the "
+            "store on another disk, point store.data_dir there",
+            param="store.data_dir",
+        )
+    return found
+
+
+def _generation_of(path: Path, name: str) -> int | None:
+    """The generation ``name`` (a name beside ``path``) is of ``path``'s shard, if any."""
+    prefix = f"{path.name}.g"
+    digits = name[len(prefix) :]
+    return (
+        int(digits) if name.startswith(prefix) and digits.isascii() and digits.isdigit() else None
+    )
+
+
+def _generations(path: Path) -> dict[int, Path]:
+    """The shard's generation directories beside ``path``, by number."""
+    found = {}
+    for other in path.parent.glob(f"{path.name}.g*"):
+        generation = _generation_of(path, other.name)
+        if generation is not None and other.is_dir() and not other.is_symlink():
+            found[generation] = other
+    return found
 
 
 def switch_generation(path: Path, generation: int) -> None:
@@ -90,23 +116,58 @@ def switch_generation(path: Path, generation: int) -> None:
 
 
 def settle_generations(path: Path) -> None:
-    """Make ``path`` the link to the shard's generation before it opens, and drop what a build
-    interrupted by a crash left beside it. A shard from before the link, a directory at
-    ``path``, becomes generation 0; so does a new one. Anything else at ``path`` is left for
-    opening to fail on."""
+    """Make ``path`` the link to the shard's generation before it opens.
+
+    A shard from before the link, a directory at ``path``, becomes generation 0; so does a new
+    one. So does a copy of the data dir that followed the link (``cp -rL``): its directory is
+    the live shard, the generations beside it copies. A copy that dropped the link
+    (``rsync -r``) gets it back to its only generation; with several, which one was live
+    cannot be told: a ``ConfigError``, nothing deleted. Anything else at ``path`` is left for
+    opening to fail on.
+    """
     if path.is_symlink():
-        keep = generation_dir(path, current_generation(path)).name
-        for other in path.parent.glob(f"{path.name}.g*"):
-            if other.name != keep and GENERATION.search(other.name):
-                shutil.rmtree(other, ignore_errors=True)
+        current = generation_dir(path, current_generation(path))  # refuses a foreign link
+        if not current.is_dir():  # never a new empty store in place of the missing one
+            raise ConfigError(
+                f"{path} links to {current.name}, which is missing: restore it, or remove "
+                "the link to start an empty store",
+                param="store.data_dir",
+            )
         return
-    first = generation_dir(path, 0)
     if path.is_dir():
-        os.replace(path, first)
-    elif path.exists():
+        # Before the rename, so a crash between the renames leaves generation 0 alone.
+        _drop_generations(path, None)
+        os.replace(path, generation_dir(path, 0))
+        switch_generation(path, 0)
         return
-    first.mkdir(parents=True, exist_ok=True)  # a new shard, or a crash between the renames
-    switch_generation(path, 0)
+    if path.exists():
+        return
+    found = _generations(path)
+    if len(found) > 1:
+        names = ", ".join(sorted(p.name for p in found.values()))
+        raise ConfigError(
+            f"{path} is missing and {names} are beside it: link {path.name} to the one that "
+            "holds the memories (the highest, unless a build was interrupted), e.g. "
+            f"ln -s {path.name}.g<N> {path}",
+            param="store.data_dir",
+        )
+    generation = next(iter(found), 0)
+    generation_dir(path, generation).mkdir(parents=True, exist_ok=True)  # a new shard
+    switch_generation(path, generation)
+
+
+def drop_stale_generations(path: Path) -> None:
+    """Drop the generations beside the link ``path`` but the one it names: what a build
+    interrupted by a crash, or the replaced shard of a swap, left. Only once the shard is open
+    here: its lock tells no other process serves it (whose build copy this would delete)."""
+    _drop_generations(path, current_generation(path))
+
+
+def _drop_generations(path: Path, keep: int | None) -> None:
+    """Delete the shard's generation directories beside ``path`` but ``keep``."""
+    for generation, directory in _generations(path).items():
+        if generation != keep:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def open_shard(path: Path, dimensions: int, search_threads: int | None = None) -> qe.EdgeShard:

@@ -7,7 +7,8 @@ it answers a read. The check is one load from the log's shared state, so a write
 any worker is visible to every read that starts after it, on every worker (staleness bound:
 none). Retrieval counts are the exception (adr/0154): a read does not wait for another worker's
 counts, which reach it within ``LOG_FOLD_CHECK_S`` (the follower) or at this worker's next
-write; a worker's own counts it sees at once. A writer holds the log's lock only to append: it
+write; a worker's own counts it sees at once. ``list`` waits for them too: what it reads is
+written back whole. A writer holds the log's lock only to append: it
 applies its entry after letting the lock go (adr/0141), so a worker stalled mid-apply holds up
 nobody else.
 
@@ -411,9 +412,14 @@ class ReplicaStore:
     async def list(
         self, tenant: str, *, user: str | None, source: str | None, limit: int, after: str | None
     ) -> Page:
-        """Return up to ``limit`` memories in point-id order, starting after id ``after``."""
+        """Return up to ``limit`` memories in point-id order, starting after id ``after``,
+        every worker's retrieval counts applied."""
         require_tenant(tenant)
-        await self.sync()
+        # Not ``sync``: the records a list reads are written back whole, counts included, when
+        # a deleted memory's copies are forgotten (adr/0144); one that left another worker's
+        # counts to the follower would write back the count from before them, on every
+        # replica. Listing is off the request path: the catch-up costs no read's latency.
+        await self.catch_up()
         return await self._replica.list(tenant, user=user, source=source, limit=limit, after=after)
 
     async def delete(self, tenant: str, memory_id: str) -> bool:

@@ -9,17 +9,22 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
+import qdrant_edge as qe
 
 from proxy.memory import edge_build, edge_maintenance
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.edge_build import copy_sparse
 from proxy.memory.edge_maintenance import unindexed_points
-from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB
+from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB, open_shard
 from proxy.memory.store import SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
 
@@ -167,3 +172,195 @@ def test_a_sparse_copy_keeps_the_bytes_and_the_holes(tmp_path: Path) -> None:
     copy_sparse(str(source), str(target))
     assert target.read_bytes() == source.read_bytes()
     assert target.stat().st_blocks * 512 < 1 << 20  # the holes were not written
+
+
+async def test_a_failure_after_the_link_switched_keeps_the_new_generation(
+    tmp_path: Path, held: type[HeldBuild], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await build_started(tmp_path)
+    try:
+
+        def fails(shard: object) -> int:
+            raise RuntimeError("the count after the swap failed")
+
+        monkeypatch.setattr(edge_maintenance, "unindexed_points", fails)
+        held.release.set()
+        await build_ended(tmp_path)
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"
+        assert (tmp_path / f"{SHARD_DIR}.g1" / "edge_config.json").exists()  # the live files
+        extra = [record("after", content="written after the swap")]
+        await store.add(extra, vectors_for(extra, DIMS))
+        assert await store.count("t1") == POINTS + 1
+    finally:
+        await store.close()
+    reopened = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=None)
+    try:
+        assert await reopened.count("t1") == POINTS + 1
+    finally:
+        await reopened.close()
+
+
+def test_the_child_runs_this_code_whatever_the_working_directory_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python -m`` puts the working directory first on the path: a server started in a
+    directory holding another ``proxy`` package (an older checkout) must not run that one."""
+    shadow = tmp_path / "cwd" / "proxy"
+    (shadow / "memory").mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    (shadow / "memory" / "__init__.py").write_text("")
+    (shadow / "memory" / "edge_build.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.chdir(shadow.parent)
+    source = tmp_path / "shard"
+    open_shard(source, DIMS).close()
+    child = edge_build.ChildBuild(source, tmp_path / "copy")
+    try:
+        child.ready()
+        child.copy()
+        child.built()
+    finally:
+        child.close()
+    assert (tmp_path / "copy" / "edge_config.json").exists()
+
+
+async def test_another_process_opening_a_store_in_use_deletes_nothing(
+    tmp_path: Path, held: type[HeldBuild]
+) -> None:
+    """A CLI run against a served data dir fails on the shard's lock; before it did, it had
+    dropped the server's build copy as a crash's leftover."""
+    store = await build_started(tmp_path)
+    try:
+        opener = (
+            "import asyncio, sys\n"
+            "from proxy.memory.edge import EdgeStore\n"
+            f"asyncio.run(EdgeStore.open(sys.argv[1], dimensions={DIMS}, optimize_after=None))\n"
+        )
+        other = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", opener, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert "StoreError" in other.stderr  # the shard's lock
+        assert (tmp_path / f"{SHARD_DIR}.g1").is_dir()
+        held.release.set()
+        await build_ended(tmp_path)
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"  # swapped in
+        assert await store.count("t1") == POINTS
+    finally:
+        await store.close()
+
+
+class ReplayingShard:
+    """The built shard, with ``during`` run at its first replayed update (writes go on
+    meanwhile: the first updates are replayed without the write lock)."""
+
+    def __init__(self, shard: object, during: Callable[[], None]) -> None:
+        self._shard, self._during = shard, during
+
+    def update(self, operation: object) -> None:
+        during, self._during = self._during, lambda: None
+        during()
+        self._shard.update(operation)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._shard, name)
+
+
+async def test_writes_made_while_the_recorded_ones_replay_are_kept(
+    tmp_path: Path, held: type[HeldBuild], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await build_started(tmp_path)
+    try:
+        later = [record(f"late{i}", content=f"later note {i}") for i in range(40)]
+        for i in range(0, len(later), 2):  # more updates than the swap replays under its lock
+            await store.add(later[i : i + 2], vectors_for(later[i : i + 2], DIMS))
+        racing = [record("racing", content="written while the replay runs")]
+
+        def during() -> None:
+            store.add_sync(racing, vectors_for(racing, DIMS))
+            assert store._delete_sync("t1", "late3")
+            assert store._update_usefulness_sync("t1", "m4", lambda _: 0.25) is not None
+
+        load = qe.EdgeShard.load
+        fake = SimpleNamespace(
+            EdgeShard=SimpleNamespace(load=lambda path: ReplayingShard(load(path), during))
+        )
+        monkeypatch.setattr(edge_maintenance, "qe", fake)
+        held.release.set()
+        await build_ended(tmp_path)
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"
+        assert isinstance(store._shard, ReplayingShard)  # the swapped-in shard serves
+        monkeypatch.undo()
+        await expect_racing_writes(store, len(later))
+    finally:
+        await store.close()
+    reopened = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=None)
+    try:
+        await expect_racing_writes(reopened, len(later))
+    finally:
+        await reopened.close()
+
+
+async def expect_racing_writes(store: EdgeStore, later: int) -> None:
+    assert await store.count("t1") == POINTS + later  # + racing - late3
+    assert await store.get("t1", "racing") is not None
+    assert await store.get("t1", "late3") is None
+    useful = await store.get("t1", "m4")
+    assert useful is not None
+    assert useful.usefulness == 0.25
+
+
+class ChattyBuild(edge_build.ChildBuild):
+    """A child that answers the copy with a line of its own, then goes on for ever (a library
+    printing to its standard output, say)."""
+
+    def __init__(self, source: Path, target: Path) -> None:
+        script = (
+            "import sys, time\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "print('loading segments...', flush=True)\n"
+            "time.sleep(3600)\n"
+        )
+        self.source, self.target = source, target
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+
+def test_a_child_that_says_anything_else_is_ended_not_waited_for(tmp_path: Path) -> None:
+    """The copy step holds every write back: a child that strays from its lines must not
+    keep them waiting until it exits on its own."""
+    child = ChattyBuild(tmp_path / "shard", tmp_path / "copy")
+    failed: list[BaseException] = []
+
+    def copy() -> None:
+        try:
+            child.ready()
+            child.copy()
+        except edge_build.BuildFailed as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    thread.join(SAFETY_S)
+    try:
+        assert not thread.is_alive()
+        assert failed
+    finally:
+        child.close()
+
+
+def test_the_child_is_out_of_reach_of_the_terminals_interrupt(tmp_path: Path) -> None:
+    """Ctrl-C goes to the terminal's whole foreground process group: the child must not get
+    it (the server kills it as it closes)."""
+    source = tmp_path / "shard"
+    open_shard(source, DIMS).close()
+    child = edge_build.ChildBuild(source, tmp_path / "copy")
+    try:
+        child.ready()
+        assert os.getpgid(child._process.pid) != os.getpgrp()
+    finally:
+        child.close()

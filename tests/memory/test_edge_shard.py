@@ -14,6 +14,7 @@ from proxy.errors import ConfigError
 from proxy.memory.edge_shard import (
     CONFIG_FILE,
     current_generation,
+    drop_stale_generations,
     open_shard,
     settle_generations,
     shard_config,
@@ -24,13 +25,20 @@ from proxy.memory.points import (
     DENSE_VECTOR,
     EXPIRES_TS_KEY,
     INDEXED_KEYS,
+    SPARSE_VECTOR,
     SUPERSEDED_KEY,
+    TENANT_KEY,
 )
 from tests.memory.support import stored_pool_size
 
 # Every search filters on liveness (adr/0113): unindexed, it read each candidate's payload; the
 # neighbour lookup filters on creation time (adr/0122).
 FILTERED_KEYS = {*INDEXED_KEYS, SUPERSEDED_KEY, EXPIRES_TS_KEY, CREATED_TS_KEY}
+
+
+def point(pid: int, content: str) -> qe.Point:
+    vectors = {DENSE_VECTOR: [0.5] * 8, SPARSE_VECTOR: qe.SparseVector([1], [1.0])}
+    return qe.Point(pid, vectors, {TENANT_KEY: "t1", "content": content})
 
 
 def test_a_new_shard_indexes_every_filtered_key_and_keeps_them_on_reopen(tmp_path: Path) -> None:
@@ -143,6 +151,8 @@ def test_a_copy_a_crashed_build_left_is_dropped_and_the_link_kept(tmp_path: Path
     (tmp_path / "memories.g4").mkdir()  # the next build's copy, when the process died
     (tmp_path / "memories.g4" / "segment").write_text("half")
     settle_generations(path)
+    assert (tmp_path / "memories.g4").exists()  # until the shard is open: it may be in use
+    drop_stale_generations(path)
     assert current_generation(path) == 3
     assert not (tmp_path / "memories.g4").exists()
     assert not (tmp_path / "memories.g0").exists()  # replaced, not removed before the crash
@@ -154,3 +164,83 @@ def test_something_else_at_the_path_is_left_for_opening_to_refuse(tmp_path: Path
     path.write_text("not a directory")
     settle_generations(path)
     assert path.read_text() == "not a directory"
+
+
+def test_a_lost_link_names_the_only_generation_again(tmp_path: Path) -> None:
+    """A copy that drops links (``rsync -r``, some archivers) keeps the generation only."""
+    path = tmp_path / "memories"
+    shard = open_shard(tmp_path / "memories.g3", 8)
+    shard.update(qe.UpdateOperation.upsert_points([point(1, "kept")]))
+    shard.close()
+    settle_generations(path)
+    assert os.readlink(path) == "memories.g3"
+    settle_generations(path)  # the next open keeps it too
+    reopened = open_shard(path, 8)
+    try:
+        assert reopened.info().points_count == 1
+    finally:
+        reopened.close()
+
+
+def test_a_lost_link_beside_several_generations_is_refused_and_nothing_dropped(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "memories"
+    (tmp_path / "memories.g3").mkdir()
+    (tmp_path / "memories.g4").mkdir()  # the live one, or a build's half copy: cannot tell
+    with pytest.raises(ConfigError, match=r"memories\.g3"):
+        settle_generations(path)
+    assert (tmp_path / "memories.g3").is_dir()
+    assert (tmp_path / "memories.g4").is_dir()
+    assert not path.exists()
+
+
+def test_a_copy_that_followed_the_link_opens_its_directory(tmp_path: Path) -> None:
+    """``cp -rL``, ``scp -r``: the link became a directory, the generations are copied too."""
+    path = tmp_path / "memories"
+    shard = open_shard(path, 8)
+    shard.update(qe.UpdateOperation.upsert_points([point(1, "kept")]))
+    shard.close()
+    open_shard(tmp_path / "memories.g0", 8).close()  # the same generation, copied again
+    settle_generations(path)
+    assert path.is_symlink()
+    assert len(list(tmp_path.glob("memories.g*"))) == 1
+    reopened = open_shard(path, 8)
+    try:
+        assert reopened.info().points_count == 1
+    finally:
+        reopened.close()
+
+
+def test_a_link_to_anything_but_a_generation_is_a_config_error(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "other-disk" / "shard"
+    open_shard(elsewhere, 8).close()
+    path = tmp_path / "data" / "memories"
+    path.parent.mkdir()
+    path.symlink_to(elsewhere)
+    with pytest.raises(ConfigError, match="links to"):
+        settle_generations(path)
+    assert (elsewhere / CONFIG_FILE).exists()
+
+
+def test_a_link_made_by_hand_to_a_generation_by_its_full_path_is_one(tmp_path: Path) -> None:
+    path = tmp_path / "memories"
+    (tmp_path / "memories.g2").mkdir()
+    path.symlink_to(tmp_path / "memories.g2")  # ln -s "$PWD/memories.g2" memories
+    settle_generations(path)
+    assert current_generation(path) == 2
+    other = tmp_path / "elsewhere"
+    (other / "memories.g2").mkdir(parents=True)
+    path.unlink()
+    path.symlink_to(other / "memories.g2")  # the same name in another directory: not ours
+    with pytest.raises(ConfigError, match="links to"):
+        settle_generations(path)
+
+
+def test_a_link_to_a_missing_generation_is_a_config_error(tmp_path: Path) -> None:
+    """The link copied without its directory (``cp -a data/memories``), or the directory
+    deleted: a clear error, not a file error retried for ever nor an empty store."""
+    path = tmp_path / "memories"
+    switch_generation(path, 2)
+    with pytest.raises(ConfigError, match="missing"):
+        settle_generations(path)

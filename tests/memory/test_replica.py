@@ -25,6 +25,7 @@ from proxy.memory import edge_ids
 from proxy.memory import replica as replica_module
 from proxy.memory.duplicates import words_key
 from proxy.memory.edge import SHARD_DIR, EdgeStore
+from proxy.memory.filters import DIALOG_SOURCE
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES
 from proxy.memory.replica import (
     LOG_FILE,
@@ -37,6 +38,7 @@ from proxy.memory.replica import (
 )
 from proxy.memory.service import MemoryService
 from proxy.memory.store import SearchQuery
+from proxy.memory.turn_context import context_key
 from proxy.memory.write_log import WriteLog
 from proxy.settings import StoreSettings
 from tests.memory.support import DIM, HashEmbedder, record, vector_for, vectors_for
@@ -232,6 +234,36 @@ async def test_a_read_waits_for_a_write_logged_behind_retrieval_counts(
     counted = await b.get("t1", "m1")
     assert counted is not None
     assert counted.retrieval_count == 2
+    # b past the counts: only a barrier at the write's own end (not the count's before it)
+    # makes b's read wait for the write.
+    await a.increment_retrievals("t1", ["m1"])
+    await b.catch_up()
+    third = record("m3")
+    await a.add([third], vectors_for([third]))
+    assert await b.get("t1", "m3") is not None
+
+
+async def test_a_turn_rewritten_by_one_keeps_the_other_workers_retrieval_counts(
+    pair: tuple[ReplicaStore, ReplicaStore],
+) -> None:
+    """Forgetting a deleted memory's copies (adr/0144) writes back the turns a ``list`` read,
+    their counts with them: a list that left the other worker's counts to the follower
+    (adr/0154) wrote back the count from before them, on every replica."""
+    a, b = pair
+    await stop_following(a, b)
+    key = context_key("Secret text")
+    turn = record(
+        "turn", source=DIALOG_SOURCE, content="Yes", context="Secret text", context_key=key
+    )
+    await a.add([turn], vectors_for([turn]))
+    await b.increment_retrievals("t1", ["turn", "turn"])
+    gone = record("gone", source=DIALOG_SOURCE, content="Secret text")
+    assert await MemoryService(a, HashEmbedder()).forget_copies("t1", [gone]) == 1
+    for store in (a, b):
+        await store.catch_up()
+        got = await store.get("t1", "turn")
+        assert got is not None
+        assert (got.context, got.retrieval_count) == ("", 2)
 
 
 async def test_delete_user_through_one_is_seen_by_the_other(
