@@ -62,9 +62,9 @@ TURN_CONTEXT_MAX_CHARS = 1_000
 FORGET_SCAN_PAGE = 512
 MAX_CONTENT_CHARS = 8_000  # longest memory content the memories API accepts
 # The embedded shard's background flush (adr/0160): qdrant-edge holds the GIL through a flush,
-# ~0.2-0.26 s at 10k memories whether 1 or 1,000 points were written since the last (the
-# segments' fsyncs), so flushes are rationed by points written, not by time. A crash replays the
-# unflushed points at open (30k unflushed: 2.4 s, flushed: 0.07 s), so their number is bounded.
+# 0.03-0.26 s at 10k memories by the disk's load (its fsyncs) whether 1 or 1,000 points were
+# written since the last, so flushes are rationed by points written, not by time. A crash
+# replays the unflushed points at open (30k unflushed: 2.4 s, flushed: 0.07 s): bounded.
 FLUSH_AFTER_POINTS = 2_000
 # ...or once writes have paused this long (no request is writing: likely none in flight)...
 FLUSH_QUIET_S = 2.0
