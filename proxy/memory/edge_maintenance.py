@@ -3,15 +3,14 @@
 Edge has no background optimizer of its own. ``ShardMaintenance`` starts a flush once
 ``FLUSH_AFTER_POINTS`` points were written since the last, once writes have paused for
 ``FLUSH_QUIET_S`` or once the oldest unflushed one is ``FLUSH_MAX_AGE_S`` old (``FlushPolicy``;
-a crash replays the unflushed points at open, and replaced
-payload blocks are reclaimed only by a flush), and an HNSW build once ``optimize_after`` points
-are outside the graph. Neither may hold up the write that triggered it or the searches, which
-keep running meanwhile on the unindexed segments (adr/0011): a flush runs on its own thread, but
-the engine holds the GIL through it (its fsyncs: 0.03-0.26 s at 10k memories by the disk's
-load, however few points it persists), so flushes are rationed by writes rather than run every
-few seconds (adr/0160); a build (seconds to minutes) in a child process (adr/0153,
-``edge_build``): the engine holds the GIL for the whole build, which on a thread here froze
-the event loop for 8-11 s at 10k memories.
+a crash replays the unflushed points at open, and replaced payload blocks are reclaimed only by
+a flush), and an HNSW build once ``optimize_after`` points are outside the graph. Neither may
+hold up the write that triggered it or the searches, which keep running meanwhile on the
+unindexed segments (adr/0011): a flush runs on its own thread, but the engine holds the GIL
+through it (its fsyncs: 0.03-0.26 s at 10k memories by the disk's load, however few points it
+persists), so flushes are rationed by writes rather than run every few seconds (adr/0160); a
+build (seconds to minutes) in a child process (adr/0153, ``edge_build``): the engine holds the
+GIL for the whole build, which on a thread here froze the event loop for 8-11 s at 10k memories.
 
 A background build copies the shard (writes wait for the copy), records every update from
 then on (``update``: every write of the store goes through it), and when the child is done
