@@ -1,13 +1,16 @@
 """Background upkeep of the embedded shard: periodic flushes and index builds.
 
-Edge has no background optimizer of its own. After writes, ``ShardMaintenance`` starts a flush
-at most every ``FLUSH_INTERVAL_S`` (persisting segments keeps the write-ahead log short, and
-replaced payload blocks are reclaimed only by a flush) and an HNSW build once ``optimize_after``
-points are outside the graph. Neither may hold up the write that triggered it or the searches,
-which keep running meanwhile on the unindexed segments (adr/0011): a flush (~200 ms) runs on its
-own thread, a build (seconds to minutes) in a child process (adr/0153, ``edge_build``): the
-engine holds the GIL for the whole build, which on a thread here froze the event loop for
-8-11 s at 10k memories.
+Edge has no background optimizer of its own. ``ShardMaintenance`` starts a flush once
+``FLUSH_AFTER_POINTS`` points were written since the last, once writes have paused for
+``FLUSH_QUIET_S`` or once the oldest unflushed one is ``FLUSH_MAX_AGE_S`` old (``FlushPolicy``;
+a crash replays the unflushed points at open, and replaced payload blocks are reclaimed only by
+a flush), and an HNSW build once ``optimize_after`` points are outside the graph. Neither may
+hold up the write that triggered it or the searches, which keep running meanwhile on the
+unindexed segments (adr/0011): a flush runs on its own thread, but the engine holds the GIL
+through it (its fsyncs: 0.03-0.26 s at 10k memories by the disk's load, however few points it
+persists), so flushes are rationed by writes rather than run every few seconds (adr/0160); a
+build (seconds to minutes) in a child process (adr/0153, ``edge_build``): the engine holds the
+GIL for the whole build, which on a thread here froze the event loop for 8-11 s at 10k memories.
 
 A background build copies the shard (writes wait for the copy), records every update from
 then on (``update``: every write of the store goes through it), and when the child is done
@@ -33,14 +36,15 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import qdrant_edge as qe
 
+from proxy.defaults import FLUSH_AFTER_POINTS, FLUSH_MAX_AGE_S, FLUSH_QUIET_S
 from proxy.memory.edge_build import BuildFailed, ChildBuild
 from proxy.memory.edge_shard import current_generation, generation_dir, switch_generation
 
-FLUSH_INTERVAL_S = 5.0
 # Unindexed points that start a background build: above the shard's indexing threshold (2,000
 # memories of 256 dimensions, ``edge_shard``), so a build always finds a segment to index, and
 # small enough that the exact scan of the rest stays cheap next to the graph (10k unindexed:
@@ -88,6 +92,27 @@ def wait_for_build(path: Path) -> None:
         build.join()
 
 
+@dataclass(frozen=True)
+class FlushPolicy:
+    """When a background flush is due (adr/0160)."""
+
+    after_points: int = FLUSH_AFTER_POINTS
+    quiet_s: float = FLUSH_QUIET_S
+    max_age_s: float = FLUSH_MAX_AGE_S
+
+    def due(self, unflushed: int, since_write_s: float, age_s: float) -> bool:
+        """Whether to flush ``unflushed`` points written since the last flush, the newest
+        ``since_write_s`` ago and the oldest ``age_s`` ago: enough of them, any once writes
+        have paused, or any once the oldest is old enough."""
+        if unflushed <= 0:
+            return False
+        return (
+            unflushed >= self.after_points
+            or since_write_s >= self.quiet_s
+            or age_s >= self.max_age_s
+        )
+
+
 class ShardMaintenance:
     """Schedules the shard's flushes and index builds; holds the shard's current handle."""
 
@@ -98,8 +123,13 @@ class ShardMaintenance:
         *,
         path: Path | None = None,
         unindexed: int = 0,
+        flush_policy: FlushPolicy | None = None,
     ) -> None:
         self.optimize_after = optimize_after
+        # Read at construction, not as a default argument: tests set the module's constants.
+        self.flush_policy = flush_policy or FlushPolicy(
+            FLUSH_AFTER_POINTS, FLUSH_QUIET_S, FLUSH_MAX_AGE_S
+        )
         self.shard = shard  # replaced by a background build's swap
         # The link's path, not its target: one key per shard whatever its generation.
         self._path = None if path is None else path.absolute()
@@ -115,7 +145,10 @@ class ShardMaintenance:
         self._optimizing = False
         self._flushing = False
         self._unindexed = unindexed
-        self._last_flush = time.monotonic()
+        self._unflushed = 0  # points written since the last flush started
+        self._last_write = time.monotonic()
+        self._first_unflushed = self._last_write  # when the oldest unflushed point came
+        self._quiet: threading.Timer | None = None  # checks for a pause in the writes
         self._retry_at = 0.0
         self._build: threading.Thread | None = None
         self._after_build: Callable[[], None] | None = None
@@ -132,10 +165,14 @@ class ShardMaintenance:
         with self._lock:
             self._unindexed += points
             now = time.monotonic()
-            flush = now - self._last_flush >= FLUSH_INTERVAL_S and not self._flushing
-            if flush:
-                self._last_flush = now
-                self._flushing = True
+            if self._unflushed == 0:
+                self._first_unflushed = now
+            self._unflushed += points
+            self._last_write = now
+            age = now - self._first_unflushed
+            flush = self._start_flush_if(self.flush_policy.due(self._unflushed, 0.0, age))
+            if not flush and self._unflushed > 0:
+                self._watch_quiet(self.flush_policy.quiet_s)
             threshold = self.optimize_after
             build = threshold is not None and self._unindexed >= threshold and not self._optimizing
             build = build and now >= self._retry_at and not self._stopping.is_set()
@@ -157,8 +194,45 @@ class ShardMaintenance:
                 _BUILDS[self._path] = thread
         thread.start()
 
+    def _start_flush_if(self, due: bool) -> bool:
+        """Mark a background flush started if ``due`` and none runs (under ``_lock``)."""
+        if not due or self._flushing:
+            return False
+        self._unflushed = 0
+        self._flushing = True
+        return True
+
+    def _watch_quiet(self, after_s: float) -> None:
+        """Check for a pause in the writes ``after_s`` from now (under ``_lock``): one timer
+        per pause, not one per write."""
+        if self._quiet is not None or self._stopping.is_set():
+            return
+        self._quiet = threading.Timer(after_s, self._on_quiet)
+        self._quiet.name = "edge-flush-quiet"
+        self._quiet.daemon = True
+        self._quiet.start()
+
+    def _on_quiet(self) -> None:
+        with self._lock:
+            self._quiet = None
+            if self._stopping.is_set() or self._unflushed <= 0:
+                return
+            now = time.monotonic()
+            since = now - self._last_write
+            age = now - self._first_unflushed
+            flush = self._start_flush_if(self.flush_policy.due(self._unflushed, since, age))
+            if not flush:  # written to since, or a flush still runs: look again later
+                self._watch_quiet(max(self.flush_policy.quiet_s - since, 0.05))
+        if flush:
+            try:
+                self._flusher.submit(self._flush_sync)
+            except RuntimeError:  # closed meanwhile: the close flushes
+                self._flushing = False
+
     def flush(self) -> None:
         """Flush the shard now (never while a build copies its files)."""
+        with self._lock:
+            self._unflushed = 0
         with self._files:
             self.shard.flush()
 
@@ -318,6 +392,9 @@ class ShardMaintenance:
         self._stopping.set()
         with self._lock:
             child = self._child
+            quiet, self._quiet = self._quiet, None
+        if quiet is not None:
+            quiet.cancel()
         if child is not None:
             child.kill()
         self._optimizer.shutdown(wait=True)

@@ -320,7 +320,7 @@ async def test_a_supersede_makes_the_tenants_searches_check_liveness(
 async def test_background_flush_and_index_build_keep_every_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(edge_maintenance, "FLUSH_INTERVAL_S", 0.0)  # flush after every write
+    monkeypatch.setattr(edge_maintenance, "FLUSH_AFTER_POINTS", 1)  # flush after every write
     store = await EdgeStore.open(tmp_path, dimensions=DIM, optimize_after=100)
     records = [record(f"m{i}") for i in range(600)]
     for start in range(0, 600, 50):
@@ -1000,3 +1000,34 @@ async def test_an_open_that_fails_after_the_shard_opened_closes_it(
     store = await EdgeStore.open(tmp_path, dimensions=DIM)
     await store.close()
     assert failed.traceback  # held until here, as a caller's error handling would
+
+
+class FlushCountingShard:
+    """The store's shard, counting its flushes."""
+
+    def __init__(self, shard: qe.EdgeShard) -> None:
+        self._shard = shard
+        self.flushes = 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        self._shard.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+
+async def test_closing_flushes_writes_no_background_flush_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(edge_maintenance, "FLUSH_AFTER_POINTS", 10**9)
+    monkeypatch.setattr(edge_maintenance, "FLUSH_QUIET_S", 3600.0)
+    monkeypatch.setattr(edge_maintenance, "FLUSH_MAX_AGE_S", 3600.0)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    counting = FlushCountingShard(store._shard)
+    monkeypatch.setattr(store, "_shard", counting)
+    records = [record(f"m{i}") for i in range(20)]
+    await store.add(records, vectors_for(records, DIM))
+    assert counting.flushes == 0  # too few points, no pause yet
+    await store.close()
+    assert counting.flushes == 1

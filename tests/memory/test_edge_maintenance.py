@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -56,15 +57,77 @@ def test_index_builds_start_at_the_threshold(
     assert shard.builds == builds
 
 
-def test_a_flush_waits_for_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("unflushed", "since_write_s", "age_s", "due"),
+    [
+        (0, 3600.0, 3600.0, False),  # nothing written since the last flush
+        (1, 0.0, 0.0, False),  # one point, writes still coming
+        (1999, 1.9, 29.9, False),
+        (2000, 0.0, 0.0, True),  # enough points, however busy
+        (5000, 0.0, 0.0, True),
+        (1, 2.0, 2.0, True),  # writes have paused: persist what there is
+        (10, 0.1, 30.0, True),  # never paused, but the oldest has waited long enough
+    ],
+)
+def test_a_flush_is_due_by_points_a_pause_or_age(
+    unflushed: int, since_write_s: float, age_s: float, due: bool
+) -> None:
+    policy = edge_maintenance.FlushPolicy(after_points=2000, quiet_s=2.0, max_age_s=30.0)
+    assert policy.due(unflushed, since_write_s, age_s) is due
+
+
+@pytest.mark.parametrize(
+    ("writes", "flushes"),
+    [
+        ([60, 39], 0),  # 99 points: not yet (and no pause: the quiet check is an hour away)
+        ([60, 40], 1),
+        ([250], 1),
+    ],
+)
+def test_writes_start_a_flush_at_the_point_count(writes: list[int], flushes: int) -> None:
     shard = RecordingShard()
-    monkeypatch.setattr(edge_maintenance, "FLUSH_INTERVAL_S", 3600.0)
-    maintenance = ShardMaintenance(shard, None)  # type: ignore[arg-type]
-    maintenance.after_write(1)
-    monkeypatch.setattr(edge_maintenance, "FLUSH_INTERVAL_S", 0.0)
+    policy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=3600.0)
+    maintenance = ShardMaintenance(shard, None, flush_policy=policy)  # type: ignore[arg-type]
+    for points in writes:
+        maintenance.after_write(points)
+    maintenance.close()  # waits for a running flush; a pending quiet check is dropped
+    assert shard.flushes == flushes
+
+
+@pytest.mark.parametrize(("quiet_s", "flushes"), [(0.0, 1), (3600.0, 0)])
+def test_a_pause_in_the_writes_starts_a_flush(quiet_s: float, flushes: int) -> None:
+    shard = RecordingShard()
+    busy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=3600.0)
+    maintenance = ShardMaintenance(shard, None, flush_policy=busy)  # type: ignore[arg-type]
+    maintenance.after_write(1)  # not due: the write itself starts no flush
+    maintenance.flush_policy = replace(busy, quiet_s=quiet_s)
+    maintenance._on_quiet()  # the quiet check, run now rather than by its timer
+    maintenance.settle()
+    assert shard.flushes == flushes
+    maintenance.close()
+
+
+@pytest.mark.parametrize(("max_age_s", "flushes"), [(0.0, 1), (3600.0, 0)])
+def test_a_write_flushes_once_the_oldest_unflushed_is_old_enough(
+    max_age_s: float, flushes: int
+) -> None:
+    shard = RecordingShard()
+    policy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=max_age_s)
+    maintenance = ShardMaintenance(shard, None, flush_policy=policy)  # type: ignore[arg-type]
     maintenance.after_write(1)
     maintenance.close()
-    assert shard.flushes == 1  # the first write came before the interval had passed
+    assert shard.flushes == flushes
+
+
+def test_a_flush_resets_the_count_of_unflushed_points() -> None:
+    shard = RecordingShard()
+    policy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=3600.0)
+    maintenance = ShardMaintenance(shard, None, flush_policy=policy)  # type: ignore[arg-type]
+    maintenance.after_write(60)
+    maintenance.flush()  # an explicit flush (the API's, or a close's) persisted those
+    maintenance.after_write(60)
+    maintenance.close()
+    assert shard.flushes == 1
 
 
 def test_a_running_build_is_not_started_twice() -> None:

@@ -38,9 +38,7 @@ def disk_mb(path: Path) -> int:
 async def test_retrieval_count_updates_do_not_grow_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(
-        edge_maintenance, "FLUSH_INTERVAL_S", 0.05
-    )  # the 5 s production pace, sped up
+    monkeypatch.setattr(edge_maintenance, "FLUSH_QUIET_S", 0.05)  # production's pause, sped up
     store = await EdgeStore.open(tmp_path, dimensions=DIM)
     try:
         now = datetime.now(UTC)
