@@ -187,7 +187,8 @@ class EdgeStore:
     @property
     def _shard(self) -> qe.EdgeShard:
         """The shard's current handle: a background index build swaps in another (adr/0153);
-        every update goes through ``self._maintenance.update``."""
+        every update goes through ``self._maintenance.update``, every read through
+        ``self._reads`` (which keeps the handle it took open until done)."""
         return self._maintenance.shard
 
     @_shard.setter
