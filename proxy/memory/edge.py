@@ -49,6 +49,7 @@ from proxy.memory.edge_lifecycle import LifecycleTenants
 from proxy.memory.edge_maintenance import (
     OPTIMIZE_AFTER_POINTS,
     ShardMaintenance,
+    ShardReads,
     unindexed_points,
     wait_for_build,
 )
@@ -173,6 +174,7 @@ class EdgeStore:
         self.optimize_after = optimize_after
         self._executor = executor
         self._maintenance = ShardMaintenance(shard, optimize_after, path=path, unindexed=unindexed)
+        self._reads = ShardReads(self._maintenance)  # every read: a swap never closes its shard
         self._closed = False
         self._rmw_lock = threading.Lock()
         self.record_cache_entries = record_cache_entries
@@ -187,7 +189,8 @@ class EdgeStore:
     @property
     def _shard(self) -> qe.EdgeShard:
         """The shard's current handle: a background index build swaps in another (adr/0153);
-        every update goes through ``self._maintenance.update``."""
+        every update goes through ``self._maintenance.update``, every read through
+        ``self._reads`` (which keeps the handle it took open until done)."""
         return self._maintenance.shard
 
     @_shard.setter
@@ -282,7 +285,7 @@ class EdgeStore:
         cache, merged = self._records, self._counts.merged
         kept = 0
         try:
-            if not cache.max_entries or self._shard.info().points_count > cache.max_entries:
+            if not cache.max_entries or self._reads.info().points_count > cache.max_entries:
                 return 0
             offset: Any = None
             while not self._closed:
@@ -290,7 +293,7 @@ class EdgeStore:
                 request = qe.ScrollRequest(
                     offset=offset, limit=WARM_PAGE, with_payload=True, with_vector=False
                 )
-                found, offset = self._shard.scroll(request)
+                found, offset = self._reads.scroll(request)
                 page = {
                     (key := key_of(point.id)): merged(key, from_payload(point.payload or {}))
                     for point in found
@@ -339,7 +342,7 @@ class EdgeStore:
         )
         self._users.note({(r.tenant, r.user) for r in records})
         self._tenants.note({r.tenant for r in records})
-        self._maintenance.update(qe.UpdateOperation.upsert_points(points))
+        self._maintenance.update(qe.UpdateOperation.upsert_points(points), len(points))
         self._counts.drop(written)  # the payload carries the record's own count again
         self._records.invalidate(written)
         self._maintenance.after_write(len(points))
@@ -360,7 +363,7 @@ class EdgeStore:
         for record, key in zip(records, keys, strict=True):
             if names.setdefault(key, (record.tenant, record.id)) != (record.tenant, record.id):
                 raise collision(record.id)
-        held = self._shard.retrieve(list(names), list(NAME_FIELDS), False)
+        held = self._reads.retrieve(list(names), list(NAME_FIELDS), False)
         for point in held:
             payload, name = point.payload or {}, names[key_of(point.id)]
             if (payload.get(TENANT_KEY), payload.get("id")) != name:
@@ -376,7 +379,7 @@ class EdgeStore:
         return await self._run(self._get_sync, tenant, memory_id)
 
     def _get_sync(self, tenant: str, memory_id: str) -> MemoryRecord | None:
-        found = self._shard.retrieve([self._point_id(tenant, memory_id)], True, False)
+        found = self._reads.retrieve([self._point_id(tenant, memory_id)], True, False)
         return self._owned(found[0], tenant, memory_id) if found else None
 
     def _point_id(self, tenant: str, memory_id: str) -> int | str:
@@ -412,7 +415,7 @@ class EdgeStore:
             with_payload=True,
             with_vector=False,
         )
-        found, _ = self._shard.scroll(request)
+        found, _ = self._reads.scroll(request)
         records = [r for r in (self._owned(p, tenant) for p in found) if r is not None]
         if after is not None and records and records[0].id == after:
             records = records[1:]
@@ -431,7 +434,7 @@ class EdgeStore:
     def _delete_sync(self, tenant: str, memory_id: str) -> bool:
         pid = self._point_id(tenant, memory_id)
         with self._rmw_lock:
-            found = self._shard.retrieve([pid], True, False)
+            found = self._reads.retrieve([pid], True, False)
             if not found or self._owned(found[0], tenant, memory_id) is None:
                 return False
             self._maintenance.update(qe.UpdateOperation.delete_points([pid]))
@@ -532,7 +535,7 @@ class EdgeStore:
     def _holds_others(self, tenant: str, user: str) -> bool:
         """Whether the shard holds a memory of ``tenant`` that a search of ``user`` may not see."""
         return bool(
-            self._shard.count(qe.CountRequest(exact=True, filter=others_filter(tenant, user)))
+            self._reads.count(qe.CountRequest(exact=True, filter=others_filter(tenant, user)))
         )
 
     def _shard_tenants(self) -> builtins.list[str] | None:
@@ -560,7 +563,7 @@ class EdgeStore:
         request = qe.ScrollRequest(
             limit=1, filter=scope, with_payload=[TENANT_KEY], with_vector=False
         )
-        found, _ = self._shard.scroll(request)
+        found, _ = self._reads.scroll(request)
         if not found:
             return None
         tenant = (found[0].payload or {}).get(TENANT_KEY)
@@ -569,7 +572,7 @@ class EdgeStore:
     def _holds_lifecycle(self, tenant: str) -> bool:
         """Whether the shard holds a memory of ``tenant`` with an expiry or a successor."""
         return any(
-            self._shard.count(qe.CountRequest(exact=True, filter=found))
+            self._reads.count(qe.CountRequest(exact=True, filter=found))
             for found in lifecycle_filters(tenant)
         )
 
@@ -583,17 +586,18 @@ class EdgeStore:
         tenants: bool = True,
         dense: qe.Query | None = None,
     ) -> builtins.list[Candidate]:
-        hits = search_hits(
-            self._shard,
-            tenant,
-            query,
-            vector,
-            hybrid=self.hybrid,
-            ids=self._ids,
-            users=users,
-            tenants=tenants,
-            dense=dense,
-        )
+        with self._maintenance.reading() as shard:
+            hits = search_hits(
+                shard,
+                tenant,
+                query,
+                vector,
+                hybrid=self.hybrid,
+                ids=self._ids,
+                users=users,
+                tenants=tenants,
+                dense=dense,
+            )
         return self._candidates(tenant, hits, scoped=tenants)
 
     def _candidates(
@@ -631,7 +635,7 @@ class EdgeStore:
                     if scoped
                     else stored_or_fail(point.payload),
                 )
-                for point in self._shard.retrieve(missing, True, False)
+                for point in self._reads.retrieve(missing, True, False)
             }
             self._records.store(fetched, generation)
             found.update(fetched)
@@ -665,7 +669,7 @@ class EdgeStore:
                     unread.append(self._ids.wire(key))
                 else:
                     counts[key] = current + delta
-            found = self._shard.retrieve(unread, list(COUNT_FIELDS), False) if unread else []
+            found = self._reads.retrieve(unread, list(COUNT_FIELDS), False) if unread else []
             for point in found:
                 payload = point.payload
                 if not payload or payload.get(TENANT_KEY) != tenant:
@@ -694,14 +698,14 @@ class EdgeStore:
     ) -> MemoryRecord | None:
         pid = self._point_id(tenant, memory_id)
         with self._rmw_lock:
-            found = self._shard.retrieve([pid], True, False)
+            found = self._reads.retrieve([pid], True, False)
             current = self._owned(found[0], tenant, memory_id) if found else None
             if current is None:
                 return None
             value = update(current.usefulness)
             self._maintenance.update(qe.UpdateOperation.set_payload([pid], {"usefulness": value}))
             self._records.invalidate([key_of(pid)])
-            after = self._shard.retrieve([pid], True, False)
+            after = self._reads.retrieve([pid], True, False)
         return self._owned(after[0], tenant, memory_id)
 
     async def supersede(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
@@ -713,7 +717,7 @@ class EdgeStore:
     def _supersede_sync(self, tenant: str, memory_id: str, by: str) -> MemoryRecord | None:
         pid = self._point_id(tenant, memory_id)
         with self._rmw_lock:
-            found = self._shard.retrieve([pid], True, False)
+            found = self._reads.retrieve([pid], True, False)
             current = self._owned(found[0], tenant, memory_id) if found else None
             if current is None or current.superseded_by is not None:
                 return None
@@ -721,14 +725,14 @@ class EdgeStore:
             self._lifecycle.note([tenant])
             self._maintenance.update(qe.UpdateOperation.set_payload([pid], {SUPERSEDED_KEY: by}))
             self._records.invalidate([key_of(pid)])
-            after = self._shard.retrieve([pid], True, False)
+            after = self._reads.retrieve([pid], True, False)
         return self._owned(after[0], tenant, memory_id)
 
     async def count(self, tenant: str) -> int:
         """Return how many memories the tenant has."""
         require_tenant(tenant)
         return await self._run(
-            lambda: self._shard.count(qe.CountRequest(exact=True, filter=tenant_filter(tenant)))
+            lambda: self._reads.count(qe.CountRequest(exact=True, filter=tenant_filter(tenant)))
         )
 
     async def repeats(
@@ -774,7 +778,7 @@ class EdgeStore:
     def _turns_once(
         self, tenant: str, query: TurnsQuery, dense: qe.Query, *, tenants: bool
     ) -> builtins.list[Candidate]:
-        found = self._shard.query(
+        found = self._reads.query(
             qe.QueryRequest(
                 limit=NEAR_TURNS * len(query.times),
                 query=dense,
@@ -797,7 +801,7 @@ class EdgeStore:
     def _delete_matching(self, scope: qe.Filter) -> int:
         """Delete the points ``scope`` matches and drop their retrieval counts (the caller holds
         the read-modify-write lock); return how many there were."""
-        count = self._shard.count(qe.CountRequest(exact=True, filter=scope))
+        count = self._reads.count(qe.CountRequest(exact=True, filter=scope))
         if not count:
             return 0
         if len(self._counts):
@@ -819,7 +823,7 @@ class EdgeStore:
                 with_payload=with_payload,
                 with_vector=False,
             )
-            found, offset = self._shard.scroll(request)
+            found, offset = self._reads.scroll(request)
             yield from found
             if offset is None:
                 return

@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import IO
 
@@ -107,6 +108,8 @@ def main(argv: list[str]) -> int:
 class ChildBuild:
     """The parent's end of one build: start it, let it copy, wait for the index, or kill it."""
 
+    _late = False  # killed for taking too long over a step
+
     def __init__(self, source: Path, target: Path) -> None:
         self.source, self.target = source, target
         argv = [str(source.absolute()), str(target.absolute()), str(os.getpid())]
@@ -125,9 +128,21 @@ class ChildBuild:
             process_group=0,
         )
 
-    def _expect(self, line: str) -> None:
+    def _expect(self, line: str, timeout_s: float | None = None) -> None:
         stdout: IO[str] | None = self._process.stdout
-        said = stdout.readline().strip() if stdout is not None else ""
+        # A child stuck in a step would hold its caller for ever (the copy step: every
+        # write): past ``timeout_s`` it is killed, which ends the read below.
+        timer = None if timeout_s is None else threading.Timer(timeout_s, self._too_late)
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            said = stdout.readline().strip() if stdout is not None else ""
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if self._late:
+            raise BuildFailed(f"the index build process took over {timeout_s} s before {line!r}")
         if said != line:
             # Ended, or it strays from its lines: either way no use. Killed, not waited for:
             # the copy step holds every write back until this returns.
@@ -141,9 +156,13 @@ class ChildBuild:
         """Wait until the child can copy at once."""
         self._expect(READY)
 
-    def copy(self) -> None:
+    def _too_late(self) -> None:
+        self._late = True
+        self.kill()
+
+    def copy(self, timeout_s: float | None = None) -> None:
         """Have the child copy the shard now; return once the copy is complete (the caller
-        holds every write back meanwhile)."""
+        holds every write back meanwhile), or kill it after ``timeout_s``."""
         stdin = self._process.stdin
         if stdin is None:
             raise BuildFailed("the index build process has no input")
@@ -152,11 +171,12 @@ class ChildBuild:
             stdin.flush()
         except (BrokenPipeError, ValueError) as exc:
             raise BuildFailed(f"the index build process ended before the copy: {exc}") from exc
-        self._expect(COPIED)
+        self._expect(COPIED, timeout_s)
 
-    def built(self) -> None:
-        """Wait until the copy is indexed, flushed and closed by the child."""
-        self._expect(BUILT)
+    def built(self, timeout_s: float | None = None) -> None:
+        """Wait until the copy is indexed, flushed and closed by the child, or kill it after
+        ``timeout_s``."""
+        self._expect(BUILT, timeout_s)
         if self._process.wait() != 0:
             raise BuildFailed(f"the index build process failed (exit {self._process.returncode})")
 
@@ -164,7 +184,8 @@ class ChildBuild:
         """End the child now (it may be half-way: the caller drops its copy) and reap it; a
         thread waiting on one of its steps gets ``BuildFailed``."""
         if self._process.poll() is None:
-            self._process.kill()
+            with contextlib.suppress(ProcessLookupError):  # reaped meanwhile by another thread
+                self._process.kill()
         self._process.wait()
 
     def close(self) -> None:

@@ -18,6 +18,9 @@ opens the indexed copy, replays the recorded updates into it and swaps it in und
 lock, then switches the shard's link to it (``edge_shard``): readers see one shard or the
 other, both holding every acknowledged write, and so does a process that crashes at any step.
 A child that fails or is killed leaves the store serving unindexed; the next writes try again.
+So does one stuck in its copy or its build (killed past ``COPY_TIMEOUT_S`` or
+``BUILD_TIMEOUT_S``), and a build during which more than ``RECORD_LIMIT_POINTS`` are written.
+Reads hold the handle they took open (``reading``): the replaced shard closes after the last.
 Closing kills a running child and drops its copy.
 
 Unindexed points are counted from the shard when it opens, then per write (adr/0124): a store
@@ -34,8 +37,9 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,9 +55,18 @@ from proxy.memory.edge_shard import current_generation, generation_dir, switch_g
 # search 1.41 ms, indexed 0.84 ms).
 OPTIMIZE_AFTER_POINTS = 5_000
 CLOSE_WAIT_S = 2.0
-# How long the shard a build replaced stays open: a reader that took the old handle just
-# before the swap still calls it (every engine call takes a millisecond or so).
-RETIRE_AFTER_S = 1.0
+# A child over this long in its copy step is killed and the writes it held back go on (the
+# store serves unindexed and tries again later): the copy took 0.15 s at 10k memories, so
+# this is a stuck child, not a slow disk.
+COPY_TIMEOUT_S = 10.0
+# A child over this long in its build is killed likewise: a generous bound (the build took
+# seconds at 10k memories), scaled with the shard's points so a large store still builds.
+BUILD_TIMEOUT_S = 600.0
+BUILD_TIMEOUT_PER_POINT_S = 0.01
+# Points written during a build are recorded (vectors included) to replay into the copy:
+# past this many the build is abandoned (child killed, record dropped, tried again later)
+# rather than grow the record without bound; ~60 MB at 256 dimensions with their payloads.
+RECORD_LIMIT_POINTS = 20_000
 # A failed background build is tried again after this long (and the next write), not at once:
 # a child that cannot build (a full disk) would otherwise be restarted on every write.
 RETRY_AFTER_S = 60.0
@@ -113,6 +126,39 @@ class FlushPolicy:
         )
 
 
+class ShardReads:
+    """The shard's read calls, each on the current handle and holding it open meanwhile
+    (``ShardMaintenance.reading``): a build's swap never closes a handle a read still uses."""
+
+    def __init__(self, maintenance: ShardMaintenance) -> None:
+        self._maintenance = maintenance
+
+    def info(self) -> qe.ShardInfo:
+        with self._maintenance.reading() as shard:
+            return shard.info()
+
+    def count(self, request: qe.CountRequest) -> int:
+        with self._maintenance.reading() as shard:
+            return shard.count(request)
+
+    def query(self, request: qe.QueryRequest) -> list[qe.ScoredPoint]:
+        with self._maintenance.reading() as shard:
+            return shard.query(request)
+
+    def scroll(self, request: qe.ScrollRequest) -> tuple[list[qe.Record], qe.PointId | None]:
+        with self._maintenance.reading() as shard:
+            return shard.scroll(request)
+
+    def retrieve(
+        self,
+        ids: list[qe.PointId],
+        with_payload: qe.WithPayloadType | None = None,
+        with_vector: qe.WithVectorType | None = None,
+    ) -> list[qe.Record]:
+        with self._maintenance.reading() as shard:
+            return shard.retrieve(ids, with_payload, with_vector)
+
+
 class ShardMaintenance:
     """Schedules the shard's flushes and index builds; holds the shard's current handle."""
 
@@ -140,6 +186,12 @@ class ShardMaintenance:
         self._writes = threading.Lock()  # every update, and a build's copy and swap
         self._files = threading.Lock()  # a flush never rewrites files a build copies
         self._recorded: list[qe.UpdateOperation] | None = None  # updates since a build's copy
+        self._recorded_points = 0
+        self._abandoned = False  # the record grew past its bound: the build must not swap
+        # The handle and its readers: a read takes the handle under this lock, and a handle
+        # a build replaced is closed only once no read holds it (``_retire``).
+        self._handles = threading.Condition()
+        self._readers: dict[int, int] = {}  # id(handle) -> reads under way
         self._child: ChildBuild | None = None
         self._stopping = threading.Event()
         self._optimizing = False
@@ -153,12 +205,42 @@ class ShardMaintenance:
         self._build: threading.Thread | None = None
         self._after_build: Callable[[], None] | None = None
 
-    def update(self, operation: qe.UpdateOperation) -> None:
-        """Apply ``operation`` to the shard; a background build replays it into its copy."""
+    @contextmanager
+    def reading(self) -> Iterator[qe.EdgeShard]:
+        """The shard's current handle, kept open (a build's swap or not) until this exits."""
+        with self._handles:
+            shard = self.shard
+            key = id(shard)
+            self._readers[key] = self._readers.get(key, 0) + 1
+        try:
+            yield shard
+        finally:
+            with self._handles:
+                left = self._readers.pop(key) - 1
+                if left:
+                    self._readers[key] = left
+                else:
+                    self._handles.notify_all()
+
+    def update(self, operation: qe.UpdateOperation, points: int = 1) -> None:
+        """Apply ``operation`` (of ``points`` points) to the shard; a background build
+        replays it into its copy, or is abandoned if that record grows too large."""
         with self._writes:
             self.shard.update(operation)
             if self._recorded is not None:
                 self._recorded.append(operation)
+                self._recorded_points += points
+                if self._recorded_points > RECORD_LIMIT_POINTS:
+                    self._abandon()
+
+    def _abandon(self) -> None:
+        """Drop the record and kill the child (the caller holds the write lock)."""
+        self._recorded = None
+        self._abandoned = True
+        with self._lock:
+            child = self._child
+        if child is not None:
+            child.kill()  # the build's thread gets ``BuildFailed``
 
     def after_write(self, points: int) -> None:
         """Note ``points`` new points; start a flush or an index build when one is due."""
@@ -230,7 +312,8 @@ class ShardMaintenance:
                 self._flushing = False
 
     def flush(self) -> None:
-        """Flush the shard now (never while a build copies its files)."""
+        """Flush the shard now (never while a build copies its files or swaps the handle:
+        the swap holds this lock too, so the handle flushed is the current one)."""
         with self._lock:
             self._unflushed = 0
         with self._files:
@@ -283,12 +366,16 @@ class ShardMaintenance:
             if self._stopping.is_set():
                 raise BuildFailed("the store closed")
             child.ready()
+            points = self.shard.info().points_count
             phases = [time.monotonic()]
             with self._writes, self._files:
-                child.copy()
-                self._recorded = []
+                child.copy(COPY_TIMEOUT_S)
+                self._recorded, self._recorded_points, self._abandoned = [], 0, False
             phases.append(time.monotonic())
-            child.built()
+            try:
+                child.built(BUILD_TIMEOUT_S + BUILD_TIMEOUT_PER_POINT_S * points)
+            finally:
+                self._check_abandoned()
             phases.append(time.monotonic())
             if self._stopping.is_set():
                 raise BuildFailed("the store closed")
@@ -309,7 +396,7 @@ class ShardMaintenance:
                 self._child = None
             child.close()
             with self._writes:
-                self._recorded = None
+                self._recorded, self._abandoned = None, False
             if not swapped:
                 shutil.rmtree(target, ignore_errors=True)
         return True
@@ -323,27 +410,41 @@ class ShardMaintenance:
         try:
             while True:
                 with self._writes:
+                    self._check_abandoned()
                     recorded = self._recorded or []
                     if len(recorded) <= REPLAY_LOCKED or self._stopping.is_set():
                         break
-                    self._recorded = []
+                    self._recorded, self._recorded_points = [], 0
                 for operation in recorded:  # writes go on meanwhile, recorded again
                     built.update(operation)
             phases.append(time.monotonic())
-            with self._writes:
+            with self._writes, self._files:
                 if self._stopping.is_set():
                     raise BuildFailed("the store closed")
+                self._check_abandoned()
                 for operation in self._recorded or []:
                     built.update(operation)
                 # ``built`` holds every acknowledged write: the link may name it now.
                 switch_generation(path, generation)
-                old, self.shard = self.shard, built
+                with self._handles:
+                    old, self.shard = self.shard, built
                 self._recorded = None
         except BaseException:
             built.close()
             raise
         phases.append(time.monotonic())
         return old
+
+    def _check_abandoned(self) -> None:
+        if self._abandoned:
+            raise BuildFailed(
+                f"over {RECORD_LIMIT_POINTS} points written during the index build: abandoned"
+            )
+
+    def _wait_for_readers(self, shard: qe.EdgeShard) -> None:
+        """Block until no read holds ``shard`` (a handle no read can take any more)."""
+        with self._handles:
+            self._handles.wait_for(lambda: id(shard) not in self._readers)
 
     def _retire(
         self,
@@ -360,11 +461,11 @@ class ShardMaintenance:
             with self._lock:
                 self._unindexed = unindexed
         finally:
-            self._stopping.wait(RETIRE_AFTER_S)
+            self._wait_for_readers(old)
             retired = time.monotonic()
             try:
-                # A background flush may have taken ``old`` just before the swap, and closing
-                # the store skips the grace period: never close the shard under its flush.
+                # A background flush may have taken ``old`` just before the swap: never close
+                # the shard under its flush.
                 with self._files:
                     old.close()
             finally:

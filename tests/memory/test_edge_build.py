@@ -44,10 +44,10 @@ class HeldBuild(edge_build.ChildBuild):
         super().__init__(source, target)
         HeldBuild.started.append(self)
 
-    def built(self) -> None:
+    def built(self, timeout_s: float | None = None) -> None:
         HeldBuild.copied.set()
         HeldBuild.release.wait(SAFETY_S)
-        super().built()
+        super().built(timeout_s)
 
     def kill(self) -> None:
         super().kill()
@@ -364,3 +364,170 @@ def test_the_child_is_out_of_reach_of_the_terminals_interrupt(tmp_path: Path) ->
         assert os.getpgid(child._process.pid) != os.getpgrp()
     finally:
         child.close()
+
+
+class StuckBuild(edge_build.ChildBuild):
+    """A real child that stops for good in its copy step (``copied`` False) or its build."""
+
+    copying = threading.Event()
+    copied = True
+
+    def __init__(self, source: Path, target: Path) -> None:
+        said = "print('copied', flush=True)\n" if self.copied else ""
+        script = (
+            "import sys, time\n"
+            "print('ready', flush=True)\n"
+            f"sys.stdin.readline()\n{said}"
+            "time.sleep(3600)\n"
+        )
+        self.source, self.target = source, target
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def copy(self, timeout_s: float | None = None) -> None:
+        StuckBuild.copying.set()  # the caller holds every write back from here
+        super().copy(timeout_s)
+
+
+class StuckCopy(StuckBuild):
+    copied = False
+
+
+async def test_a_child_stuck_in_its_copy_is_killed_and_writes_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    StuckBuild.copying = threading.Event()
+    monkeypatch.setattr(edge_maintenance, "ChildBuild", StuckCopy)
+    monkeypatch.setattr(edge_maintenance, "COPY_TIMEOUT_S", 0.1)
+    store = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=POINTS)
+    try:
+        first = [record(f"m{i}", content=f"note {i}") for i in range(POINTS)]
+        await store.add(first, vectors_for(first, DIMS))
+        assert await asyncio.to_thread(StuckBuild.copying.wait, SAFETY_S)
+        extra = [record("after", content="written while the child was stuck")]
+        await asyncio.wait_for(store.add(extra, vectors_for(extra, DIMS)), SAFETY_S)
+        await asyncio.wait_for(build_ended(tmp_path), SAFETY_S)
+        assert "took over 0.1 s before 'copied'" in caplog.text
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g0"
+        assert not (tmp_path / f"{SHARD_DIR}.g1").exists()
+        assert await store.count("t1") == POINTS + 1
+        assert store._maintenance._retry_at > 0  # tried again later, as a failed build
+    finally:
+        await store.close()
+
+
+async def test_a_child_stuck_in_its_build_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(edge_maintenance, "ChildBuild", StuckBuild)
+    monkeypatch.setattr(edge_maintenance, "BUILD_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(edge_maintenance, "BUILD_TIMEOUT_PER_POINT_S", 0.0)
+    store = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=POINTS)
+    try:
+        first = [record(f"m{i}", content=f"note {i}") for i in range(POINTS)]
+        await store.add(first, vectors_for(first, DIMS))
+        await asyncio.wait_for(build_ended(tmp_path), SAFETY_S)
+        assert "took over 0.1 s before 'built'" in caplog.text
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g0"
+        assert await store.count("t1") == POINTS
+    finally:
+        await store.close()
+
+
+async def test_a_build_is_abandoned_when_its_record_outgrows_the_bound(
+    tmp_path: Path,
+    held: type[HeldBuild],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(edge_maintenance, "RECORD_LIMIT_POINTS", 20)
+    store = await build_started(tmp_path)
+    try:
+        later = [record(f"late{i}", content=f"later note {i}") for i in range(30)]
+        for i in range(0, len(later), 10):
+            await store.add(later[i : i + 10], vectors_for(later[i : i + 10], DIMS))
+        assert store._maintenance._recorded is None  # dropped at once, not at the swap
+        assert held.started[0].ended()  # its child killed
+        await build_ended(tmp_path)
+        assert "abandoned" in caplog.text
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g0"
+        assert not (tmp_path / f"{SHARD_DIR}.g1").exists()
+        assert await store.count("t1") == POINTS + len(later)
+        assert store._maintenance._retry_at > 0
+    finally:
+        await store.close()
+
+
+class HeldReads:
+    """The old shard, whose first count waits for ``go`` (set when the swap's retire is
+    about to close it, or when it closes)."""
+
+    def __init__(self, shard: qe.EdgeShard) -> None:
+        self._shard = shard
+        self.reading = threading.Event()
+        self.go = threading.Event()
+
+    def count(self, request: qe.CountRequest) -> int:
+        self.reading.set()
+        self.go.wait(SAFETY_S)
+        return self._shard.count(request)
+
+    def close(self) -> None:
+        self.go.set()
+        self._shard.close()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._shard, name)
+
+
+async def test_a_read_holding_the_replaced_shard_still_gets_its_answer(
+    tmp_path: Path, held: type[HeldBuild], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await build_started(tmp_path)
+    try:
+        old = HeldReads(store._maintenance.shard)
+        store._maintenance.shard = old  # type: ignore[assignment]
+        wait = getattr(edge_maintenance.ShardMaintenance, "_wait_for_readers", None)
+
+        def waits(self: edge_maintenance.ShardMaintenance, shard: qe.EdgeShard) -> None:
+            old.go.set()  # the retire waits for the read: let it go on
+            if wait is not None:
+                wait(self, shard)
+
+        monkeypatch.setattr(
+            edge_maintenance.ShardMaintenance, "_wait_for_readers", waits, raising=False
+        )
+        counting = asyncio.ensure_future(store.count("t1"))
+        assert await asyncio.to_thread(old.reading.wait, SAFETY_S)
+        held.release.set()
+        assert await counting == POINTS  # not "Shard is not initialized"
+        await build_ended(tmp_path)
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"
+        assert store._maintenance.shard is not old
+    finally:
+        await store.close()
+
+
+async def test_no_flush_runs_while_the_swap_replaces_the_handle(
+    tmp_path: Path, held: type[HeldBuild], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await build_started(tmp_path)
+    try:
+        switch = edge_maintenance.switch_generation
+        free: list[bool] = []
+
+        def switching(path: Path, generation: int) -> None:
+            files = store._maintenance._files  # what ``flush`` takes before the handle
+            free.append(files.acquire(blocking=False))
+            if free[-1]:
+                files.release()
+            switch(path, generation)
+
+        monkeypatch.setattr(edge_maintenance, "switch_generation", switching)
+        held.release.set()
+        await build_ended(tmp_path)
+        assert free == [False]
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"
+    finally:
+        await store.close()
