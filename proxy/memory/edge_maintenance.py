@@ -247,14 +247,8 @@ class ShardMaintenance:
         with self._lock:
             self._unindexed += points
             now = time.monotonic()
-            if self._unflushed == 0:
-                self._first_unflushed = now
-            self._unflushed += points
             self._last_write = now
-            age = now - self._first_unflushed
-            flush = self._start_flush_if(self.flush_policy.due(self._unflushed, 0.0, age))
-            if not flush and self._unflushed > 0:
-                self._watch_quiet(self.flush_policy.quiet_s)
+            flush = self._count_unflushed(points, now, now)
             threshold = self.optimize_after
             build = threshold is not None and self._unindexed >= threshold and not self._optimizing
             build = build and now >= self._retry_at and not self._stopping.is_set()
@@ -262,9 +256,29 @@ class ShardMaintenance:
                 self._unindexed = 0
                 self._optimizing = True
         if flush:
-            self._flusher.submit(self._flush_sync)
+            self._submit_flush()
         if build:
             self._start_build()
+
+    def _count_unflushed(self, points: int, oldest: float, now: float) -> bool:
+        """Note ``points`` unflushed, the oldest written at ``oldest``; whether a flush starts
+        now (else a quiet check is armed). Under ``_lock``."""
+        if self._unflushed == 0 or oldest < self._first_unflushed:
+            self._first_unflushed = oldest
+        self._unflushed += points
+        since = now - self._last_write
+        age = now - self._first_unflushed
+        flush = self._start_flush_if(self.flush_policy.due(self._unflushed, since, age))
+        if not flush and self._unflushed > 0:
+            self._watch_quiet(max(self.flush_policy.quiet_s - since, 0.05))
+        return flush
+
+    def _submit_flush(self) -> None:
+        """Hand a started flush (``_start_flush_if``) to the flush thread."""
+        try:
+            self._flusher.submit(self._flush_sync)
+        except RuntimeError:  # closed meanwhile (a write racing ``close``): the close flushes
+            self._flushing = False
 
     def _start_build(self) -> None:
         # A daemon thread: an executor's threads are joined at interpreter exit, which would
@@ -278,7 +292,7 @@ class ShardMaintenance:
 
     def _start_flush_if(self, due: bool) -> bool:
         """Mark a background flush started if ``due`` and none runs (under ``_lock``)."""
-        if not due or self._flushing:
+        if not due or self._flushing or self._stopping.is_set():
             return False
         self._unflushed = 0
         self._flushing = True
@@ -306,10 +320,7 @@ class ShardMaintenance:
             if not flush:  # written to since, or a flush still runs: look again later
                 self._watch_quiet(max(self.flush_policy.quiet_s - since, 0.05))
         if flush:
-            try:
-                self._flusher.submit(self._flush_sync)
-            except RuntimeError:  # closed meanwhile: the close flushes
-                self._flushing = False
+            self._submit_flush()
 
     def flush(self) -> None:
         """Flush the shard now (never while a build copies its files or swaps the handle:
