@@ -16,7 +16,8 @@ A background build copies the shard (writes wait for the copy), records every up
 then on (``update``: every write of the store goes through it), and when the child is done
 opens the indexed copy, replays the recorded updates into it and swaps it in under the write
 lock, then switches the shard's link to it (``edge_shard``): readers see one shard or the
-other, both holding every acknowledged write, and so does a process that crashes at any step.
+other, both holding every acknowledged write, and so does a process that crashes at any step
+(the replayed writes are in the new shard's WAL only: they count as unflushed since the copy).
 A child that fails or is killed leaves the store serving unindexed; the next writes try again.
 So does one stuck in its copy or its build (killed past ``COPY_TIMEOUT_S`` or
 ``BUILD_TIMEOUT_S``), and a build during which more than ``RECORD_LIMIT_POINTS`` are written.
@@ -392,9 +393,19 @@ class ShardMaintenance:
                 raise BuildFailed("the store closed")
             built = qe.EdgeShard.load(str(target))
             phases.append(time.monotonic())
-            old = self._swap(path, generation, built, phases)
+            old, replayed = self._swap(path, generation, built, phases)
             # From here the link names ``target``: nothing may delete it any more.
             swapped = True
+            # The replayed writes are only in the new shard's WAL (a flush of the old one does
+            # not persist them): unflushed since the copy, whatever the count said, so a pause
+            # or their age flushes them as it would any write (adr/0160's bound on a machine
+            # crash).
+            with self._lock:
+                flush = replayed > 0 and self._count_unflushed(
+                    replayed, phases[1], time.monotonic()
+                )
+            if flush:
+                self._submit_flush()
             self._retire(path, generation, old, built, phases)
             took = [f"{b - a:.2f}" for a, b in itertools.pairwise(phases)]
             LOGGER.info(
@@ -414,10 +425,11 @@ class ShardMaintenance:
 
     def _swap(
         self, path: Path, generation: int, built: qe.EdgeShard, phases: list[float]
-    ) -> qe.EdgeShard:
+    ) -> tuple[qe.EdgeShard, int]:
         """Replay the updates recorded since the copy into ``built`` and make it the shard;
-        return the shard it replaced. ``BuildFailed`` (``built`` closed) if the store closes
-        first."""
+        return the shard it replaced and the points replayed. ``BuildFailed`` (``built``
+        closed) if the store closes first."""
+        replayed = 0
         try:
             while True:
                 with self._writes:
@@ -425,6 +437,7 @@ class ShardMaintenance:
                     recorded = self._recorded or []
                     if len(recorded) <= REPLAY_LOCKED or self._stopping.is_set():
                         break
+                    replayed += self._recorded_points
                     self._recorded, self._recorded_points = [], 0
                 for operation in recorded:  # writes go on meanwhile, recorded again
                     built.update(operation)
@@ -435,6 +448,7 @@ class ShardMaintenance:
                 self._check_abandoned()
                 for operation in self._recorded or []:
                     built.update(operation)
+                replayed += self._recorded_points
                 # ``built`` holds every acknowledged write: the link may name it now.
                 switch_generation(path, generation)
                 with self._handles:
@@ -444,7 +458,7 @@ class ShardMaintenance:
             built.close()
             raise
         phases.append(time.monotonic())
-        return old
+        return old, replayed
 
     def _check_abandoned(self) -> None:
         if self._abandoned:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
@@ -530,4 +531,52 @@ async def test_no_flush_runs_while_the_swap_replaces_the_handle(
         assert free == [False]
         assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"
     finally:
+        await store.close()
+
+
+class CountingFlushes:
+    """The built shard, counting its flushes."""
+
+    def __init__(self, shard: object) -> None:
+        self._shard, self.flushes = shard, 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        self._shard.flush()  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._shard, name)
+
+
+async def test_writes_replayed_into_the_new_shard_are_flushed_when_due(
+    tmp_path: Path, held: type[HeldBuild], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await build_started(tmp_path)
+    maintenance = store._maintenance
+    never = edge_maintenance.FlushPolicy(after_points=10**9, quiet_s=3600.0, max_age_s=3600.0)
+    maintenance.flush_policy = never
+    try:
+        later = [record(f"late{i}", content=f"later note {i}") for i in range(20)]
+        await store.add(later, vectors_for(later, DIMS))
+        # The old shard persists them: the count of unflushed points is back to 0, but the
+        # copy holds them only once replayed, in its WAL.
+        await store.flush()
+        built: list[CountingFlushes] = []
+        load = qe.EdgeShard.load
+
+        def loaded(path: str) -> CountingFlushes:
+            built.append(CountingFlushes(load(path)))
+            return built[-1]
+
+        monkeypatch.setattr(
+            edge_maintenance, "qe", SimpleNamespace(EdgeShard=SimpleNamespace(load=loaded))
+        )
+        maintenance.flush_policy = replace(never, max_age_s=0.0)  # any unflushed point is due
+        held.release.set()
+        await build_ended(tmp_path)
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"
+        await asyncio.to_thread(maintenance.settle)
+        assert [shard.flushes for shard in built] == [1]
+    finally:
+        monkeypatch.undo()
         await store.close()
