@@ -21,6 +21,7 @@ from typing import ClassVar
 import pytest
 import qdrant_edge as qe
 
+from proxy.errors import StoreError
 from proxy.memory import edge_build, edge_maintenance
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.edge_build import copy_sparse
@@ -580,3 +581,33 @@ async def test_writes_replayed_into_the_new_shard_are_flushed_when_due(
     finally:
         monkeypatch.undo()
         await store.close()
+
+
+async def test_close_during_a_copy_with_a_flush_and_a_write_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    StuckBuild.copying = threading.Event()
+    monkeypatch.setattr(edge_maintenance, "ChildBuild", StuckCopy)  # only the close ends it
+    store = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=POINTS)
+    first = [record(f"m{i}", content=f"note {i}") for i in range(POINTS)]
+    await store.add(first, vectors_for(first, DIMS))
+    assert await asyncio.to_thread(StuckBuild.copying.wait, SAFETY_S)
+    maintenance = store._maintenance
+    maintenance.flush_policy = edge_maintenance.FlushPolicy(after_points=1)  # every write
+    with maintenance._lock:
+        assert maintenance._start_flush_if(True)
+    maintenance._flusher.submit(maintenance._flush_sync)  # a due flush, waiting for the copy
+    extra = [record("after", content="written while the child copied")]
+    writing = asyncio.ensure_future(store.add(extra, vectors_for(extra, DIMS)))  # waits too
+    await asyncio.wait_for(store.close(), SAFETY_S)  # kills the child: neither waits for ever
+    (written,) = await asyncio.wait_for(asyncio.gather(writing, return_exceptions=True), SAFETY_S)
+    # The write lands before the shard closes, or fails as the store's error if it comes
+    # after; never as the flush thread's (shut down by the close).
+    assert written is None or isinstance(written, StoreError), written
+    await build_ended(tmp_path)
+    assert maintenance._quiet is None
+    reopened = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=None)
+    try:
+        assert await reopened.count("t1") == POINTS + (written is None)
+    finally:
+        await reopened.close()
