@@ -16,7 +16,8 @@ A background build copies the shard (writes wait for the copy), records every up
 then on (``update``: every write of the store goes through it), and when the child is done
 opens the indexed copy, replays the recorded updates into it and swaps it in under the write
 lock, then switches the shard's link to it (``edge_shard``): readers see one shard or the
-other, both holding every acknowledged write, and so does a process that crashes at any step.
+other, both holding every acknowledged write, and so does a process that crashes at any step
+(the replayed writes are in the new shard's WAL only: they count as unflushed since the copy).
 A child that fails or is killed leaves the store serving unindexed; the next writes try again.
 So does one stuck in its copy or its build (killed past ``COPY_TIMEOUT_S`` or
 ``BUILD_TIMEOUT_S``), and a build during which more than ``RECORD_LIMIT_POINTS`` are written.
@@ -247,14 +248,8 @@ class ShardMaintenance:
         with self._lock:
             self._unindexed += points
             now = time.monotonic()
-            if self._unflushed == 0:
-                self._first_unflushed = now
-            self._unflushed += points
             self._last_write = now
-            age = now - self._first_unflushed
-            flush = self._start_flush_if(self.flush_policy.due(self._unflushed, 0.0, age))
-            if not flush and self._unflushed > 0:
-                self._watch_quiet(self.flush_policy.quiet_s)
+            flush = self._count_unflushed(points, now, now)
             threshold = self.optimize_after
             build = threshold is not None and self._unindexed >= threshold and not self._optimizing
             build = build and now >= self._retry_at and not self._stopping.is_set()
@@ -262,9 +257,29 @@ class ShardMaintenance:
                 self._unindexed = 0
                 self._optimizing = True
         if flush:
-            self._flusher.submit(self._flush_sync)
+            self._submit_flush()
         if build:
             self._start_build()
+
+    def _count_unflushed(self, points: int, oldest: float, now: float) -> bool:
+        """Note ``points`` unflushed, the oldest written at ``oldest``; whether a flush starts
+        now (else a quiet check is armed). Under ``_lock``."""
+        if self._unflushed == 0 or oldest < self._first_unflushed:
+            self._first_unflushed = oldest
+        self._unflushed += points
+        since = now - self._last_write
+        age = now - self._first_unflushed
+        flush = self._start_flush_if(self.flush_policy.due(self._unflushed, since, age))
+        if not flush and self._unflushed > 0:
+            self._watch_quiet(max(self.flush_policy.quiet_s - since, 0.05))
+        return flush
+
+    def _submit_flush(self) -> None:
+        """Hand a started flush (``_start_flush_if``) to the flush thread."""
+        try:
+            self._flusher.submit(self._flush_sync)
+        except RuntimeError:  # closed meanwhile (a write racing ``close``): the close flushes
+            self._flushing = False
 
     def _start_build(self) -> None:
         # A daemon thread: an executor's threads are joined at interpreter exit, which would
@@ -278,7 +293,7 @@ class ShardMaintenance:
 
     def _start_flush_if(self, due: bool) -> bool:
         """Mark a background flush started if ``due`` and none runs (under ``_lock``)."""
-        if not due or self._flushing:
+        if not due or self._flushing or self._stopping.is_set():
             return False
         self._unflushed = 0
         self._flushing = True
@@ -306,10 +321,7 @@ class ShardMaintenance:
             if not flush:  # written to since, or a flush still runs: look again later
                 self._watch_quiet(max(self.flush_policy.quiet_s - since, 0.05))
         if flush:
-            try:
-                self._flusher.submit(self._flush_sync)
-            except RuntimeError:  # closed meanwhile: the close flushes
-                self._flushing = False
+            self._submit_flush()
 
     def flush(self) -> None:
         """Flush the shard now (never while a build copies its files or swaps the handle:
@@ -381,9 +393,19 @@ class ShardMaintenance:
                 raise BuildFailed("the store closed")
             built = qe.EdgeShard.load(str(target))
             phases.append(time.monotonic())
-            old = self._swap(path, generation, built, phases)
+            old, replayed = self._swap(path, generation, built, phases)
             # From here the link names ``target``: nothing may delete it any more.
             swapped = True
+            # The replayed writes are only in the new shard's WAL (a flush of the old one does
+            # not persist them): unflushed since the copy, whatever the count said, so a pause
+            # or their age flushes them as it would any write (adr/0160's bound on a machine
+            # crash).
+            with self._lock:
+                flush = replayed > 0 and self._count_unflushed(
+                    replayed, phases[1], time.monotonic()
+                )
+            if flush:
+                self._submit_flush()
             self._retire(path, generation, old, built, phases)
             took = [f"{b - a:.2f}" for a, b in itertools.pairwise(phases)]
             LOGGER.info(
@@ -403,10 +425,11 @@ class ShardMaintenance:
 
     def _swap(
         self, path: Path, generation: int, built: qe.EdgeShard, phases: list[float]
-    ) -> qe.EdgeShard:
+    ) -> tuple[qe.EdgeShard, int]:
         """Replay the updates recorded since the copy into ``built`` and make it the shard;
-        return the shard it replaced. ``BuildFailed`` (``built`` closed) if the store closes
-        first."""
+        return the shard it replaced and the points replayed. ``BuildFailed`` (``built``
+        closed) if the store closes first."""
+        replayed = 0
         try:
             while True:
                 with self._writes:
@@ -414,6 +437,7 @@ class ShardMaintenance:
                     recorded = self._recorded or []
                     if len(recorded) <= REPLAY_LOCKED or self._stopping.is_set():
                         break
+                    replayed += self._recorded_points
                     self._recorded, self._recorded_points = [], 0
                 for operation in recorded:  # writes go on meanwhile, recorded again
                     built.update(operation)
@@ -424,6 +448,7 @@ class ShardMaintenance:
                 self._check_abandoned()
                 for operation in self._recorded or []:
                     built.update(operation)
+                replayed += self._recorded_points
                 # ``built`` holds every acknowledged write: the link may name it now.
                 switch_generation(path, generation)
                 with self._handles:
@@ -433,7 +458,7 @@ class ShardMaintenance:
             built.close()
             raise
         phases.append(time.monotonic())
-        return old
+        return old, replayed
 
     def _check_abandoned(self) -> None:
         if self._abandoned:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import ClassVar
@@ -20,6 +21,7 @@ from typing import ClassVar
 import pytest
 import qdrant_edge as qe
 
+from proxy.errors import StoreError
 from proxy.memory import edge_build, edge_maintenance
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.edge_build import copy_sparse
@@ -531,3 +533,81 @@ async def test_no_flush_runs_while_the_swap_replaces_the_handle(
         assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"
     finally:
         await store.close()
+
+
+class CountingFlushes:
+    """The built shard, counting its flushes."""
+
+    def __init__(self, shard: object) -> None:
+        self._shard, self.flushes = shard, 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        self._shard.flush()  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._shard, name)
+
+
+async def test_writes_replayed_into_the_new_shard_are_flushed_when_due(
+    tmp_path: Path, held: type[HeldBuild], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await build_started(tmp_path)
+    maintenance = store._maintenance
+    never = edge_maintenance.FlushPolicy(after_points=10**9, quiet_s=3600.0, max_age_s=3600.0)
+    maintenance.flush_policy = never
+    try:
+        later = [record(f"late{i}", content=f"later note {i}") for i in range(20)]
+        await store.add(later, vectors_for(later, DIMS))
+        # The old shard persists them: the count of unflushed points is back to 0, but the
+        # copy holds them only once replayed, in its WAL.
+        await store.flush()
+        built: list[CountingFlushes] = []
+        load = qe.EdgeShard.load
+
+        def loaded(path: str) -> CountingFlushes:
+            built.append(CountingFlushes(load(path)))
+            return built[-1]
+
+        monkeypatch.setattr(
+            edge_maintenance, "qe", SimpleNamespace(EdgeShard=SimpleNamespace(load=loaded))
+        )
+        maintenance.flush_policy = replace(never, max_age_s=0.0)  # any unflushed point is due
+        held.release.set()
+        await build_ended(tmp_path)
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"
+        await asyncio.to_thread(maintenance.settle)
+        assert [shard.flushes for shard in built] == [1]
+    finally:
+        monkeypatch.undo()
+        await store.close()
+
+
+async def test_close_during_a_copy_with_a_flush_and_a_write_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    StuckBuild.copying = threading.Event()
+    monkeypatch.setattr(edge_maintenance, "ChildBuild", StuckCopy)  # only the close ends it
+    store = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=POINTS)
+    first = [record(f"m{i}", content=f"note {i}") for i in range(POINTS)]
+    await store.add(first, vectors_for(first, DIMS))
+    assert await asyncio.to_thread(StuckBuild.copying.wait, SAFETY_S)
+    maintenance = store._maintenance
+    maintenance.flush_policy = edge_maintenance.FlushPolicy(after_points=1)  # every write
+    with maintenance._lock:
+        assert maintenance._start_flush_if(True)
+    maintenance._flusher.submit(maintenance._flush_sync)  # a due flush, waiting for the copy
+    extra = [record("after", content="written while the child copied")]
+    writing = asyncio.ensure_future(store.add(extra, vectors_for(extra, DIMS)))  # waits too
+    await asyncio.wait_for(store.close(), SAFETY_S)  # kills the child: neither waits for ever
+    (written,) = await asyncio.wait_for(asyncio.gather(writing, return_exceptions=True), SAFETY_S)
+    # The write lands before the shard closes, or fails as the store's error if it comes
+    # after; never as the flush thread's (shut down by the close).
+    assert written is None or isinstance(written, StoreError), written
+    await build_ended(tmp_path)
+    assert maintenance._quiet is None
+    reopened = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=None)
+    try:
+        assert await reopened.count("t1") == POINTS + (written is None)
+    finally:
+        await reopened.close()

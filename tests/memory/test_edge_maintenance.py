@@ -233,7 +233,16 @@ def test_the_replaced_shard_is_not_closed_under_its_flush(tmp_path: Path) -> Non
     flush.start()
     assert old.flushing.wait(60)  # the flush holds ``old``
     maintenance.shard = built  # the swap
-    maintenance._stopping.set()  # closing: no grace period before ``old`` closes
     maintenance._retire(tmp_path / "memories", 1, old, built, [0.0])  # type: ignore[arg-type]
     flush.join()
     assert old.closed_mid_flush is False
+
+
+def test_a_write_racing_close_starts_no_flush_and_does_not_fail() -> None:
+    shard = RecordingShard()
+    policy = edge_maintenance.FlushPolicy(after_points=1, quiet_s=3600.0, max_age_s=3600.0)
+    maintenance = ShardMaintenance(shard, None, flush_policy=policy)  # type: ignore[arg-type]
+    maintenance.close()
+    maintenance.after_write(5)  # a write still under way on another thread: the close flushes
+    assert shard.flushes == 0
+    assert maintenance._quiet is None
