@@ -4,7 +4,8 @@ Edge has no background optimizer of its own. ``ShardMaintenance`` starts a flush
 ``FLUSH_AFTER_POINTS`` points were written since the last, once writes have paused for
 ``FLUSH_QUIET_S`` or once the oldest unflushed one is ``FLUSH_MAX_AGE_S`` old (``FlushPolicy``;
 a crash replays the unflushed points at open, and replaced payload blocks are reclaimed only by
-a flush), and an HNSW build once ``optimize_after`` points are outside the graph. Neither may
+a flush; the points of a failed flush count again, and the next waits ``FLUSH_RETRY_S``), and
+an HNSW build once ``optimize_after`` points are outside the graph. Neither may
 hold up the write that triggered it or the searches, which keep running meanwhile on the
 unindexed segments (adr/0011): a flush runs on its own thread, but the engine holds the GIL
 through it (its fsyncs: 0.03-0.26 s at 10k memories by the disk's load, however few points it
@@ -434,7 +435,11 @@ class ShardMaintenance:
             phases.append(time.monotonic())
             if self._stopping.is_set():
                 raise BuildFailed("the store closed")
+            # Its CPU apart from its wall time: on a loaded machine the wall time is mostly
+            # waiting for a core, the CPU what the engine does with the GIL held.
+            opening = time.thread_time()
             built = qe.EdgeShard.load(str(target))
+            open_cpu = time.thread_time() - opening
             phases.append(time.monotonic())
             old, replayed = self._swap(path, generation, built, phases)
             # From here the link names ``target``: nothing may delete it any more.
@@ -453,8 +458,10 @@ class ShardMaintenance:
             took = [f"{b - a:.2f}" for a, b in itertools.pairwise(phases)]
             LOGGER.info(
                 "index build of the memory store done (seconds: copy %s, build in a child %s, "
-                "open %s, replay %s, swap %s, close the old shard %s)",
-                *took,
+                "open %s (CPU %.2f), replay %s, swap %s, close the old shard %s)",
+                *took[:3],
+                open_cpu,
+                *took[3:],
             )
         finally:
             with self._lock:
