@@ -7,7 +7,9 @@ are written through ``EdgeStore.add`` in batches of 100 with every default, so b
 builds start at 5,000 and 10,000 unindexed points; after the last write the ticker runs on
 until every build has ended. Reported per tree: the ticker's lag p50/p99/max and how many ticks
 were over 100 ms and 1 s (the loop stalls), the writes' wall time, the peak disk of the data
-dir sampled every 50 ms (a build's copy), and the largest resident set of a child process.
+dir sampled every 50 ms (a build's copy), the largest resident set of a child process, and the
+stalls over 100 ms beside the store's events (each background flush, each build's phases, its
+open's CPU from this tree on), on one clock from the first write.
 
 Each tree runs in a process of its own (``--worker``), the trees interleaved over ``--rounds``:
 
@@ -116,6 +118,20 @@ async def worker(memories: int, optimize_after: int | None) -> dict[str, Any]:
 
         settings = {} if optimize_after is None else {"optimize_after": optimize_after}
         store = await EdgeStore.open(data, dimensions=embedder.dimensions, **settings)
+        # Background flushes hold the GIL too (their fsyncs): listed, so a stall in a build's
+        # replay window can be told from a flush that ran then.
+        maintenance = store._maintenance
+        plain_flush = maintenance.flush
+
+        def logged_flush() -> None:
+            began = time.monotonic()
+            try:
+                plain_flush()
+            finally:
+                took = time.monotonic() - began
+                events.append((round(began - origin, 2), f"flush {took:.2f} s"))
+
+        maintenance.flush = logged_flush  # type: ignore[method-assign]
         ticking = asyncio.ensure_future(ticker())
         sampling = loop.run_in_executor(None, sample)
         start = time.perf_counter()

@@ -71,6 +71,9 @@ FLUSH_QUIET_S = 2.0
 # ...or once the oldest unflushed write is this old: the WAL is not fsynced until a flush, so
 # this bounds what a machine crash (not a process crash) can lose (was ~5 s, adr/0011).
 FLUSH_MAX_AGE_S = 30.0
+# ...but not sooner than this after a failed flush (a full disk): its points count as unflushed
+# again, so without a wait every write would start another flush that fails.
+FLUSH_RETRY_S = 10.0
 COUNT_FLUSH_S = 5.0  # retrieval counts are summed and written this often (adr/0082)
 CACHE_TIMEOUT_MS = 10.0  # one cache call's deadline on the request path
 

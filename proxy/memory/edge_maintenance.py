@@ -4,7 +4,8 @@ Edge has no background optimizer of its own. ``ShardMaintenance`` starts a flush
 ``FLUSH_AFTER_POINTS`` points were written since the last, once writes have paused for
 ``FLUSH_QUIET_S`` or once the oldest unflushed one is ``FLUSH_MAX_AGE_S`` old (``FlushPolicy``;
 a crash replays the unflushed points at open, and replaced payload blocks are reclaimed only by
-a flush), and an HNSW build once ``optimize_after`` points are outside the graph. Neither may
+a flush; the points of a failed flush count again, and the next waits ``FLUSH_RETRY_S``), and
+an HNSW build once ``optimize_after`` points are outside the graph. Neither may
 hold up the write that triggered it or the searches, which keep running meanwhile on the
 unindexed segments (adr/0011): a flush runs on its own thread, but the engine holds the GIL
 through it (its fsyncs: 0.03-0.26 s at 10k memories by the disk's load, however few points it
@@ -43,10 +44,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import qdrant_edge as qe
 
-from proxy.defaults import FLUSH_AFTER_POINTS, FLUSH_MAX_AGE_S, FLUSH_QUIET_S
+from proxy.defaults import FLUSH_AFTER_POINTS, FLUSH_MAX_AGE_S, FLUSH_QUIET_S, FLUSH_RETRY_S
 from proxy.memory.edge_build import BuildFailed, ChildBuild
 from proxy.memory.edge_shard import current_generation, generation_dir, switch_generation
 
@@ -106,6 +108,21 @@ def wait_for_build(path: Path) -> None:
         build.join()
 
 
+class Timer(Protocol):
+    """A started one-shot timer (``threading.Timer``; tests fire theirs by hand)."""
+
+    def cancel(self) -> None: ...
+
+
+def start_timer(after_s: float, action: Callable[[], None]) -> Timer:
+    """Run ``action`` on a daemon thread ``after_s`` from now."""
+    timer = threading.Timer(after_s, action)
+    timer.name = "edge-flush-quiet"
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 @dataclass(frozen=True)
 class FlushPolicy:
     """When a background flush is due (adr/0160)."""
@@ -113,6 +130,7 @@ class FlushPolicy:
     after_points: int = FLUSH_AFTER_POINTS
     quiet_s: float = FLUSH_QUIET_S
     max_age_s: float = FLUSH_MAX_AGE_S
+    retry_s: float = FLUSH_RETRY_S  # after a failed flush, none starts before this long
 
     def due(self, unflushed: int, since_write_s: float, age_s: float) -> bool:
         """Whether to flush ``unflushed`` points written since the last flush, the newest
@@ -175,7 +193,7 @@ class ShardMaintenance:
         self.optimize_after = optimize_after
         # Read at construction, not as a default argument: tests set the module's constants.
         self.flush_policy = flush_policy or FlushPolicy(
-            FLUSH_AFTER_POINTS, FLUSH_QUIET_S, FLUSH_MAX_AGE_S
+            FLUSH_AFTER_POINTS, FLUSH_QUIET_S, FLUSH_MAX_AGE_S, FLUSH_RETRY_S
         )
         self.shard = shard  # replaced by a background build's swap
         # The link's path, not its target: one key per shard whatever its generation.
@@ -201,7 +219,9 @@ class ShardMaintenance:
         self._unflushed = 0  # points written since the last flush started
         self._last_write = time.monotonic()
         self._first_unflushed = self._last_write  # when the oldest unflushed point came
-        self._quiet: threading.Timer | None = None  # checks for a pause in the writes
+        self._quiet: Timer | None = None  # checks for a pause in the writes
+        self._start_timer: Callable[[float, Callable[[], None]], Timer] = start_timer
+        self._flush_retry_at = 0.0  # a failed flush holds the next one back until then
         self._retry_at = 0.0
         self._build: threading.Thread | None = None
         self._after_build: Callable[[], None] | None = None
@@ -267,12 +287,25 @@ class ShardMaintenance:
         if self._unflushed == 0 or oldest < self._first_unflushed:
             self._first_unflushed = oldest
         self._unflushed += points
+        return self._check_flush(now)
+
+    def _check_flush(self, now: float) -> bool:
+        """Whether a flush starts now (marked started); if not, and points wait, a quiet check
+        is armed for when one may be due, unless a flush runs: its end checks (under
+        ``_lock``)."""
+        if self._unflushed <= 0 or self._stopping.is_set():
+            return False
         since = now - self._last_write
         age = now - self._first_unflushed
-        flush = self._start_flush_if(self.flush_policy.due(self._unflushed, since, age))
-        if not flush and self._unflushed > 0:
-            self._watch_quiet(max(self.flush_policy.quiet_s - since, 0.05))
-        return flush
+        due = self.flush_policy.due(self._unflushed, since, age)
+        if self._start_flush_if(due and now >= self._flush_retry_at):
+            return True
+        if not self._flushing:
+            # A pause may make one due, or the end of a failed flush's wait.
+            self._watch_quiet(
+                max(self.flush_policy.quiet_s - since, self._flush_retry_at - now, 0.05)
+            )
+        return False
 
     def _submit_flush(self) -> None:
         """Hand a started flush (``_start_flush_if``) to the flush thread."""
@@ -295,7 +328,6 @@ class ShardMaintenance:
         """Mark a background flush started if ``due`` and none runs (under ``_lock``)."""
         if not due or self._flushing or self._stopping.is_set():
             return False
-        self._unflushed = 0
         self._flushing = True
         return True
 
@@ -304,40 +336,52 @@ class ShardMaintenance:
         per pause, not one per write."""
         if self._quiet is not None or self._stopping.is_set():
             return
-        self._quiet = threading.Timer(after_s, self._on_quiet)
-        self._quiet.name = "edge-flush-quiet"
-        self._quiet.daemon = True
-        self._quiet.start()
+        self._quiet = self._start_timer(after_s, self._on_quiet)
 
     def _on_quiet(self) -> None:
         with self._lock:
             self._quiet = None
-            if self._stopping.is_set() or self._unflushed <= 0:
-                return
-            now = time.monotonic()
-            since = now - self._last_write
-            age = now - self._first_unflushed
-            flush = self._start_flush_if(self.flush_policy.due(self._unflushed, since, age))
-            if not flush:  # written to since, or a flush still runs: look again later
-                self._watch_quiet(max(self.flush_policy.quiet_s - since, 0.05))
+            # Written to since, or a failed flush's wait not over: armed again for later; a
+            # flush still running: its end checks (re-armed here, a timer a running flush
+            # outlasts would fire every 50 ms on a new thread until it ended).
+            flush = self._check_flush(time.monotonic())
         if flush:
             self._submit_flush()
 
     def flush(self) -> None:
         """Flush the shard now (never while a build copies its files or swaps the handle:
-        the swap holds this lock too, so the handle flushed is the current one)."""
+        the swap holds this lock too, so the handle flushed is the current one). If it fails,
+        the points it was to persist count as unflushed again."""
         with self._lock:
+            taken, oldest = self._unflushed, self._first_unflushed
             self._unflushed = 0
-        with self._files:
-            self.shard.flush()
+        try:
+            with self._files:
+                self.shard.flush()
+        except BaseException:
+            with self._lock:
+                if taken and (self._unflushed == 0 or oldest < self._first_unflushed):
+                    self._first_unflushed = oldest
+                self._unflushed += taken
+            raise
 
     def _flush_sync(self) -> None:
+        failed = False
         try:
             self.flush()
         except Exception:  # a background thread has no caller: log, the WAL still holds the data
             LOGGER.exception("background flush of the memory store failed")
+            failed = True
         finally:
-            self._flushing = False
+            with self._lock:
+                self._flushing = False
+                now = time.monotonic()
+                if failed:  # a failing disk: not one flush per write
+                    self._flush_retry_at = now + self.flush_policy.retry_s
+                # Writes that came during the flush: one more now if due, else a quiet check.
+                flush = self._check_flush(now)
+            if flush:
+                self._submit_flush()
 
     def _optimize_sync(self) -> bool:
         try:
@@ -391,7 +435,11 @@ class ShardMaintenance:
             phases.append(time.monotonic())
             if self._stopping.is_set():
                 raise BuildFailed("the store closed")
+            # Its CPU apart from its wall time: on a loaded machine the wall time is mostly
+            # waiting for a core, the CPU what the engine does with the GIL held.
+            opening = time.thread_time()
             built = qe.EdgeShard.load(str(target))
+            open_cpu = time.thread_time() - opening
             phases.append(time.monotonic())
             old, replayed = self._swap(path, generation, built, phases)
             # From here the link names ``target``: nothing may delete it any more.
@@ -410,8 +458,10 @@ class ShardMaintenance:
             took = [f"{b - a:.2f}" for a, b in itertools.pairwise(phases)]
             LOGGER.info(
                 "index build of the memory store done (seconds: copy %s, build in a child %s, "
-                "open %s, replay %s, swap %s, close the old shard %s)",
-                *took,
+                "open %s (CPU %.2f), replay %s, swap %s, close the old shard %s)",
+                *took[:3],
+                open_cpu,
+                *took[3:],
             )
         finally:
             with self._lock:

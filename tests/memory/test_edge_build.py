@@ -176,6 +176,27 @@ def test_a_sparse_copy_keeps_the_bytes_and_the_holes(tmp_path: Path) -> None:
     assert target.stat().st_blocks * 512 < 1 << 20  # the holes were not written
 
 
+def test_the_child_leaves_the_copys_payload_indexes_paged_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shard = open_shard(tmp_path / "copy", DIMS)
+    shard.close()
+    advised: list[tuple[str, int]] = []
+
+    def advise(fd: int, offset: int, length: int, advice: int) -> None:
+        advised.append((os.readlink(f"/proc/self/fd/{fd}"), advice))
+
+    monkeypatch.setattr(os, "posix_fadvise", advise, raising=False)
+    edge_build.build_copy(tmp_path / "copy")
+    index_files = {
+        str(path)
+        for path in (tmp_path / "copy").rglob("*")
+        if path.is_file() and edge_build.PREFETCH_DIR in path.parts
+    }
+    assert index_files  # the shard's tenant, user, source, ... indexes
+    assert sorted(advised) == sorted((path, os.POSIX_FADV_WILLNEED) for path in index_files)
+
+
 async def test_a_failure_after_the_link_switched_keeps_the_new_generation(
     tmp_path: Path, held: type[HeldBuild], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -246,3 +247,119 @@ def test_a_write_racing_close_starts_no_flush_and_does_not_fail() -> None:
     maintenance.after_write(5)  # a write still under way on another thread: the close flushes
     assert shard.flushes == 0
     assert maintenance._quiet is None
+
+
+class HandTimers:
+    """Timers that never fire by themselves: a test fires them (no clock in the test)."""
+
+    def __init__(self) -> None:
+        self.armed: list[Callable[[], None]] = []
+
+    def start(self, after_s: float, action: Callable[[], None]) -> SimpleNamespace:
+        self.armed.append(action)
+        return SimpleNamespace(cancel=lambda: None)
+
+    def fire_last(self) -> None:
+        self.armed[-1]()
+
+
+class HeldFlushShard(RecordingShard):
+    """Its flushes wait until ``go``; the first ``failures`` of them fail."""
+
+    def __init__(self, failures: int = 0) -> None:
+        super().__init__()
+        self.go = threading.Event()
+        self.go.set()
+        self.in_flush = threading.Event()
+        self.failures = failures
+
+    def flush(self) -> None:
+        self.in_flush.set()
+        self.go.wait(SAFETY_S)
+        super().flush()
+        if self.failures:
+            self.failures -= 1
+            raise OSError("disk full")
+
+
+SAFETY_S = 60  # a bound on waits that should end at once, never a measured time
+
+
+def held_maintenance(
+    shard: RecordingShard, policy: edge_maintenance.FlushPolicy
+) -> tuple[ShardMaintenance, HandTimers]:
+    maintenance = ShardMaintenance(shard, None, flush_policy=policy)  # type: ignore[arg-type]
+    timers = HandTimers()
+    maintenance._start_timer = timers.start  # type: ignore[assignment]
+    return maintenance, timers
+
+
+@pytest.mark.parametrize(
+    ("quiet_checks_during_flush", "timers_armed"),
+    [
+        (0, 1),  # armed by the first write, before the flush
+        (1, 1),  # it fires while the flush runs: not armed again, the flush's end checks
+        (3, 1),  # (it was re-armed 50 ms on, on a new thread, for as long as the flush ran)
+    ],
+)
+def test_a_quiet_check_is_not_re_armed_while_a_flush_runs(
+    quiet_checks_during_flush: int, timers_armed: int
+) -> None:
+    shard = HeldFlushShard()
+    shard.go.clear()
+    busy = edge_maintenance.FlushPolicy(after_points=10, quiet_s=3600.0, max_age_s=3600.0)
+    maintenance, timers = held_maintenance(shard, busy)
+    maintenance.after_write(5)  # not due: a quiet check is armed
+    maintenance.after_write(5)  # due by points: a flush, held in the engine
+    assert shard.in_flush.wait(SAFETY_S)
+    maintenance.flush_policy = replace(busy, quiet_s=0.0)  # from now on, writes have paused
+    maintenance.after_write(1)  # during the flush: its end is what checks for it
+    for _ in range(quiet_checks_during_flush):
+        timers.fire_last()
+    assert len(timers.armed) == timers_armed
+    shard.go.set()
+    maintenance.settle()  # the flush's end finds the write due (a pause): one more flush
+    maintenance.settle()
+    assert shard.flushes == 2
+    maintenance.close()
+
+
+@pytest.mark.parametrize(
+    ("retry_s", "writes_after", "flushes", "unflushed"),
+    [
+        # the failed flush's 100 points count again: due at once when retries wait for nothing
+        (0.0, [], 2, 0),
+        # a failing disk: no flush before the retry wait, however many writes come
+        (3600.0, [], 1, 100),
+        (3600.0, [1, 1], 1, 102),
+    ],
+)
+def test_a_failed_flush_counts_its_points_as_unflushed_again(
+    retry_s: float, writes_after: list[int], flushes: int, unflushed: int
+) -> None:
+    shard = HeldFlushShard(failures=1)
+    policy = edge_maintenance.FlushPolicy(
+        after_points=100, quiet_s=3600.0, max_age_s=3600.0, retry_s=retry_s
+    )
+    maintenance, _ = held_maintenance(shard, policy)
+    maintenance.after_write(100)
+    maintenance.settle()  # the failed flush
+    maintenance.settle()  # and the one its end started, if any
+    for points in writes_after:
+        maintenance.after_write(points)
+    maintenance.settle()
+    assert (shard.flushes, maintenance._unflushed) == (flushes, unflushed)
+    maintenance.close()
+
+
+def test_a_failed_explicit_flush_counts_its_points_as_unflushed_again() -> None:
+    shard = HeldFlushShard(failures=1)
+    policy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=3600.0)
+    maintenance, _ = held_maintenance(shard, policy)
+    maintenance.after_write(60)
+    with pytest.raises(OSError, match="disk full"):
+        maintenance.flush()
+    maintenance.after_write(40)  # 100 unflushed: due by points
+    maintenance.settle()
+    assert shard.flushes == 2
+    maintenance.close()
