@@ -9,7 +9,7 @@ Per request, ``X-Fake-Chunks`` (content pieces) and ``X-Fake-Interval-Ms`` (paus
 events) override the command line. With ``--compress`` an answer is gzipped when the request's
 ``Accept-Encoding`` allows it, as OpenAI does; a stream is then flushed event by event. With
 ``--echo`` every answer differs, as a model's do (memory capture stores each, no repeat): it
-starts with the last user message's text, then the fixed words, one word an event.
+starts with the last line of the last user message, then the fixed words, one word an event.
 
 Run: ``python bench/lib/fake_upstream.py --port 9000 [--delay-ms 0] [--chunks 8]
 [--interval-ms 0] [--compress] [--echo]``.
@@ -70,13 +70,15 @@ def chunk_event(model: str, delta: dict[str, str], finish: str | None) -> bytes:
 
 
 def echoed_text(payload: dict[str, object], chunks: int) -> str:
-    """``--echo``'s answer: the last user message's text, then ``answer_text(chunks)``."""
+    """``--echo``'s answer: the last line of the last user message, then
+    ``answer_text(chunks)``. A proxy may put text before the user's own (memproxy's block goes
+    first, on lines of its own): the answer stays the same length with and without it."""
     said = ""
     messages = payload.get("messages")
     for message in reversed(messages if isinstance(messages, list) else []):
         if isinstance(message, dict) and message.get("role") == "user":
             content = message.get("content")
-            said = content if isinstance(content, str) else ""
+            said = content.rsplit("\n", 1)[-1] if isinstance(content, str) else ""
             break
     return f"{said} {answer_text(chunks)}".strip()
 
