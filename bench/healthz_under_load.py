@@ -14,12 +14,17 @@ upstream. Each request comes from a new tenant, with a new nonce in its text, so
 answer for it. Prose comes from LoCoMo's dialogs (``--data``, CC BY-NC 4.0: read, never
 copied), repeated to size.
 
+``--capture turn`` sends ``X-Memory-Capture: turn`` with every chat: memproxy then stores the turn
+after the answer (the user's message cut to ``memory.max_content_chars``), so the polls go on
+for ``CAPTURE_TAIL_S`` after the response and count too.
+
 Target: ``/healthz`` p99 < 50 ms during every body. The machine may be shared: compare trees
 within one run (``--baseline-tree``: the same bodies against an older checkout, interleaved).
 
     .venv/bin/python bench/healthz_under_load.py --smoke     # seconds, for CI
     git archive <commit> | tar -x -C /tmp/memproxy-before
     .venv/bin/python bench/healthz_under_load.py --baseline-tree /tmp/memproxy-before
+    .venv/bin/python bench/healthz_under_load.py --capture turn --only 16MB
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ TARGET_P99_MS = 50.0
 MB = 1_000_000
 BODY_LIMIT = 16 * 1024 * 1024  # memproxy's default max_body_bytes
 POLL_GAP_S = 0.005  # between two health checks: ~150 polls a second at most
+CAPTURE_TAIL_S = 1.0  # --capture: polls after the answer that still count (the capture's time)
 KEY = "sk-healthz-bench"
 
 
@@ -189,12 +195,17 @@ class Run:
     poll_errors: int
 
 
-def measure(server: ServerProcess, body: bytes) -> Run:
-    """One chat request with ``body`` while polling ``/healthz``."""
+def measure(server: ServerProcess, body: bytes, capture: str = "off") -> Run:
+    """One chat request with ``body`` while polling ``/healthz`` (``capture``: the request's
+    ``X-Memory-Capture``; the polls then go on ``CAPTURE_TAIL_S`` after the answer)."""
     # A new tenant each time (passthrough: any key is one), as an attacker would: nothing this
     # request costs can come from a cache an earlier one filled.
     key = f"{KEY}-{uuid.uuid4().hex}"
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    tail = 0.0
+    if capture != "off":
+        headers["X-Memory-Capture"] = capture
+        tail = CAPTURE_TAIL_S
     with httpx.Client(timeout=600) as client, Poller(server.port) as poller:
         time.sleep(0.1)  # the poller's connection is up and idle before the body goes
         start = time.perf_counter()
@@ -202,13 +213,13 @@ def measure(server: ServerProcess, body: bytes) -> Run:
             f"{server.base_url}/v1/chat/completions", content=fresh(body), headers=headers
         )
         end = time.perf_counter()
-        time.sleep(0.05)
+        time.sleep(0.05 + tail)
     return Run(
         status=response.status_code,
         memory=response.headers.get("x-memory-status", "-"),
         chat_s=end - start,
         memory_ms=memory_ms(response.headers.get("server-timing", "")),
-        polls=poller.during(start, end),
+        polls=poller.during(start, end + tail),
         poll_errors=poller.errors,
     )
 
@@ -246,7 +257,7 @@ def warm(server: ServerProcess) -> None:
 
 
 def interleaved(
-    servers: dict[str, ServerProcess], cases: dict[str, bytes], rounds: int
+    servers: dict[str, ServerProcess], cases: dict[str, bytes], rounds: int, capture: str = "off"
 ) -> Iterator[tuple[str, str, Callable[[], Run]]]:
     """(tree, body, run) in an order that alternates which tree goes first."""
     names = list(servers)
@@ -254,7 +265,7 @@ def interleaved(
         for index, (body_name, body) in enumerate(cases.items()):
             order = names if (round_ + index) % 2 == 0 else names[::-1]
             for tree in order:
-                yield tree, body_name, lambda s=servers[tree], b=body: measure(s, b)
+                yield tree, body_name, lambda s=servers[tree], b=body: measure(s, b, capture)
 
 
 def main() -> None:
@@ -269,7 +280,15 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--only", help="the bodies whose name contains this (e.g. pdf)")
+    parser.add_argument(
+        "--capture",
+        choices=("off", "user", "turn"),
+        default="off",
+        help="X-Memory-Capture of every chat (polls count until CAPTURE_TAIL_S after it)",
+    )
     args = parser.parse_args()
+    if args.smoke and args.capture == "off":
+        args.capture = "turn"  # CI covers the capture path's tail too
     cases = bodies(args.data, args.smoke)
     if args.only:
         cases = {name: body for name, body in cases.items() if args.only in name}
@@ -290,7 +309,8 @@ def main() -> None:
             stack.enter_context(server)
             warm(server)
         runs: dict[tuple[str, str], list[Run]] = {}
-        for tree, body_name, run in interleaved(servers, cases, 1 if args.smoke else args.rounds):
+        rounds = 1 if args.smoke else args.rounds
+        for tree, body_name, run in interleaved(servers, cases, rounds, args.capture):
             done = run()
             runs.setdefault((tree, body_name), []).append(done)
             print(f"{tree} {body_name}: {done.memory} {done.chat_s * 1000:.0f} ms", file=sys.stderr)

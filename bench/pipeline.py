@@ -78,6 +78,9 @@ STAGES = ("budget", "query", "recall", "cache", "embed", "search", "assemble", "
 TEXTS = ("real", "synthetic")
 MODEL = "gpt-4o-mini"
 BASE = "@base"  # the suffix of the cells served from --baseline-tree
+CAPTURE = "+capture"  # the suffix of the memory-on cells that capture (--capture)
+# Store size after the run, per capturing process (``store_size``): the store grows under capture.
+STORE_SIZES: dict[str, int] = {}
 
 
 def bench_tenant() -> str:
@@ -151,13 +154,28 @@ def end_to_end(
     seconds, rounds = (0.5, 1) if args.smoke else (args.seconds, args.rounds)
     count = 300 if args.smoke else args.memories
     concurrencies = (1, 50)
-    # (suffix, config, source tree, whether the process also serves the memory-off cells)
-    configs: list[tuple[str, Path | None, Path | None, bool]] = [("", None, None, True)]
-    configs += [(f"+{path.stem}", path, None, False) for path in args.variant_config]
+    streams = (False, True) if args.stream else (False,)
+    capture = args.capture != "off"
+    # (suffix, config, source tree, whether the process also serves the memory-off cells,
+    # whether its memory-on requests capture)
+    Config = tuple[str, Path | None, Path | None, bool, bool]
+    configs: list[Config] = [("", None, None, True, False)]
+    configs += [(f"+{path.stem}", path, None, False, False) for path in args.variant_config]
+    if capture:
+        configs.append((CAPTURE, None, None, False, True))
     if args.baseline_tree is not None:
-        configs.append((BASE, None, args.baseline_tree, True))
+        configs.append((BASE, None, args.baseline_tree, True, False))
+        if capture:
+            configs.append((CAPTURE + BASE, None, args.baseline_tree, False, True))
     with contextlib.ExitStack() as stack:
-        fake = stack.enter_context(fake_upstream())
+        # Capturing, every answer differs (as a model's do: stored, not a repeat) and comes
+        # gzipped, as OpenAI sends it: what capture reads back.
+        upstream = (
+            fake_upstream(chunks=args.answer_words, compress=True, echo=True)
+            if capture
+            else fake_upstream()
+        )
+        fake = stack.enter_context(upstream)
         redis_url = None
         if args.redis:
             redis_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-redis-"))
@@ -166,8 +184,9 @@ def end_to_end(
             stack.callback(redis.kill)
         databases = itertools.count()
         targets, bodies = [], {}
+        server_cpu: dict[str, Callable[[], float]] = {}
         for text in texts:
-            for suffix, config, tree, with_off in configs:
+            for suffix, config, tree, with_off, captures in configs:
                 data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-pipeline-"))
 
                 async def seed(where: str = data_dir, kind: str = text) -> float:
@@ -185,6 +204,9 @@ def end_to_end(
                     else seed_from_tree(tree, Path(data_dir), text, count)
                 )
                 print(f"seeded {count} {text} memories in {took:.1f} s", file=sys.stderr)
+                if captures:  # counted once the process has stopped (runs before the cleanup)
+                    name = f"{text}{suffix}"
+                    stack.callback(store_size, STORE_SIZES, name, Path(data_dir), embedder)
                 extra = {"MEMPROXY_ACCESS_LOG": "false"}
                 if redis_url is not None:
                     database = next(databases)
@@ -200,20 +222,48 @@ def end_to_end(
                 for mode in modes:
                     name = f"{text}-{mode}{suffix if mode == 'on' or suffix == BASE else ''}"
                     headers = {**auth, "X-Memory-Mode": "off"} if mode == "off" else auth
+                    if captures:
+                        headers = {**headers, "X-Memory-Capture": args.capture}
                     targets.append(loadgen.Target(name, proxy.base_url, headers))
                     bodies[name] = question_bodies(text)
+                    pid = proxy.pid
+                    if pid is not None:
+                        server_cpu[name] = lambda pid=pid: loadgen.process_cpu_s(pid)
         results = loadgen.run_interleaved(
-            targets, concurrencies=concurrencies, seconds=seconds, rounds=rounds, bodies=bodies
+            targets,
+            concurrencies=concurrencies,
+            seconds=seconds,
+            rounds=rounds,
+            streams=streams,
+            bodies=bodies,
+            server_cpu=server_cpu,
         )
     rows = []
     for text in texts:
-        for suffix, _, _, with_off in configs:
-            off_name = f"{text}-off{suffix}" if with_off and suffix else f"{text}-off"
-            for concurrency in concurrencies:
-                off_sample = results[(off_name, concurrency, False)]
-                on_sample = results[(f"{text}-on{suffix}", concurrency, False)]
-                rows.append(e2e_row(f"{text}{suffix}", count, concurrency, off_sample, on_sample))
+        for suffix, _, tree, _, _ in configs:
+            off_name = f"{text}-off{BASE}" if tree is not None else f"{text}-off"
+            for stream in streams:
+                for concurrency in concurrencies:
+                    off_sample = results[(off_name, concurrency, stream)]
+                    on_sample = results[(f"{text}-on{suffix}", concurrency, stream)]
+                    row = e2e_row(f"{text}{suffix}", count, concurrency, off_sample, on_sample)
+                    if args.stream:
+                        row = {"stream": stream, **row}
+                    rows.append(row)
     return rows
+
+
+def store_size(sizes: dict[str, int], name: str, data_dir: Path, embedder: StaticEmbedder) -> None:
+    """Record in ``sizes[name]`` how many memories the bench tenant has in ``data_dir``."""
+
+    async def count() -> int:
+        store = await EdgeStore.open(data_dir, dimensions=embedder.dimensions)
+        try:
+            return await store.count(bench_tenant())
+        finally:
+            await store.close()
+
+    sizes[name] = asyncio.run(count())
 
 
 SEED_IN_TREE = """
@@ -273,6 +323,9 @@ def e2e_row(
         "on_rps": on["rps"],
         "rps_ratio": stats.ratio(on["rps"], off["rps"]),
         "errors": off["errors"] + on["errors"],
+        # Everything the server spent per answer, after-response work (capture) included.
+        "off_cpu_ms": off["server_cpu_ms_per_req"],
+        "on_cpu_ms": on["server_cpu_ms_per_req"],
         "injected": stats.ratio(on_sample.memory_status.get("injected", 0), on_sample.requests),
     }
     for stage in STAGES:
@@ -376,6 +429,11 @@ def bench_pipeline(
     )
 
 
+def label(row: dict[str, Any]) -> str:
+    """A row's name in the verdicts: its text kind and variant, and whether it streamed."""
+    return f"{row['text']}{' stream' if row.get('stream') else ''}"
+
+
 def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     """The target checks at concurrency 1, and the throughput ratio at 50."""
     lines = []
@@ -384,12 +442,12 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
             for q, target in (("p50", TARGET_ADDED_P50_MS), ("p99", TARGET_ADDED_P99_MS)):
                 added = row[f"added_{q}_ms"]
                 lines.append(
-                    f"{'PASS' if added <= target else 'MISS'} {row['text']}: added {q} at c=1: "
+                    f"{'PASS' if added <= target else 'MISS'} {label(row)}: added {q} at c=1: "
                     f"{added:.2f} ms (target <= {target} ms)"
                 )
         else:
             lines.append(
-                f"INFO {row['text']}: throughput at c={row['c']}: memory on = "
+                f"INFO {label(row)}: throughput at c={row['c']}: memory on = "
                 f"{row['rps_ratio']:.0%} of memory off"
             )
     return lines
@@ -429,10 +487,28 @@ def main() -> None:
         action="store_true",
         help="end to end: the processes cache in a redis-server (started here), not in-process",
     )
+    parser.add_argument(
+        "--capture",
+        choices=("off", "turn", "user"),
+        default="off",
+        help="end to end: also serve memory on from a process whose requests send "
+        "X-Memory-Capture with this mode (and one from --baseline-tree); the fake upstream then "
+        "gzips its answers and makes each differ",
+    )
+    parser.add_argument(
+        "--answer-words",
+        type=int,
+        default=40,
+        help="with --capture: fixed words after the echoed question in each fake answer",
+    )
+    parser.add_argument("--stream", action="store_true", help="end to end: also streamed cells")
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     texts = TEXTS if args.text == "both" else (args.text,)
+    if args.smoke:  # CI covers the capturing and streamed cells too
+        args.capture = "turn" if args.capture == "off" else args.capture
+        args.stream = True
     if "real" in texts and not realtext.available():
         if not args.smoke:
             raise SystemExit(f"real text needs the LoCoMo data at {realtext.LOCOMO_PATH}")
@@ -457,9 +533,12 @@ def main() -> None:
         print(stats.format_table(e2e_rows, columns))
         print("\nServer-Timing of memory-on answers at c=1, p50 ms:")
         staged = [r for r in e2e_rows if r["c"] == 1]
-        print(stats.format_table(staged, ["text", *[c for c in stage_columns if c in staged[0]]]))
+        named = [c for c in ("stream", "text") if c in staged[0]]
+        print(stats.format_table(staged, [*named, *[c for c in stage_columns if c in staged[0]]]))
         for line in verdicts(e2e_rows):
             print(line)
+        for name, size in STORE_SIZES.items():
+            print(f"INFO {name}: {size:,} memories in the store after the run")
     columns = (
         ["text", "memories", "top_k"]
         + [

@@ -7,10 +7,12 @@ and through memproxy must arrive as the same bytes.
 
 Per request, ``X-Fake-Chunks`` (content pieces) and ``X-Fake-Interval-Ms`` (pause between
 events) override the command line. With ``--compress`` an answer is gzipped when the request's
-``Accept-Encoding`` allows it, as OpenAI does; a stream is then flushed event by event.
+``Accept-Encoding`` allows it, as OpenAI does; a stream is then flushed event by event. With
+``--echo`` every answer differs, as a model's do (memory capture stores each, no repeat): it
+starts with the last line of the last user message, then the fixed words, one word an event.
 
 Run: ``python bench/lib/fake_upstream.py --port 9000 [--delay-ms 0] [--chunks 8]
-[--interval-ms 0] [--compress]``.
+[--interval-ms 0] [--compress] [--echo]``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ MODEL = "fake-model"
 ANSWER_WORDS = ("memproxy", "benchmark", "answer", "from", "the", "fake", "upstream", "model")
 CREATED = 1_700_000_000
 GZIP_WBITS = 16 + zlib.MAX_WBITS
+MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
 def answer_text(chunks: int) -> str:
@@ -66,9 +69,27 @@ def chunk_event(model: str, delta: dict[str, str], finish: str | None) -> bytes:
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
-def stream_events(model: str, chunks: int) -> list[bytes]:
-    """Return the SSE events of a streamed answer of ``chunks`` content pieces."""
-    words = [ANSWER_WORDS[i % len(ANSWER_WORDS)] + " " for i in range(chunks)]
+def echoed_text(payload: dict[str, object], chunks: int) -> str:
+    """``--echo``'s answer: the last line of the last user message, then
+    ``answer_text(chunks)``. A proxy may put text before the user's own (memproxy's block goes
+    first, on lines of its own): the answer stays the same length with and without it."""
+    said = ""
+    messages = payload.get("messages")
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            said = content.rsplit("\n", 1)[-1] if isinstance(content, str) else ""
+            break
+    return f"{said} {answer_text(chunks)}".strip()
+
+
+def stream_events(model: str, chunks: int, text: str | None = None) -> list[bytes]:
+    """Return the SSE events of a streamed answer of ``chunks`` content pieces (``text``:
+    these words instead, one an event)."""
+    if text is None:
+        words = [ANSWER_WORDS[i % len(ANSWER_WORDS)] + " " for i in range(chunks)]
+    else:
+        words = [word + " " for word in text.split()]
     events = [chunk_event(model, {"role": "assistant", "content": ""}, None)]
     events += [chunk_event(model, {"content": word}, None) for word in words]
     events.append(chunk_event(model, {}, "stop"))
@@ -101,6 +122,7 @@ class FakeConfig:
     chunks: int = 8
     interval_ms: float = 0.0
     compress: bool = False
+    echo: bool = False
 
 
 def build_app(config: FakeConfig) -> web.Application:
@@ -121,6 +143,14 @@ def build_app(config: FakeConfig) -> web.Application:
         key = (model, chunks, gzip)
         if delay:
             await asyncio.sleep(delay)
+        if config.echo:
+            text = echoed_text(payload, chunks)
+            if not payload.get("stream"):
+                body = completion_body(model, text)
+                body = b"".join(gzipped([body])) if gzip else body
+                return web.Response(body=body, content_type="application/json", headers=headers)
+            plain = stream_events(model, chunks, text)
+            return await streamed(request, gzipped(plain) if gzip else plain, headers, interval)
         if not payload.get("stream"):
             body = bodies.get(key)
             if body is None:
@@ -131,6 +161,12 @@ def build_app(config: FakeConfig) -> web.Application:
         if events is None:
             plain = stream_events(model, chunks)
             events = streams[key] = gzipped(plain) if gzip else plain
+        return await streamed(request, events, headers, interval)
+
+    async def streamed(
+        request: web.Request, events: list[bytes], headers: dict[str, str], interval: float
+    ) -> web.StreamResponse:
+        gzip = "Content-Encoding" in headers
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **headers})
         await response.prepare(request)
         for i, event in enumerate(events):
@@ -147,7 +183,9 @@ def build_app(config: FakeConfig) -> web.Application:
     async def health(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app = web.Application()
+    # memproxy forwards bodies up to its 16 MiB limit; aiohttp refuses over 1 MiB by default, and
+    # a refused answer is one memproxy captures nothing of.
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/chat/completions", chat)
     app.router.add_get("/v1/models", models)
@@ -164,8 +202,9 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=8)
     parser.add_argument("--interval-ms", type=float, default=0.0)
     parser.add_argument("--compress", action="store_true", help="gzip when the client accepts it")
+    parser.add_argument("--echo", action="store_true", help="answers start with the question")
     args = parser.parse_args()
-    config = FakeConfig(args.delay_ms, args.chunks, args.interval_ms, args.compress)
+    config = FakeConfig(args.delay_ms, args.chunks, args.interval_ms, args.compress, args.echo)
     web.run_app(build_app(config), host=args.host, port=args.port, access_log=None, print=None)
 
 

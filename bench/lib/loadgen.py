@@ -17,6 +17,7 @@ import csv
 import io
 import itertools
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -48,6 +49,10 @@ QUESTIONS = (
 PLACES = ("Lisbon", "Osaka", "Nairobi", "Oslo", "Lima", "Toronto")
 PEOPLE = ("Ana", "Ben", "Chloe", "Dev", "Elif", "Femi")
 TOPICS = ("the budget", "hotels", "the deadline", "vegetarian food", "Python", "the report")
+# ``settled_cpu``: a server is idle once it used under a tenth of a core for a poll.
+SETTLE_POLL_S = 0.1
+SETTLED_SHARE = 0.1
+SETTLE_MAX_S = 30.0
 UNIQUE_STRIDE = 10_000_000  # request numbers reserved per cell (no cell sends that many)
 # A request body, or a function of the request number returning one (unique queries).
 Body = bytes | Callable[[int], bytes]
@@ -71,6 +76,9 @@ class Sample:
     errors: int = 0
     elapsed: float = 0.0  # wall seconds under load
     cpu: float = 0.0  # load generator CPU seconds
+    # The served process's CPU seconds for the cell, its after-response work included
+    # (``run_interleaved``'s ``server_cpu``: it waits for the process to settle).
+    server_cpu: float = 0.0
     percentiles_ms: dict[str, float] | None = None  # engines without raw samples (wrk)
     counted: int = 0  # successful requests of engines without raw samples
     # X-Memory-Status of memproxy's answers (aiohttp engine): shows degraded or empty memory.
@@ -95,6 +103,7 @@ class Sample:
         self.errors += other.errors
         self.elapsed += other.elapsed
         self.cpu += other.cpu
+        self.server_cpu += other.server_cpu
         for status, count in other.memory_status.items():
             self.memory_status[status] = self.memory_status.get(status, 0) + count
         for stage, values in other.stages_ms.items():
@@ -122,6 +131,7 @@ class Sample:
             "ttfc_p50_ms": ttfc["p50"],
             "ttfc_p99_ms": ttfc["p99"],
             "client_cpu_ms_per_req": stats.ratio(self.cpu * 1000.0, n),
+            "server_cpu_ms_per_req": stats.ratio(self.server_cpu * 1000.0, n),
         }
 
 
@@ -359,6 +369,26 @@ def run_cell(
 Cell = tuple[str, int, bool]  # (target name, concurrency, stream)
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) process ``pid`` has used (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def settled_cpu(read_cpu: Callable[[], float]) -> float:
+    """``read_cpu()`` once the process has gone idle (under ``SETTLED_SHARE`` of a core for a
+    ``SETTLE_POLL_S`` poll), or after ``SETTLE_MAX_S``."""
+    last = read_cpu()
+    deadline = time.monotonic() + SETTLE_MAX_S
+    while time.monotonic() < deadline:
+        time.sleep(SETTLE_POLL_S)
+        now = read_cpu()
+        if now - last < SETTLED_SHARE * SETTLE_POLL_S:
+            return now
+        last = now
+    return last
+
+
 def rotated(items: Sequence[Any], shift: int) -> list[Any]:
     """Return ``items`` rotated left by ``shift`` (the interleaving order of round ``shift``)."""
     if not items:
@@ -378,6 +408,7 @@ def run_interleaved(
     unique_queries: bool = False,
     bodies: Mapping[str, Callable[[bool], Body]] | None = None,
     log: bool = True,
+    server_cpu: Mapping[str, Callable[[], float]] | None = None,
 ) -> dict[Cell, Sample]:
     """Load every target in every cell for ``rounds`` rounds, rotating the target order.
 
@@ -385,6 +416,10 @@ def run_interleaved(
     by query text cannot turn the memory path into cache hits; it implies the aiohttp engine.
     ``bodies`` maps a target's name to a factory of its cell's body (given ``stream``), e.g.
     real-text questions (``realtext.QuestionBodies``); it overrides ``unique_queries`` there.
+    ``server_cpu`` maps a target's name to a reading of its server's CPU seconds
+    (``process_cpu_s``): after each of its cells the run waits until that server is idle (work
+    it does after its answers, e.g. capture, would otherwise run into the next cell) and
+    charges the cell everything the server spent meanwhile.
     """
     if isinstance(targets, Mapping):
         targets = [Target(name, url) for name, url in targets.items()]
@@ -402,6 +437,8 @@ def run_interleaved(
                         body = bodies[target.name](stream)
                     elif unique_queries:
                         body = unique_chat_bodies(stream, base=next(cells) * UNIQUE_STRIDE)
+                    read_cpu = (server_cpu or {}).get(target.name)
+                    cpu0 = read_cpu() if read_cpu is not None else 0.0
                     sample = run_cell(
                         target,
                         concurrency=concurrency,
@@ -410,6 +447,8 @@ def run_interleaved(
                         engine=engine,
                         body=body,
                     )
+                    if read_cpu is not None:
+                        sample.server_cpu = settled_cpu(read_cpu) - cpu0
                     results.setdefault((target.name, concurrency, stream), Sample()).merge(sample)
                     if log:
                         print(

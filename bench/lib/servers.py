@@ -150,11 +150,13 @@ def fake_upstream(
     delay_ms: float = 0.0,
     chunks: int = 8,
     compress: bool = False,
+    echo: bool = False,
     name: str = "fake-upstream",
 ) -> ServerProcess:
     """Return (not started) the bench's lean fake OpenAI upstream on ``port``.
 
-    ``compress``: gzip answers when the client accepts it, as OpenAI does.
+    ``compress``: gzip answers when the client accepts it, as OpenAI does; ``echo``: every
+    answer differs (it starts with the question).
     """
     port = port or free_port()
     argv = [
@@ -169,6 +171,8 @@ def fake_upstream(
     ]
     if compress:
         argv.append("--compress")
+    if echo:
+        argv.append("--echo")
     return ServerProcess(name, argv, port=port, ready_path="/healthz", env=python_env())
 
 

@@ -16,7 +16,7 @@ injects nothing (adr/0111).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from proxy.apis.adapter import (
@@ -101,13 +101,16 @@ OPENAI_CHAT = OpenAIChat()
 
 def read_completion(answer: Answer) -> Completion:
     """The assistant text (and for a whole answer, its parsed body) of a relayed answer."""
+    if answer.streamed:
+        text = delta_text(answer.stream_events())
+        return Completion(status=answer.status, streamed=True, ok=answer.ok, text=text)
     raw = answer.decoded()
-    body = parsed_body(raw) if not answer.streamed and answer.ok else None
+    body = parsed_body(raw) if answer.ok else None
     return Completion(
         status=answer.status,
-        streamed=answer.streamed,
+        streamed=False,
         ok=answer.ok,
-        text=assistant_text(raw, streamed=answer.streamed, body=body),
+        text=assistant_text(raw, streamed=False, body=body),
         body=body,
     )
 
@@ -121,8 +124,13 @@ def assistant_text(raw: bytes, *, streamed: bool, body: Mapping[str, Any] | None
                 content = (choice.get("message") or {}).get("content")
                 return content if isinstance(content, str) else ""
         return ""
+    return delta_text(iter_events(raw))
+
+
+def delta_text(events: Iterable[Mapping[str, Any]]) -> str:
+    """Choice 0's text in a stream's events: its deltas' contents joined."""
     parts = []
-    for event in iter_events(raw):
+    for event in events:
         for choice in event.get("choices") or []:
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 content = (choice.get("delta") or {}).get("content")

@@ -68,10 +68,11 @@ from proxy.tokenizer import count_tokens
 # (gpt-4o, gpt-4.1, o-series). Both stored encodings stay in the record (adr/0070).
 API_TOKEN_ENCODING = O200K
 ID_PREFIX = "mem_"
-# Above this much text, token counting moves to a worker thread: the two stored encodings cost
-# ~0.65 us per character (measured, adr/0071), Claude's count adds ~55% (0.06 of 0.11 us on
-# LoCoMo text), so the loop stalls at most ~5 ms inline.
-INLINE_COUNT_MAX_CHARS = 5_000
+# Above this much text, token counting moves to a worker thread (tiktoken lets go of the GIL
+# there): the two stored encodings cost ~0.65 us per character (measured, adr/0071), Claude's
+# count adds ~55% (0.06 of 0.11 us on LoCoMo text), so the loop stalls at most ~1 ms inline. A
+# captured turn (question and answer, ~500-2,000 characters) held the loop 0.5-2 ms at 5,000.
+INLINE_COUNT_MAX_CHARS = 1_000
 # A thumbs up/down moves usefulness this fraction of the way to 1/0: one vote nudges, a
 # consistent signal converges (adr/0072).
 FEEDBACK_STEP = 0.2

@@ -26,6 +26,7 @@ from proxy.memory.embedders import (
     INLINE_MAX_CHARS,
     MEMO_TEXT_CHARS,
     MODELS_DIR,
+    SMALL_BATCH_TEXTS,
     STATIC_CHUNK_TEXTS,
     Embedder,
     OpenAIEmbedder,
@@ -103,6 +104,31 @@ def test_static_single_text_fast_path_equals_the_batch_path(
     np.testing.assert_allclose(alone, in_batch, atol=1e-6)
     assert alone.dtype == np.float32
     assert alone.shape == (1, static.dimensions)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.text(max_size=120) | st.sampled_from(["", "x" * 1500, "日本語"]), max_size=8))
+def test_a_small_batch_gets_each_texts_own_bits(static: StaticEmbedder, texts: list[str]) -> None:
+    # A captured turn (two texts) takes the one-text path row by row: the same bits as each text
+    # alone, which is what model2vec's tokens and numpy's mean give it.
+    assert len(texts) <= SMALL_BATCH_TEXTS
+    batch = static.embed_sync(texts)
+    assert batch.shape == (len(texts), static.dimensions)
+    assert batch.dtype == np.float32
+    for row, text in zip(batch, texts, strict=True):
+        assert row.tobytes() == reference_row(static, text).tobytes()
+
+
+def test_a_small_batch_skips_the_models_batch_encode(
+    static: StaticEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("batch encode called")
+
+    monkeypatch.setattr(static._model, "encode", refuse)
+    static.embed_sync(["What did Caroline research?", "adoption agencies"])
 
 
 def reference_row(static: StaticEmbedder, text: str) -> np.ndarray:

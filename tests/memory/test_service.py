@@ -102,6 +102,26 @@ async def test_large_batches_count_tokens_off_the_loop_with_the_same_result(
     assert all(r.tokens["o200k_base"] == count_tokens(text) for r in records)
 
 
+async def test_a_captured_turn_is_counted_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # adr/0166: a question and its answer (~1,500 characters) held the loop 0.5-2 ms inline.
+    service, _, _, _ = make()
+    offloaded: list[str] = []
+    real_to_thread = asyncio.to_thread
+
+    async def spy(func: Any, *args: Any) -> Any:
+        offloaded.append(func.__name__)
+        return await real_to_thread(func, *args)
+
+    monkeypatch.setattr("proxy.memory.service.asyncio.to_thread", spy)
+    turn = [
+        MemoryInput(content="What did Caroline research last week? " * 10, user="u"),
+        MemoryInput(content="She researched adoption agencies. " * 30, user="u"),
+    ]
+    assert 1_000 < sum(len(item.content) for item in turn) < 2_000
+    await service.write("t1", turn)
+    assert offloaded == ["build_records"]
+
+
 async def test_empty_write_and_missing_tenant() -> None:
     service, store, _, _ = make()
     assert await service.write("t1", []) == []
