@@ -1,11 +1,11 @@
 """``DialogTurns``: the embedded store's dialog turns by (tenant, user) and time, in memory.
 
 The neighbour lookup of a search (adr/0122) asks for one user's dialog turns within a few
-time windows. As an engine query it cost ~0.3-0.5 ms of a 10k-memory search after an idle gap
-(its filter, the hand-off to the engine's pool, its records), to find on average half a turn
-that was not a hit already (docs/benchmarks.md). The store keeps every dialog turn's time here
-instead and reads the windows with a bisection; the engine is asked only for the cosines of
-the turns the lookup keeps (adr/0162).
+time windows. As an engine query (its filter, the hand-off to the engine's pool) it found on
+average half a turn that was not a hit already, and cost 0.15-0.2 ms of a 10k-memory search
+more than this index does (docs/benchmarks.md, "The search stage, sixth pass"). The store keeps
+every dialog turn's time here and reads the windows with a bisection; the engine is asked only
+for the cosines of the turns the lookup keeps (adr/0162).
 
 An answer is a superset of the live turns in the windows: a turn deleted through a filter
 (``delete_user``, ``purge_expired``) stays listed until a write of its key, and its record
