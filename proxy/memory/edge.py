@@ -186,7 +186,7 @@ class EdgeStore:
         self._lifecycle = LifecycleTenants()
         self._users = TenantUsers()
         self._tenants = ShardTenants()
-        self._turns = DialogTurns()
+        self._turns = DialogTurns(record_cache_entries)
         self._warming: Future[int] | None = None
         self._ids = ids
 

@@ -13,7 +13,9 @@ lookup finds nothing. What must never happen is a turn missing, so the index ans
 once it is complete: filled from a full read of the shard (the record cache's warm-up) while
 every write and delete of the meantime is noted, and kept up to date by the store's writes
 after that. Until then, or for a store too large to warm up, ``near`` returns ``None`` and the
-store asks the engine.
+store asks the engine. The index holds at most ``max_turns`` turns (the store passes its record
+cache's size, the bound of the warm-up): a store that grows past it in one process gives the
+index up rather than grow without bound (~320 bytes a turn).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ Turn = tuple[int, str, str, float]  # (point key, tenant, user, created_ts)
 class DialogTurns:
     """The dialog turns of a shard by (tenant, user), in time order; thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_turns: int | None = None) -> None:
+        self.max_turns = max_turns
         self._lock = threading.Lock()
         self._lines: dict[tuple[str, str], Line] = {}
         self._where: dict[int, tuple[tuple[str, str], float]] = {}
@@ -60,6 +63,8 @@ class DialogTurns:
             for key, tenant, user, ts in turns:
                 if key not in self._written:
                     self._put(key, tenant, user, ts)
+            if self.max_turns is not None and len(self._where) > self.max_turns:
+                self._give_up()
 
     def finish(self, complete: bool) -> None:
         """End a build: ``complete`` if it read the whole shard, else drop what it read."""
@@ -67,8 +72,14 @@ class DialogTurns:
             self._building, self._complete = False, complete and self._building
             self._written.clear()
             if not self._complete:
-                self._lines.clear()
-                self._where.clear()
+                self._give_up()
+
+    def _give_up(self) -> None:
+        """Forget everything and stop answering until the next build (lock held)."""
+        self._building = self._complete = False
+        self._written.clear()
+        self._lines.clear()
+        self._where.clear()
 
     def write(self, turns: Iterable[tuple[int, str, str, float | None]]) -> None:
         """Note written points: (key, tenant, user, created_ts, or ``None`` if not a dialog
@@ -82,6 +93,8 @@ class DialogTurns:
                     self._written.add(key)
                 if ts is not None:
                     self._put(key, tenant, user, ts)
+            if self.max_turns is not None and len(self._where) > self.max_turns:
+                self._give_up()
 
     def drop(self, keys: Iterable[int]) -> None:
         """Forget deleted points."""

@@ -85,3 +85,21 @@ def test_a_build_skips_what_was_written_or_deleted_while_it_read() -> None:
     assert index.near("t1", "u1", [(0.0, 100.0)]) == [3, 1]
     index.load([(4, "t1", "u1", 10.0)])  # no build running: ignored
     assert index.near("t1", "u1", [(0.0, 100.0)]) == [3, 1]
+
+
+def test_an_index_past_its_size_gives_up_until_the_next_build() -> None:
+    """A store grown past its record cache in one process: the index stops growing."""
+    index = DialogTurns(max_turns=2)
+    index.start()
+    index.load([(1, "t1", "u1", 10.0), (2, "t1", "u1", 20.0)])
+    index.finish(True)
+    index.write([(3, "t1", "u1", None)])  # not a turn
+    assert index.near("t1", "u1", [(0.0, 100.0)]) == [1, 2]
+    index.write([(3, "t1", "u2", 30.0)])
+    assert index.near("t1", "u1", [(0.0, 100.0)]) is None
+    index.write([(4, "t1", "u1", 40.0)])
+    assert index.near("t1", "u1", [(0.0, 100.0)]) is None
+    index.start()
+    index.load([(1, "t1", "u1", 10.0), (2, "t1", "u1", 20.0), (3, "t1", "u2", 30.0)])
+    index.finish(True)
+    assert not index.complete  # the build read more than fits
