@@ -68,13 +68,16 @@ from proxy.memory.edge_query import (
 )
 from proxy.memory.edge_shard import drop_stale_generations, open_shard, settle_generations
 from proxy.memory.edge_tenants import ShardTenants
+from proxy.memory.edge_turns import DialogTurns
 from proxy.memory.edge_users import TenantUsers
-from proxy.memory.filters import scope_users
+from proxy.memory.filters import DIALOG_SOURCE, scope_users, windows
 from proxy.memory.near import near_turns, ranked, turns_failed, turns_query
 from proxy.memory.points import (
     COUNT_FIELDS,
+    CREATED_TS_KEY,
     DENSE_VECTOR,
     RETRIEVAL_COUNT_KEY,
+    SOURCE_KEY,
     SPARSE_VECTOR,
     SUPERSEDED_KEY,
     TENANT_KEY,
@@ -183,6 +186,7 @@ class EdgeStore:
         self._lifecycle = LifecycleTenants()
         self._users = TenantUsers()
         self._tenants = ShardTenants()
+        self._turns = DialogTurns(record_cache_entries)
         self._warming: Future[int] | None = None
         self._ids = ids
 
@@ -282,11 +286,12 @@ class EdgeStore:
         page is kept only if no write came while it was read (``RecordCache.store``). A store
         larger than the cache is left to the searches: which records they need is theirs to
         say. A failure here costs speed only: it is logged and the warm-up stops."""
-        cache, merged = self._records, self._counts.merged
-        kept = 0
+        cache, merged, turns = self._records, self._counts.merged, self._turns
+        kept, read_all = 0, False
         try:
             if not cache.max_entries or self._reads.info().points_count > cache.max_entries:
                 return 0
+            turns.start()  # the same read fills the dialog turns' index (edge_turns)
             offset: Any = None
             while not self._closed:
                 generation = cache.generation
@@ -298,12 +303,20 @@ class EdgeStore:
                     (key := key_of(point.id)): merged(key, from_payload(point.payload or {}))
                     for point in found
                 }
+                turns.load(
+                    (key, record.tenant, record.user, record.created_at.timestamp())
+                    for key, record in page.items()
+                    if record.source == DIALOG_SOURCE
+                )
                 if cache.store(page, generation):
                     kept += len(page)
                 if offset is None:
+                    read_all = True
                     break
         except Exception as exc:
             LOGGER.warning("warming the record cache failed (searches read payloads): %s", exc)
+        finally:
+            turns.finish(read_all)
         return kept
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
@@ -330,11 +343,17 @@ class EdgeStore:
         written = [key(r.tenant, r.id) for r in records]
         self._refuse_collisions(records, written)
         points = []
+        turns: builtins.list[tuple[int, str, str, float | None]] = []
         for record, row, pid in zip(records, rows, written, strict=True):
             full = with_tokens(record)
             indices, values = lexical.encode_document(full.content)
             vector = {DENSE_VECTOR: row, SPARSE_VECTOR: qe.SparseVector(indices, values)}
-            points.append(qe.Point(self._ids.wire(pid), vector, to_payload(full)))
+            payload = to_payload(full)
+            points.append(qe.Point(self._ids.wire(pid), vector, payload))
+            dialog = payload[SOURCE_KEY] == DIALOG_SOURCE
+            turns.append(
+                (pid, record.tenant, record.user, payload[CREATED_TS_KEY] if dialog else None)
+            )
         # Before the write is visible: a search from now on filters these tenants on liveness,
         # and on the user where another user's memory arrives.
         self._lifecycle.note(
@@ -342,7 +361,10 @@ class EdgeStore:
         )
         self._users.note({(r.tenant, r.user) for r in records})
         self._tenants.note({r.tenant for r in records})
+        self._turns.write(turns)
         self._maintenance.update(qe.UpdateOperation.upsert_points(points), len(points))
+        # Again once visible: an index build may have read the points before the write.
+        self._turns.write(turns)
         self._counts.drop(written)  # the payload carries the record's own count again
         self._records.invalidate(written)
         self._maintenance.after_write(len(points))
@@ -438,6 +460,7 @@ class EdgeStore:
             if not found or self._owned(found[0], tenant, memory_id) is None:
                 return False
             self._maintenance.update(qe.UpdateOperation.delete_points([pid]))
+            self._turns.drop([key_of(pid)])
             self._counts.drop([key_of(pid)])
             self._records.invalidate([key_of(pid)])
         return True
@@ -526,11 +549,70 @@ class EdgeStore:
         if turns is None:
             return Found(hits, [])
         try:
+            beside = self._turns_from_index(tenant, hits, chosen, turns, dense)
+            if beside is not None:
+                return Found(hits, beside)
             near = self._turns_near_sync(tenant, turns, dense)
         except Exception as exc:  # the hits stand without their neighbours
             turns_failed(exc)
             return Found(hits, None)
         return Found(hits, near_turns(hits, chosen, near, window_s))
+
+    def _turns_from_index(
+        self,
+        tenant: str,
+        hits: builtins.list[Candidate],
+        seeds: builtins.list[Candidate],
+        query: TurnsQuery,
+        dense: qe.Query,
+    ) -> builtins.list[Candidate] | None:
+        """``near_turns`` of the turns ``query`` asks for, from the dialog turns' index
+        (``edge_turns``): the engine only scores the turns kept. ``None``: ask the engine (the
+        index is not complete, one of its entries is stale, or the engine's limit would have
+        cut the turns by cosine)."""
+        spans = windows(query)
+        keys = self._turns.near(tenant, query.user, spans)
+        if keys is None or len(keys) > NEAR_TURNS * len(query.times):
+            return None
+        records = self._records_of(tenant, keys)
+        at, user = query.live_at, query.user
+        near: builtins.list[Candidate] = []
+        key_of_id: dict[str, int] = {}
+        for key in keys:
+            record = records.get(key)
+            if record is None:  # deleted by a filter: the index still lists it
+                continue
+            ts = record.created_at.timestamp()
+            if (
+                record.user != user
+                or record.source != DIALOG_SOURCE
+                or not any(low <= ts <= high for low, high in spans)
+            ):
+                return None  # a write raced the index
+            if record.live(at):
+                near.append(candidate(record, 0.0))  # adjacency reads times, not cosines
+                key_of_id[record.id] = key
+        kept = near_turns(hits, seeds, near, query.window_s)
+        if not kept:
+            return []
+        wire = self._ids.wire
+        wanted = [key_of_id[turn.record.id] for turn in kept]
+        scored = self._ids.scored(
+            self._reads.query(
+                qe.QueryRequest(
+                    limit=len(wanted),
+                    query=dense,
+                    filter=qe.Filter(must=[qe.HasIdCondition({wire(key) for key in wanted})]),
+                    with_payload=False,
+                    params=FEW_PARAMS,
+                )
+            )
+        )
+        return [
+            candidate(turn.record, score if 0.0 <= score <= 1.0 else clip_similarity(score))
+            for turn, key in zip(kept, wanted, strict=True)
+            if (score := scored.get(key)) is not None
+        ]
 
     def _holds_others(self, tenant: str, user: str) -> bool:
         """Whether the shard holds a memory of ``tenant`` that a search of ``user`` may not see."""

@@ -25,7 +25,9 @@ from proxy.memory.edge import EdgeStore, candidate, is_engine_error
 from proxy.memory.edge_ids import Scheme
 from proxy.memory.edge_query import FEW_PARAMS, search_hits, turns_filter
 from proxy.memory.edge_shard import INDEXING_THRESHOLD_KB
+from proxy.memory.edge_turns import DialogTurns
 from proxy.memory.filters import DIALOG_SOURCE
+from proxy.memory.near import search_then_turns
 from proxy.memory.points import DENSE_VECTOR, EXPIRES_KEY, EXPIRES_TS_KEY
 from proxy.memory.store import SearchQuery, TurnsQuery
 from tests.memory.support import record, vector_for, vectors_for
@@ -442,17 +444,25 @@ async def test_a_search_with_its_neighbour_turns_takes_one_thread_hop(
         await store.close()
 
 
+@pytest.mark.parametrize("lookup", ["_turns_from_index", "_turns_near_sync"])
 async def test_a_failing_neighbour_lookup_in_the_search_keeps_the_hits(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    lookup: str,
 ) -> None:
     """The lookup's failure leaves the hits and says the turns are missing (``None``), so the
-    retriever does not cache the result; the search's own failures still raise."""
+    retriever does not cache the result; the search's own failures still raise. Either
+    lookup: from the dialog turns' index, or the engine's (the index not built)."""
     store, query = await dialog_store(tmp_path)
+    await store.warmed()
+    if lookup == "_turns_near_sync":
+        store._turns = DialogTurns()  # never built: the engine is asked
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise Exception("Service runtime error: timed out")  # the engine's own error type
 
-    monkeypatch.setattr(store, "_turns_near_sync", failing)
+    monkeypatch.setattr(store, lookup, failing)
     try:
         found = await store.search_near("t1", query, 1, 90.0)
         assert [hit.record.id for hit in found.hits] == ["t5"]
@@ -1031,3 +1041,101 @@ async def test_closing_flushes_writes_no_background_flush_took(
     assert counting.flushes == 0  # too few points, no pause yet
     await store.close()
     assert counting.flushes == 1
+
+
+async def near_both_ways(
+    store: EdgeStore, query: SearchQuery, monkeypatch: pytest.MonkeyPatch
+) -> tuple[edge.Found, edge.Found, list[bool]]:
+    """``search_near`` as served, the same as the search then the engine's neighbour lookup
+    (``search_then_turns``), and the engine filters the first one built."""
+    filters = spy_turn_filters(monkeypatch)
+    found = await store.search_near("t1", query, 3, 90.0)
+    built = list(filters)
+    return found, await search_then_turns(store, "t1", query, 3, 90.0), built
+
+
+async def test_a_warmed_store_finds_the_neighbour_turns_without_the_engines_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the record cache's warm-up has read the shard, the turns beside the hits come from
+    the dialog turns' index (adr/0162): the same turns and cosines, no windows query."""
+    store, query = await dialog_store(tmp_path)
+    try:
+        await store.warmed()
+        assert store._turns.complete
+        found, engine, built = await near_both_ways(store, query, monkeypatch)
+        assert found.turns
+        assert found == engine
+        assert built == []
+    finally:
+        await store.close()
+
+
+async def test_the_dialog_turns_index_follows_writes_and_deletes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, query = await dialog_store(tmp_path)
+    try:
+        await store.warmed()
+        at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+        moved = [
+            # t4 moves out of t5's window, a new turn takes its place, t6 becomes a note
+            replace(record("t4", source="conversation"), created_at=at + timedelta(hours=1)),
+            replace(record("t4b", source="conversation"), created_at=at + timedelta(minutes=4)),
+            record("t6", source="notes"),
+        ]
+        await store.add(moved, vectors_for(moved, DIM))
+        found, engine, built = await near_both_ways(store, query, monkeypatch)
+        assert found.turns is not None
+        assert [turn.record.id for turn in found.turns] == ["t4b"]  # t7 is 2 minutes away
+        assert (found, built) == (engine, [])
+        assert await store.delete("t1", "t4b")
+        found, engine, built = await near_both_ways(store, query, monkeypatch)
+        assert found.turns is not None
+        assert found.turns == []
+        assert (found, built) == (engine, [])
+        assert await store.delete_user("t1", "u1")  # a filter delete: its entries go stale
+        found, engine, built = await near_both_ways(store, query, monkeypatch)
+        assert (found, built) == (engine, [])
+    finally:
+        await store.close()
+
+
+async def test_a_stale_index_entry_sends_the_lookup_to_the_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry whose record says another time (a write racing the index) is not trusted."""
+    store, query = await dialog_store(tmp_path)
+    try:
+        await store.warmed()
+        t0 = store._ids.key("t1", "t0")
+        at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC) + timedelta(minutes=5)
+        store._turns.write([(t0, "t1", "u1", at.timestamp())])  # t0's time is +0 minutes
+        found, engine, built = await near_both_ways(store, query, monkeypatch)
+        assert found.turns is not None
+        assert [turn.record.id for turn in found.turns] == ["t4", "t6"]
+        assert found == engine
+        assert built == [False]
+    finally:
+        await store.close()
+
+
+async def test_a_store_not_warmed_asks_the_engine_for_the_turns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    turns = [
+        replace(record(f"t{i}", source="conversation"), created_at=at + timedelta(minutes=i))
+        for i in range(10)
+    ]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM, warm_up=False)
+    try:
+        await store.add(turns, vectors_for(turns, DIM))
+        text = turns[5].content
+        query = SearchQuery(vector_for(text, DIM), text, "u1", None, 1, live_at=at)
+        found, engine, built = await near_both_ways(store, query, monkeypatch)
+        assert not store._turns.complete
+        assert found.turns
+        assert (found, built) == (engine, [False])
+    finally:
+        await store.close()

@@ -1,0 +1,145 @@
+"""``DialogTurns``: the embedded store's dialog turns by (tenant, user) and time, in memory.
+
+The neighbour lookup of a search (adr/0122) asks for one user's dialog turns within a few
+time windows. As an engine query (its filter, the hand-off to the engine's pool) it found on
+average half a turn that was not a hit already, and cost 0.15-0.2 ms of a 10k-memory search
+more than this index does (docs/benchmarks.md, "The search stage, sixth pass"). The store keeps
+every dialog turn's time here and reads the windows with a bisection; the engine is asked only
+for the cosines of the turns the lookup keeps (adr/0162).
+
+An answer is a superset of the live turns in the windows: a turn deleted through a filter
+(``delete_user``, ``purge_expired``) stays listed until a write of its key, and its record
+lookup finds nothing. What must never happen is a turn missing, so the index answers only
+once it is complete: filled from a full read of the shard (the record cache's warm-up) while
+every write and delete of the meantime is noted, and kept up to date by the store's writes
+after that. Until then, or for a store too large to warm up, ``near`` returns ``None`` and the
+store asks the engine. The index holds at most ``max_turns`` turns (the store passes its record
+cache's size, the bound of the warm-up): a store that grows past it in one process gives the
+index up rather than grow without bound (~320 bytes a turn).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+from collections.abc import Iterable, Sequence
+
+Line = list[tuple[float, int]]  # (created_ts, point key), sorted
+Turn = tuple[int, str, str, float]  # (point key, tenant, user, created_ts)
+
+
+class DialogTurns:
+    """The dialog turns of a shard by (tenant, user), in time order; thread-safe."""
+
+    def __init__(self, max_turns: int | None = None) -> None:
+        self.max_turns = max_turns
+        self._lock = threading.Lock()
+        self._lines: dict[tuple[str, str], Line] = {}
+        self._where: dict[int, tuple[tuple[str, str], float]] = {}
+        self._building = False
+        self._complete = False
+        # Keys written or deleted while a build reads the shard: its page of them may be stale.
+        self._written: set[int] = set()
+
+    @property
+    def complete(self) -> bool:
+        """Whether ``near`` answers (a build finished and nothing gave up on it since)."""
+        return self._complete
+
+    def start(self) -> None:
+        """Begin a build: forget everything, note the writes from now on."""
+        with self._lock:
+            self._lines.clear()
+            self._where.clear()
+            self._written.clear()
+            self._building, self._complete = True, False
+
+    def load(self, turns: Iterable[Turn]) -> None:
+        """Add the turns a build read, except those written or deleted since it started."""
+        with self._lock:
+            if not self._building:
+                return
+            for key, tenant, user, ts in turns:
+                if key not in self._written:
+                    self._put(key, tenant, user, ts)
+            if self.max_turns is not None and len(self._where) > self.max_turns:
+                self._give_up()
+
+    def finish(self, complete: bool) -> None:
+        """End a build: ``complete`` if it read the whole shard, else drop what it read."""
+        with self._lock:
+            self._building, self._complete = False, complete and self._building
+            self._written.clear()
+            if not self._complete:
+                self._give_up()
+
+    def _give_up(self) -> None:
+        """Forget everything and stop answering until the next build (lock held)."""
+        self._building = self._complete = False
+        self._written.clear()
+        self._lines.clear()
+        self._where.clear()
+
+    def write(self, turns: Iterable[tuple[int, str, str, float | None]]) -> None:
+        """Note written points: (key, tenant, user, created_ts, or ``None`` if not a dialog
+        turn). Call before the write is visible: a turn listed early finds no record yet."""
+        with self._lock:
+            if not (self._building or self._complete):
+                return
+            for key, tenant, user, ts in turns:
+                self._drop(key)
+                if self._building:
+                    self._written.add(key)
+                if ts is not None:
+                    self._put(key, tenant, user, ts)
+            if self.max_turns is not None and len(self._where) > self.max_turns:
+                self._give_up()
+
+    def drop(self, keys: Iterable[int]) -> None:
+        """Forget deleted points."""
+        with self._lock:
+            if not (self._building or self._complete):
+                return
+            for key in keys:
+                self._drop(key)
+                if self._building:
+                    self._written.add(key)
+
+    def near(
+        self, tenant: str, user: str, windows: Sequence[tuple[float, float]]
+    ) -> list[int] | None:
+        """The keys of the user's turns with ``low <= created_ts <= high`` for some window, in
+        time order, each once; ``None`` if the index is not complete."""
+        with self._lock:
+            if not self._complete:
+                return None
+            line = self._lines.get((tenant, user))
+            if not line:
+                return []
+            spans: list[tuple[int, int]] = []
+            for low, high in sorted(windows):
+                # Keys are ints >= 0: (low, -1) sorts before every (low, key), (high, inf) after.
+                start = bisect.bisect_left(line, (low, -1))
+                end = bisect.bisect_right(line, (high, math.inf))
+                if spans and start <= spans[-1][1]:  # overlapping windows: one span
+                    spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
+                elif start < end:
+                    spans.append((start, end))
+            return [key for start, end in spans for _, key in line[start:end]]
+
+    def _put(self, key: int, tenant: str, user: str, ts: float) -> None:
+        owner = (tenant, user)
+        bisect.insort(self._lines.setdefault(owner, []), (ts, key))
+        self._where[key] = (owner, ts)
+
+    def _drop(self, key: int) -> None:
+        where = self._where.pop(key, None)
+        if where is None:
+            return
+        owner, ts = where
+        line = self._lines[owner]
+        at = bisect.bisect_left(line, (ts, key))
+        del line[at]
+        if not line:
+            del self._lines[owner]
