@@ -97,6 +97,9 @@ RECORD_CACHE_ENTRIES = 20_000  # decoded records the embedded store keeps (~1 KB
 # every LOG_FOLD_CHECK_S; the log stays about this size however long the server runs.
 LOG_FOLD_BYTES = 8 << 20
 LOG_FOLD_CHECK_S = 1.0
+# A replica's catch-up and the supervisor's fold apply a run of retrieval-count entries (64 ids
+# each, adr/0154) as one increment of up to this many ids: one apply instead of one per entry.
+LOG_COUNT_IDS_PER_APPLY = 4096
 # Several workers on one listening socket (adr/0140): a worker holding more than its fair
 # share of the open connections (their mean over the live workers) plus ACCEPT_SLACK leaves a
 # waiting connection to the others, checking every ACCEPT_CHECK_S whether it may take it, and

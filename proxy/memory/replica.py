@@ -26,13 +26,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import functools
 import logging
 import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.defaults import LOG_FOLD_CHECK_S
+from proxy.defaults import LOG_COUNT_IDS_PER_APPLY, LOG_FOLD_CHECK_S
 from proxy.errors import ConfigError, StoreError
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.edge_counts import COUNTS_FILE
@@ -99,6 +98,36 @@ async def apply(store: EdgeStore, entry: Entry) -> object:
     raise StoreError(f"unknown write log operation {op!r}")
 
 
+def coalesced(
+    entries: Iterable[tuple[Entry, int]], limit: int = LOG_COUNT_IDS_PER_APPLY
+) -> Iterator[tuple[Entry, int]]:
+    """``entries`` (each with the position after it) in order, each run of consecutive
+    retrieval counts of one tenant as one entry of up to ``limit`` ids, at the run's end.
+
+    Adding one per occurrence commutes, so one apply does for the run: with several workers
+    every replica (and the primary) applies every worker's counts, one ``increment_retrievals``
+    per 64-id entry (adr/0154), and a catch-up or a fold folds mostly counts. A run is still one
+    apply: its entries are applied together or not at all."""
+    tenant: str | None = None
+    ids: builtins.list[str] = []
+    last = 0
+    for entry, end in entries:
+        op, args = entry
+        if op == INCREMENT and args[0] == tenant and len(ids) + len(args[1]) <= limit:
+            ids.extend(args[1])
+            last = end
+            continue
+        if tenant is not None:
+            yield (INCREMENT, (tenant, tuple(ids))), last
+            tenant = None
+        if op == INCREMENT:
+            tenant, ids, last = args[0], list(args[1]), end
+            continue
+        yield entry, end
+    if tenant is not None:
+        yield (INCREMENT, (tenant, tuple(ids))), last
+
+
 async def absorb_log(store: EdgeStore, data_dir: str | os.PathLike[str]) -> int:
     """Apply the write log to the primary ``store`` (no replica may be running) and empty it;
     remove replica copies left by earlier runs. Returns how many entries it applied."""
@@ -154,7 +183,7 @@ async def _fold(store: EdgeStore, log: WriteLog) -> int:
     done = start
     await asyncio.to_thread(log.lock_primary, shared=False)
     try:
-        for entry, end in entries:
+        for entry, end in coalesced(entries):
             await apply(store, entry)
             done = end  # a failed apply stops here: the next fold starts with it, once
     finally:
@@ -324,16 +353,34 @@ class ReplicaStore:
         """Apply every whole entry past ``_offset`` (the caller holds ``_lock``); what the
         entry ending at ``until`` returned (``None`` if none)."""
         entries, _ = await self._in_thread(read, self._offset)
+        return await self._apply(entries, until)
+
+    async def _apply(self, entries: Sequence[tuple[Entry, int]], until: int | None) -> object:
+        """Apply ``entries``, the log's from ``_offset`` on (the caller holds ``_lock``); what
+        the entry ending at ``until`` returned. Runs of counts are applied as one
+        (``coalesced``): what a count returns is ``None`` whichever entry of a run it was."""
         result: object = None
         try:
-            for entry, end in entries:
+            for entry, end in coalesced(entries):
                 applied = await apply(self._replica, entry)
-                self._offset = end  # per entry: a failed apply is retried, never applied twice
+                self._offset = end  # per apply: a failed one is retried, never applied twice
                 if end == until:
                     result = applied
         finally:
             self._log.publish(self._slot, self._offset)
         return result
+
+    def _append(self, entry: Entry, barrier: bool) -> tuple[builtins.list[tuple[Entry, int]], int]:
+        """In one call under the log's exclusive lock: the entries others appended since
+        ``_offset``, then ``entry`` appended; those entries and ``entry``'s end. The lock is
+        held for a read and a write, never across a hop back to a busy event loop (the other
+        workers' writers and catch-ups wait for it)."""
+        self._log.lock()
+        try:
+            behind = self._log.read(self._offset)[0] if self._log.end != self._offset else []
+            return behind, self._append_locked(entry, barrier)
+        finally:
+            self._log.unlock()
 
     async def _write(
         self,
@@ -362,26 +409,35 @@ class ReplicaStore:
         self, prepare: Callable[[], Awaitable[Entry | None]], read_first: bool, barrier: bool
     ) -> object:
         async with self._lock:
-            if read_first:
-                # Most of the catching up outside the lock: under it, only what came since.
-                await self._catch_up(self._read_shared)
-            await self._in_thread(self._log.lock)
-            try:
-                if read_first:
-                    await self._catch_up(self._log.read)  # the exclusive lock covers the read
+            if not read_first:
                 entry = await prepare()
                 if entry is None:
                     return None
-                try:
-                    end = await self._in_thread(
-                        functools.partial(self._log.append, entry, barrier=barrier)
-                    )
-                except OSError as exc:
-                    raise StoreError(f"cannot append to the memory write log: {exc}") from exc
+                # One hop: the lock, the entries others appended, the append, the unlock.
+                behind, end = await self._in_thread(self._append, entry, barrier)
+                # Entries appended by others before this one are applied first, in log order;
+                # this one as written, not read back (it is the log's from ``behind`` on).
+                return await self._apply([*behind, (entry, end)], end)
+            # Most of the catching up outside the lock: under it, only what came since.
+            await self._catch_up(self._read_shared)
+            await self._in_thread(self._log.lock)
+            try:
+                await self._catch_up(self._log.read)  # the exclusive lock covers the read
+                entry = await prepare()
+                if entry is None:
+                    return None
+                # Caught up under the lock: nothing lies between ``_offset`` and this entry.
+                end = await self._in_thread(self._append_locked, entry, barrier)
             finally:
                 self._log.unlock()
-            # Entries appended by others before this one are applied first, in log order.
-            return await self._catch_up(self._read_shared, end)
+            return await self._apply([(entry, end)], end)
+
+    def _append_locked(self, entry: Entry, barrier: bool) -> int:
+        """Append ``entry`` (the caller holds the log's lock); its end."""
+        try:
+            return self._log.append(entry, barrier=barrier)
+        except OSError as exc:
+            raise StoreError(f"cannot append to the memory write log: {exc}") from exc
 
     async def add(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
         """Upsert records by (tenant, id); returns once the batch is in the log and applied."""

@@ -14,6 +14,7 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,12 +29,16 @@ from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.filters import DIALOG_SOURCE
 from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES
 from proxy.memory.replica import (
+    ADD,
+    DELETE,
+    INCREMENT,
     LOG_FILE,
     REPLICAS_DIR,
     SUPERSEDE,
     LogFolder,
     ReplicaStore,
     absorb_log,
+    coalesced,
     fold_log,
 )
 from proxy.memory.service import MemoryService
@@ -191,6 +196,122 @@ async def test_retrieval_counts_from_both_add_up(pair: tuple[ReplicaStore, Repli
         got = await store.get("t1", "m1")
         assert got is not None
         assert got.retrieval_count == 3
+
+
+def count_calls(
+    store: EdgeStore, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[str, tuple[str, ...]]]:
+    """Every ``increment_retrievals`` call ``store`` gets from now on, as (tenant, ids)."""
+    calls: list[tuple[str, tuple[str, ...]]] = []
+    increment = store.increment_retrievals
+
+    async def counted(tenant: str, ids: Sequence[str]) -> None:
+        calls.append((tenant, tuple(ids)))
+        await increment(tenant, ids)
+
+    monkeypatch.setattr(store, "increment_retrievals", counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("entries", "limit", "expected"),
+    [
+        pytest.param([], 10, [], id="nothing"),
+        pytest.param(
+            [((INCREMENT, ("t1", ("a",))), 5), ((INCREMENT, ("t1", ("b", "a"))), 9)],
+            10,
+            [((INCREMENT, ("t1", ("a", "b", "a"))), 9)],
+            id="a run of one tenant is one entry at the run's end",
+        ),
+        pytest.param(
+            [
+                ((INCREMENT, ("t1", ("a",))), 5),
+                ((DELETE, ("t1", "a")), 8),
+                ((INCREMENT, ("t1", ("b",))), 12),
+            ],
+            10,
+            [
+                ((INCREMENT, ("t1", ("a",))), 5),
+                ((DELETE, ("t1", "a")), 8),
+                ((INCREMENT, ("t1", ("b",))), 12),
+            ],
+            id="another write ends the run: the order is kept",
+        ),
+        pytest.param(
+            [((INCREMENT, ("t1", ("a",))), 5), ((INCREMENT, ("t2", ("a",))), 9)],
+            10,
+            [((INCREMENT, ("t1", ("a",))), 5), ((INCREMENT, ("t2", ("a",))), 9)],
+            id="another tenant starts a new run",
+        ),
+        pytest.param(
+            [
+                ((INCREMENT, ("t1", ("a", "b"))), 5),
+                ((INCREMENT, ("t1", ("c",))), 9),
+                ((INCREMENT, ("t1", ("d", "e"))), 14),
+            ],
+            3,
+            [((INCREMENT, ("t1", ("a", "b", "c"))), 9), ((INCREMENT, ("t1", ("d", "e"))), 14)],
+            id="a run stops at the limit of ids",
+        ),
+        pytest.param(
+            [((ADD, ("records", "vectors")), 5), ((INCREMENT, ("t1", ("a",))), 9)],
+            10,
+            [((ADD, ("records", "vectors")), 5), ((INCREMENT, ("t1", ("a",))), 9)],
+            id="other writes pass as they are",
+        ),
+    ],
+)
+def test_coalesced(entries: list[Any], limit: int, expected: list[Any]) -> None:
+    assert list(coalesced(entries, limit)) == expected
+
+
+async def test_another_workers_counts_are_applied_in_one_increment(
+    pair: tuple[ReplicaStore, ReplicaStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every replica applies every worker's counts, one 64-id entry at a time as the counter
+    writes them: a catch-up applies a run of them as one increment, with the same counts."""
+    a, b = pair
+    await stop_following(a, b)
+    memories = [record("m1"), record("m2")]
+    await a.add(memories, vectors_for(memories))
+    await b.catch_up()
+    calls = count_calls(b._replica, monkeypatch)
+    for ids in (["m1"], ["m2", "m1"], ["m1"]):
+        await a.increment_retrievals("t1", ids)
+    await b.catch_up()
+    assert calls == [("t1", ("m1", "m2", "m1", "m1"))]
+    first, second = await b.get("t1", "m1"), await b.get("t1", "m2")
+    assert first is not None
+    assert second is not None
+    assert (first.retrieval_count, second.retrieval_count) == (3, 1)
+
+
+async def test_a_write_applies_its_own_entry_without_reading_it_back(
+    pair: tuple[ReplicaStore, ReplicaStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer knows its entry: it reads the log only for what others appended before it,
+    in the same call that takes the lock and appends (the lock is never held across a hop
+    back to the event loop)."""
+    a, b = pair
+    await stop_following(a, b)
+    memory = record("m1")
+    await a.add([memory], vectors_for([memory]))
+    await b.catch_up()
+    reads: list[int] = []
+    read = b._log.read
+
+    def counted_read(position: int) -> tuple[list[tuple[Any, int]], int]:
+        reads.append(position)
+        return read(position)
+
+    monkeypatch.setattr(b._log, "read", counted_read)
+    await b.increment_retrievals("t1", ["m1"])
+    assert reads == []
+    await a.increment_retrievals("t1", ["m1", "m1"])
+    await b.delete("t1", "m1")  # reads a's counts under the lock, then appends its own
+    assert len(reads) == 1
+    assert await b.get("t1", "m1") is None
+    assert b._offset == b._log.end
 
 
 async def test_a_read_does_not_wait_for_another_workers_retrieval_counts(
@@ -532,6 +653,24 @@ async def test_a_fold_keeps_what_a_replica_has_not_applied(
     assert await primary.count("t1") == 2  # the primary has it all the same
     assert await idle.count("t1") == 2
     assert await fold_log(primary, log, min_bytes=1) == size  # now it goes
+
+
+async def test_a_fold_applies_a_run_of_counts_in_one_increment(
+    folding: tuple[EdgeStore, WriteLog],
+    pair: tuple[ReplicaStore, ReplicaStore],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (primary, log), (a, b) = folding, pair
+    memory = record("m1")
+    await a.add([memory], vectors_for([memory]))
+    calls = count_calls(primary, monkeypatch)
+    for store in (a, b, a):
+        await store.increment_retrievals("t1", ["m1"])
+    await fold_log(primary, log, min_bytes=1)
+    assert calls == [("t1", ("m1", "m1", "m1"))]
+    folded = await primary.get("t1", "m1")
+    assert folded is not None
+    assert folded.retrieval_count == 3
 
 
 async def test_an_idle_replica_follows_the_log_and_lets_it_be_cut(
