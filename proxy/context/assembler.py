@@ -47,13 +47,16 @@ enough candidates to choose from (the pipeline should fetch about 100).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
+from math import fsum
 from typing import Any
 
-from proxy.context.dedup import DUPLICATE_JACCARD, NO_SIGNATURE, dedup_walk, text_profile
+from proxy.context.dedup import DUPLICATE_JACCARD, NO_SIGNATURE, dedup_walk
 from proxy.context.knapsack import PACKER_KINDS, PackerKind, select_greedy, select_optimal
 from proxy.context.neighbours import neighbour_gains
+from proxy.context.profiles import Profile, text_profile
 from proxy.context.ranking import (
     BASE_RELEVANCE,
     BASE_WEIGHT,
@@ -80,7 +83,7 @@ from proxy.context.words import (
     idf_weights,
     normalise_words,
     query_forms,
-    text_words,
+    unambiguous,
     unseen_weight,
 )
 from proxy.defaults import MEMORY_MAX_TOKENS as DEFAULT_MAX_TOKENS
@@ -330,6 +333,11 @@ def priced_values(
     return paying, [i for i in kept if i in paying]
 
 
+def searched(profile: Profile, stemmed: bool) -> frozenset[str]:
+    """The set of a text's ``profile`` a query's words are looked up in (``words.unambiguous``)."""
+    return profile[2] if stemmed else profile[0]
+
+
 def assemble(
     candidates: Sequence[Candidate],
     query: str,
@@ -353,16 +361,31 @@ def assemble(
     keys, lookup = query_forms(query_words, stemmed=cfg.stemmed)
     # A dialog turn's overlap also finds the words of the turn before it, the text it was
     # embedded with (adr/0142); its dedup signature and tokens stay its own text's.
-    matches = [
-        set(map(lookup, keys & words | keys & text_words(record.context)))
-        if record.context
-        else set(map(lookup, keys & words))
-        for (words, _), record in zip(profiles, records_in, strict=True)
-    ]
+    matches: list[AbstractSet[str]]
+    stemmed = cfg.stemmed
+    if unambiguous(query_words, keys, stemmed=stemmed):
+        # The query words among each text's bases (stemmed) or words: the same sets as below,
+        # one C set operation a candidate probing the query's few words, not their forms.
+        matches = [
+            query_words & (bases if stemmed else words)
+            | query_words & searched(text_profile(record.context), stemmed)
+            if record.context
+            else query_words & (bases if stemmed else words)
+            for (words, _, bases), record in zip(profiles, records_in, strict=True)
+        ]
+    else:  # two query words share a form: the longer one finds it (``query_forms``)
+        matches = [
+            set(map(lookup, keys & words | keys & text_profile(record.context)[0]))
+            if record.context
+            else set(map(lookup, keys & words))
+            for (words, _, _), record in zip(profiles, records_in, strict=True)
+        ]
     idf = cfg.idf_overlap
     weights = idf_weights(matches) if idf else {}
     weight_of = weights.__getitem__
-    mass = sum(weights.values())  # ``weighted_overlap``'s denominator, summed once
+    # Sums of weights are exact (``fsum``): a set's order follows its strings' hashes, which
+    # change with each process, and a plain sum in that order could differ in its last bit.
+    mass = fsum(weights.values())  # ``weighted_overlap``'s denominator, summed once
     if idf and cfg.absolute_overlap:
         mass += len(query_words.difference(weights)) * unseen_weight(len(candidates))
     size = max(1, len(query_words))
@@ -375,7 +398,7 @@ def assemble(
     if not idf:
         overlaps = [len(found) / size for found in matches]
     elif mass > 0:
-        overlaps = [sum(map(weight_of, found)) / mass for found in matches]
+        overlaps = [fsum(map(weight_of, found)) / mass for found in matches]
     else:
         overlaps = [0.0] * len(matches)
     # ``fragment_score``, the final and the prior in one loop: the same expressions, no calls.
