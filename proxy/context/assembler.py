@@ -58,13 +58,8 @@ from proxy.context.knapsack import PACKER_KINDS, PackerKind, select_greedy, sele
 from proxy.context.neighbours import neighbour_gains
 from proxy.context.profiles import Profile, text_profile
 from proxy.context.ranking import (
-    BASE_RELEVANCE,
-    BASE_WEIGHT,
-    DEFAULT_BASE_RELEVANCE,
-    OVERLAP_WEIGHT,
-    WEIGHT_RELEVANCE,
     ScoredMemory,
-    composites,
+    final_scores,
     score_candidate,
 )
 from proxy.context.records import Candidate
@@ -389,32 +384,14 @@ def assemble(
     if idf and cfg.absolute_overlap:
         mass += len(query_words.difference(weights)) * unseen_weight(len(candidates))
     size = max(1, len(query_words))
-    composite_weight, keyword_weight = cfg.composite_weight, cfg.keyword_weight
-    # The shares of ``final`` that come from the query: similarity and keyword overlap.
-    similarity_share = composite_weight * WEIGHT_RELEVANCE
-    overlap_share = keyword_weight * OVERLAP_WEIGHT
-    base_of = BASE_RELEVANCE.get
-    relevances, composite_scores = composites(candidates, now)
     if not idf:
         overlaps = [len(found) / size for found in matches]
     elif mass > 0:
         overlaps = [fsum(map(weight_of, found)) / mass for found in matches]
     else:
         overlaps = [0.0] * len(matches)
-    # ``fragment_score``, the final and the prior in one loop: the same expressions, no calls.
-    synths: list[float] = []
-    finals: list[float] = []
-    priors: list[float] = []
-    for record, overlap, score, relevance in zip(
-        records_in, overlaps, composite_scores, relevances, strict=True
-    ):
-        base = base_of(record.source, DEFAULT_BASE_RELEVANCE)
-        synth = base * BASE_WEIGHT + overlap * OVERLAP_WEIGHT
-        final = composite_weight * score + keyword_weight * synth
-        prior = final - (similarity_share * relevance + overlap_share * overlap)
-        synths.append(synth)
-        finals.append(final)
-        priors.append(prior if prior > 0.0 else 0.0)
+    scores = final_scores(candidates, overlaps, now, cfg.composite_weight, cfg.keyword_weight)
+    synths, finals, priors = scores.synths, scores.finals, scores.priors
     content_tokens = [
         # ``token_count``, without the call
         stored if (stored := record.tokens.get(encoding)) is not None else count(record.content)
