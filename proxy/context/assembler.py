@@ -368,8 +368,9 @@ def assemble(
     query_words = normalise_words(query, stopwords=stopwords, stemmed=cfg.stemmed)
     # Per candidate, in the store's order: plain figures only (explanations are built on read).
     records_in = [candidate.record for candidate in candidates]
-    # A text's match set and dedup signature, one memo lookup a candidate (computed when the
-    # text is first met); the found words are ``query_matcher``'s.
+    # A text's match set, dedup signature and match bases, one memo lookup a candidate
+    # (computed by the store's warm-up, or when the text is first met: ``profiles.py``); the
+    # found words are ``query_matcher``'s.
     profiles = text_profile.each([record.content for record in records_in])
     keys, lookup = query_forms(query_words, stemmed=cfg.stemmed)
     # A dialog turn's overlap also finds the words of the turn before it, the text it was
