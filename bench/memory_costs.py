@@ -280,7 +280,7 @@ MATCHER: dict[str, Callable[..., Callable[[str], set[str]]]] = {"match": plain_q
 def use_memo(enabled: bool) -> None:
     """Time the ``match`` part with the memoised matcher (or the plain one). The engine's own
     ``assemble`` keeps each text's match set and dedup signature in one memo
-    (``dedup.text_profile``), so the variant changes that part only."""
+    (``profiles.text_profile``), so the variant changes that part only."""
     MATCHER["match"] = memo_query_matcher if enabled else plain_query_matcher
 
 

@@ -47,21 +47,20 @@ enough candidates to choose from (the pipeline should fetch about 100).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from math import fsum
+from operator import itemgetter
+from typing import Any, TypeVar
 
-from proxy.context.dedup import DUPLICATE_JACCARD, NO_SIGNATURE, dedup_walk, text_profile
+from proxy.context.dedup import DUPLICATE_JACCARD, NO_SIGNATURE, dedup_walk
 from proxy.context.knapsack import PACKER_KINDS, PackerKind, select_greedy, select_optimal
 from proxy.context.neighbours import neighbour_gains
+from proxy.context.profiles import Profile, text_profile
 from proxy.context.ranking import (
-    BASE_RELEVANCE,
-    BASE_WEIGHT,
-    DEFAULT_BASE_RELEVANCE,
-    OVERLAP_WEIGHT,
-    WEIGHT_RELEVANCE,
     ScoredMemory,
-    composites,
+    final_scores,
     score_candidate,
 )
 from proxy.context.records import Candidate
@@ -80,12 +79,14 @@ from proxy.context.words import (
     idf_weights,
     normalise_words,
     query_forms,
-    text_words,
+    unambiguous,
     unseen_weight,
 )
 from proxy.defaults import MEMORY_MAX_TOKENS as DEFAULT_MAX_TOKENS
 from proxy.defaults import NEIGHBOUR_WINDOW_S, PRICE_UNIT_TOKENS, TOKEN_PRICE
 from proxy.errors import ConfigError
+
+T = TypeVar("T")
 
 __all__ = [
     "ASSEMBLER_BUNDLE",
@@ -330,6 +331,26 @@ def priced_values(
     return paying, [i for i in kept if i in paying]
 
 
+class Reorder:
+    """Items of a sequence in a given order of its indices, as a tuple: ``itemgetter`` does it
+    in C, about three times a comprehension's speed (one or no index: the comprehension)."""
+
+    def __init__(self, order: Sequence[int]) -> None:
+        self.order = order
+        self.get = itemgetter(*order) if len(order) > 1 else None
+
+    def __call__(self, items: Sequence[T]) -> tuple[T, ...]:
+        if self.get is None:
+            return tuple([items[p] for p in self.order])
+        picked: tuple[T, ...] = self.get(items)
+        return picked
+
+
+def searched(profile: Profile, stemmed: bool) -> frozenset[str]:
+    """The set of a text's ``profile`` a query's words are looked up in (``words.unambiguous``)."""
+    return profile[2] if stemmed else profile[0]
+
+
 def assemble(
     candidates: Sequence[Candidate],
     query: str,
@@ -347,51 +368,49 @@ def assemble(
     query_words = normalise_words(query, stopwords=stopwords, stemmed=cfg.stemmed)
     # Per candidate, in the store's order: plain figures only (explanations are built on read).
     records_in = [candidate.record for candidate in candidates]
-    # A text's match set and dedup signature, one memo lookup a candidate (computed when the
-    # text is first met); the found words are ``query_matcher``'s.
+    # A text's match set, dedup signature and match bases, one memo lookup a candidate
+    # (computed by the store's warm-up, or when the text is first met: ``profiles.py``); the
+    # found words are ``query_matcher``'s.
     profiles = text_profile.each([record.content for record in records_in])
     keys, lookup = query_forms(query_words, stemmed=cfg.stemmed)
     # A dialog turn's overlap also finds the words of the turn before it, the text it was
     # embedded with (adr/0142); its dedup signature and tokens stay its own text's.
-    matches = [
-        set(map(lookup, keys & words | keys & text_words(record.context)))
-        if record.context
-        else set(map(lookup, keys & words))
-        for (words, _), record in zip(profiles, records_in, strict=True)
-    ]
+    matches: list[AbstractSet[str]]
+    stemmed = cfg.stemmed
+    if unambiguous(query_words, keys, stemmed=stemmed):
+        # The query words among each text's bases (stemmed) or words: the same sets as below,
+        # one C set operation a candidate probing the query's few words, not their forms.
+        matches = [
+            query_words & (bases if stemmed else words)
+            | query_words & searched(text_profile(record.context), stemmed)
+            if record.context
+            else query_words & (bases if stemmed else words)
+            for (words, _, bases), record in zip(profiles, records_in, strict=True)
+        ]
+    else:  # two query words share a form: the longer one finds it (``query_forms``)
+        matches = [
+            set(map(lookup, keys & words | keys & text_profile(record.context)[0]))
+            if record.context
+            else set(map(lookup, keys & words))
+            for (words, _, _), record in zip(profiles, records_in, strict=True)
+        ]
     idf = cfg.idf_overlap
     weights = idf_weights(matches) if idf else {}
     weight_of = weights.__getitem__
-    mass = sum(weights.values())  # ``weighted_overlap``'s denominator, summed once
+    # Sums of weights are exact (``fsum``): a set's order follows its strings' hashes, which
+    # change with each process, and a plain sum in that order could differ in its last bit.
+    mass = fsum(weights.values())  # ``weighted_overlap``'s denominator, summed once
     if idf and cfg.absolute_overlap:
         mass += len(query_words.difference(weights)) * unseen_weight(len(candidates))
     size = max(1, len(query_words))
-    composite_weight, keyword_weight = cfg.composite_weight, cfg.keyword_weight
-    # The shares of ``final`` that come from the query: similarity and keyword overlap.
-    similarity_share = composite_weight * WEIGHT_RELEVANCE
-    overlap_share = keyword_weight * OVERLAP_WEIGHT
-    base_of = BASE_RELEVANCE.get
-    relevances, composite_scores = composites(candidates, now)
     if not idf:
         overlaps = [len(found) / size for found in matches]
     elif mass > 0:
-        overlaps = [sum(map(weight_of, found)) / mass for found in matches]
+        overlaps = [fsum(map(weight_of, found)) / mass for found in matches]
     else:
         overlaps = [0.0] * len(matches)
-    # ``fragment_score``, the final and the prior in one loop: the same expressions, no calls.
-    synths: list[float] = []
-    finals: list[float] = []
-    priors: list[float] = []
-    for record, overlap, score, relevance in zip(
-        records_in, overlaps, composite_scores, relevances, strict=True
-    ):
-        base = base_of(record.source, DEFAULT_BASE_RELEVANCE)
-        synth = base * BASE_WEIGHT + overlap * OVERLAP_WEIGHT
-        final = composite_weight * score + keyword_weight * synth
-        prior = final - (similarity_share * relevance + overlap_share * overlap)
-        synths.append(synth)
-        finals.append(final)
-        priors.append(prior if prior > 0.0 else 0.0)
+    scores = final_scores(candidates, overlaps, now, cfg.composite_weight, cfg.keyword_weight)
+    synths, finals, priors = scores.synths, scores.finals, scores.priors
     content_tokens = [
         # ``token_count``, without the call
         stored if (stored := record.tokens.get(encoding)) is not None else count(record.content)
@@ -400,15 +419,16 @@ def assemble(
     # Highest final score first; ties keep the store's order (the sort is stable, also reversed).
     # Every list below is in this order: a row is a position in it.
     order = sorted(range(len(finals)), key=finals.__getitem__, reverse=True)
-    ranked = [candidates[p] for p in order]
-    records = [candidate.record for candidate in ranked]
-    saliences = [finals[p] for p in order]
+    pick = Reorder(order)
+    ranked = pick(candidates)
+    records = pick(records_in)
+    saliences = pick(finals)
     status = [PACKER] * len(order)
 
     exponent = cfg.value_exponent
     values_all = [final**exponent for final in saliences]
-    prior_values = [priors[p] ** exponent for p in order]
-    tokens_of = [content_tokens[p] for p in order]
+    prior_values = [prior**exponent for prior in pick(priors)]
+    tokens_of = pick(content_tokens)
     costs = [n + newline for n in tokens_of]  # a line's label is its group's (render.py)
 
     created = [record.created_at for record in records]
@@ -477,8 +497,8 @@ def assemble(
         packed_ids=tuple([records[i].id for i in rows]),
         ranked=Ranked(
             ranked,
-            [overlaps[p] for p in order],
-            [synths[p] for p in order],
+            pick(overlaps),
+            pick(synths),
             saliences,
             values_all,
             tokens_of,

@@ -22,8 +22,8 @@ On 50 real-text candidates (LoCoMo turns, observations, summaries) the band hold
 per item and the bound lets ~1 pair a request through to the exact test; the prefix-filter walk
 this replaces sorted every set by the request's word rarity (0.45 ms a request,
 docs/benchmarks.md). A signature costs one pass over a set's words; ``text_signature`` keeps
-it per memory text (and not the set it came from), ``text_profile`` with the text's match set
-for the assembler. With hundreds of items of like sizes the bands grow with the items (500
+it per memory text (and not the set it came from), ``profiles.text_profile`` with the text's
+match set for the assembler. With hundreds of items of like sizes the bands grow with the items (500
 sets: ~1.2x the prefix filter's time, once signatures are kept);
 the request path assembles 50 to 100.
 """
@@ -34,7 +34,7 @@ import functools
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
-from proxy.context.words import TEXTS_MEMOISED, TextMemo, split_dedup_words, split_text_words
+from proxy.context.words import TEXTS_MEMOISED, TextMemo, split_dedup_words
 from proxy.errors import ConfigError
 
 DUPLICATE_JACCARD = 0.8
@@ -75,19 +75,6 @@ def split_signature(text: str) -> Signature:
 
 
 text_signature = TextMemo(split_signature)
-
-# What the assembler derives from a memory text: its match set (``words.text_words``) and its
-# dedup signature, in one memo so a request looks a text up once, not twice.
-Profile = tuple[frozenset[str], Signature]
-
-
-def split_profile(text: str) -> Profile:
-    """``(split_text_words(text), split_signature(text))``; ``text_profile`` memoises it."""
-    words = split_text_words(text)
-    return words, word_signature(split_dedup_words(text, words))
-
-
-text_profile = TextMemo(split_profile)
 
 
 def dedup_order(

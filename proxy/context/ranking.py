@@ -183,17 +183,52 @@ def components(candidate: Candidate, now: datetime) -> tuple[float, float, float
 
 def composites(candidates: Sequence[Candidate], now: datetime) -> tuple[list[float], list[float]]:
     """Each hit's relevance and composite at ``now``: ``components(c, now)[0]`` and
-    ``composite(*components(c, now))``, the same floats (property-tested), in one loop.
+    ``composite(*components(c, now))``, the same floats (property-tested)."""
+    figures = final_scores(candidates, [0.0] * len(candidates), now, 1.0, 0.0)
+    return figures.relevances, figures.composites
 
-    The assembler scores 50-100 hits a request; seven calls and a tuple per hit were a fifth of
-    its time once texts recur (docs/benchmarks.md). In-range values skip the clamps.
+
+@dataclass(frozen=True, slots=True)
+class FinalScores:
+    """``final_scores``' figures, one list each, aligned with the candidates."""
+
+    relevances: list[float]
+    composites: list[float]
+    synths: list[float]
+    finals: list[float]
+    priors: list[float]
+
+
+def final_scores(
+    candidates: Sequence[Candidate],
+    overlaps: Sequence[float],
+    now: datetime,
+    composite_weight: float,
+    keyword_weight: float,
+) -> FinalScores:
+    """Each hit's ranking figures at ``now``, given its keyword ``overlap``: its relevance and
+    composite (``components(c, now)[0]`` and ``composite(*components(c, now))``, the same floats,
+    property-tested), its synthesizer score ``fragment_score(base(source), overlap)``, its final
+    score ``composite_weight * composite + keyword_weight * synth`` and its prior, the final less
+    the query's share in it (``composite_weight`` of the similarity's weight, ``keyword_weight``
+    of the overlap's), at least 0.
+
+    The assembler scores 50-100 hits a request: one loop with every call inlined (seven calls
+    and a tuple a hit were a fifth of its time once texts recur, docs/benchmarks.md); in-range
+    values skip the clamps.
     """
     relevances: list[float] = []
     totals: list[float] = []
+    synths: list[float] = []
+    finals: list[float] = []
+    priors: list[float] = []
     exp = math.exp
+    base_of = BASE_RELEVANCE.get
+    similarity_share = composite_weight * WEIGHT_RELEVANCE
+    overlap_share = keyword_weight * OVERLAP_WEIGHT
     # ``frequency`` and ``rounded`` inlined, the same operations: two calls a hit fewer.
     near_half = 0.5 - FAST_ROUND_MARGIN
-    for candidate in candidates:
+    for candidate, overlap in zip(candidates, overlaps, strict=True):
         record = candidate.record
         rel = candidate.similarity
         if not 0.0 <= rel <= 1.0:
@@ -216,14 +251,23 @@ def composites(candidates: Sequence[Candidate], now: datetime) -> tuple[list[flo
             + WEIGHT_CONFIDENCE * conf
             + WEIGHT_FREQUENCY * freq
         )
-        if -FAST_ROUND_LIMIT < value < FAST_ROUND_LIMIT:
-            scaled = value * SCORE_SCALE
-            whole = round(scaled)
-            if whole and abs(scaled - whole) < near_half:
-                totals.append(whole / SCORE_SCALE)
-                continue
-        totals.append(round(value, SCORE_DECIMALS))
-    return relevances, totals
+        if (
+            -FAST_ROUND_LIMIT < value < FAST_ROUND_LIMIT
+            and (whole := round(scaled := value * SCORE_SCALE))
+            and abs(scaled - whole) < near_half
+        ):
+            score = whole / SCORE_SCALE
+        else:
+            score = round(value, SCORE_DECIMALS)
+        totals.append(score)
+        base = base_of(record.source, DEFAULT_BASE_RELEVANCE)
+        synth = base * BASE_WEIGHT + overlap * OVERLAP_WEIGHT
+        final = composite_weight * score + keyword_weight * synth
+        prior = final - (similarity_share * rel + overlap_share * overlap)
+        synths.append(synth)
+        finals.append(final)
+        priors.append(prior if prior > 0.0 else 0.0)
+    return FinalScores(relevances, totals, synths, finals, priors)
 
 
 def score_candidate(

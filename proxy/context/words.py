@@ -20,6 +20,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Generic, NamedTuple, TypeVar
 
 from proxy.defaults import RECORD_CACHE_ENTRIES
@@ -349,6 +350,33 @@ def query_forms(
     return frozenset(forms), forms.__getitem__
 
 
+# A word's bases (``match_bases``): the word less one suffix ``query_forms`` adds, never empty.
+# -ing, -ed and -s end a word in different letters, so a word has at most one of them, and -es
+# besides when it ends in -s.
+ONE_SUFFIX = re.compile(r"\b(\S+)(?:ing|ed|s)\b")
+ES_SUFFIX = re.compile(r"\b(\S+)es\b")
+
+
+def match_bases(words: frozenset[str]) -> frozenset[str]:
+    """Every query word some text word is a form of: each of ``words`` and, stemmed matching,
+    each one less one of the suffixes ``query_forms`` adds (-ing, -ed, -es, -s), when some
+    letter is left.
+
+    ``w in match_bases(words)`` exactly when ``w + e in words`` for an ending ``e`` of
+    ``MATCH_SUFFIXES``: with query words no form of which is another's (``unambiguous``), the
+    words a text finds are ``query_words & match_bases(text_words(text))``, one set operation
+    in C probing the few query words instead of their forms (``profiles.py``).
+    """
+    joined = " ".join(words)
+    return words.union(ONE_SUFFIX.findall(joined), ES_SUFFIX.findall(joined))
+
+
+def unambiguous(query_words: frozenset[str], forms: frozenset[str], *, stemmed: bool) -> bool:
+    """Whether each of ``forms`` (``query_forms``'s) is the form of one query word only: then a
+    text finds exactly the query words among its ``match_bases`` (stemmed) or its words."""
+    return len(forms) == len(query_words) * (len(MATCH_SUFFIXES) if stemmed else 1)
+
+
 def overlap_matcher(query_words: frozenset[str], *, stemmed: bool) -> Callable[[str], float]:
     """A fast ``keyword_overlap(query_words, normalise_words(text, ...))`` for many texts."""
     found = query_matcher(query_words, stemmed=stemmed)
@@ -356,7 +384,7 @@ def overlap_matcher(query_words: frozenset[str], *, stemmed: bool) -> Callable[[
     return lambda text: len(found(text)) / size
 
 
-def idf_weights(matches: Sequence[set[str]]) -> dict[str, float]:
+def idf_weights(matches: Sequence[AbstractSet[str]]) -> dict[str, float]:
     """BM25-style IDF of each query word over the candidates: ``ln(1 + (N - df + .5)/(df + .5))``.
 
     Only words some candidate contains get a weight, so a query word no memory has does not
@@ -373,6 +401,10 @@ def unseen_weight(total: int) -> float:
 
 
 def weighted_overlap(found: set[str], weights: dict[str, float]) -> float:
-    """Share of the query's IDF mass (over words some candidate has) found in one text."""
-    mass = sum(weights.values())
-    return sum(weights[word] for word in found) / mass if mass > 0 else 0.0
+    """Share of the query's IDF mass (over words some candidate has) found in one text.
+
+    Both sums exact (``math.fsum``): the same figure whatever order the sets give the words in
+    (a string's hash, hence a set's order, changes with each process).
+    """
+    mass = math.fsum(weights.values())
+    return math.fsum(weights[word] for word in found) / mass if mass > 0 else 0.0

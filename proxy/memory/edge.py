@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 import numpy as np
 import qdrant_edge as qe
 
+from proxy.context.profiles import prepare as prepare_profiles
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.defaults import HYBRID
 from proxy.errors import ConfigError, StoreError
@@ -282,10 +283,11 @@ class EdgeStore:
         return await asyncio.shield(asyncio.wrap_future(self._warming))
 
     def _warm_sync(self) -> int:
-        """Decode every memory into the record cache if they all fit, a page at a time; each
-        page is kept only if no write came while it was read (``RecordCache.store``). A store
-        larger than the cache is left to the searches: which records they need is theirs to
-        say. A failure here costs speed only: it is logged and the warm-up stops."""
+        """Decode every memory into the record cache if they all fit, a page at a time, and
+        profile their texts for the assembler; each page is kept only if no write came while
+        it was read (``RecordCache.store``). A store larger than the cache is left to the
+        searches: which records they need is theirs to say. A failure here costs speed only:
+        it is logged and the warm-up stops."""
         cache, merged, turns = self._records, self._counts.merged, self._turns
         kept, read_all = 0, False
         try:
@@ -310,6 +312,9 @@ class EdgeStore:
                 )
                 if cache.store(page, generation):
                     kept += len(page)
+                # What the assembler derives from each text, ahead of its first request: a
+                # question meets ~15 memories no earlier one did (proxy/context/profiles.py).
+                prepare_profiles(page.values())
                 if offset is None:
                     read_all = True
                     break

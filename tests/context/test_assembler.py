@@ -18,7 +18,7 @@ from proxy.context.assembler import (
     assemble,
 )
 from proxy.context.bundle import BundleConfig
-from proxy.context.dedup import text_profile
+from proxy.context.profiles import text_profile
 from proxy.context.ranking import score_candidate
 from proxy.context.records import Candidate
 from proxy.errors import ConfigError
@@ -227,10 +227,12 @@ def test_ranking_matches_the_reference_formulas(
     weights = idf_weights(matches)
     # Absolute overlap: a query word no candidate has weighs what df = 0 gives, ln(1 + (N+.5)/.5).
     unseen = math.log(1 + (len(pool) + 0.5) / 0.5)
-    mass = sum(weights.values()) + (len(query_words - set(weights)) * unseen if absolute else 0)
+    mass = math.fsum(weights.values()) + (
+        len(query_words - set(weights)) * unseen if absolute else 0
+    )
     expected = []
     for position, (candidate, found) in enumerate(zip(pool, matches, strict=True)):
-        share = sum(weights[w] for w in found) / mass if mass else 0.0
+        share = math.fsum(weights[w] for w in found) / mass if mass else 0.0
         relative = weighted_overlap(found, weights)
         overlap = (share if absolute else relative) if idf else len(found) / len(query_words)
         synth = fragment_score(BASE_RELEVANCE[candidate.record.source], overlap)

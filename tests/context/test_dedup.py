@@ -13,11 +13,9 @@ from proxy.context.dedup import (
     dedup_walk,
     jaccard,
     signature,
-    split_profile,
-    split_signature,
     text_signature,
 )
-from proxy.context.words import dedup_words, normalise_words, split_text_words, text_words
+from proxy.context.words import dedup_words, normalise_words
 from proxy.errors import ConfigError
 
 
@@ -129,30 +127,6 @@ def test_a_new_texts_signature_fills_only_its_own_memo() -> None:
     made = text_signature(text)
     assert (dedup_words.cache_info().currsize, signature.cache_info().currsize) == before
     assert made == signature(dedup_words(text))
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.text(alphabet=st.sampled_from("ab cd,.'\t\x01\x7f_-é東"), max_size=40)
-    | st.sampled_from(
-        [
-            "Melanie: I ran a charity race for mental health last Saturday.",
-            "Caroline\x01: the pottery class",
-            "Café crème — naïve façade",
-        ]
-    )
-)
-def test_a_texts_profile_is_its_match_set_and_its_signature(text: str) -> None:
-    words, made = split_profile(text)
-    assert words == split_text_words(text)
-    assert made == split_signature(text)
-
-
-def test_a_new_texts_profile_fills_no_other_memo() -> None:
-    text = "Melanie: the charity race on Saturday raised money for a shelter, she said."
-    before = (text_words.cache_info().currsize, text_signature.cache_info().currsize)
-    split_profile(text)
-    assert (text_words.cache_info().currsize, text_signature.cache_info().currsize) == before
 
 
 @settings(max_examples=300)

@@ -124,3 +124,44 @@ def test_composites_are_each_candidates_composite_to_the_bit(
     parts = [ranking.components(candidate, NOW) for candidate in candidates]
     assert relevances == [p[0] for p in parts]
     assert [t.hex() for t in totals] == [ranking.composite(*p).hex() for p in parts]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(min_value=-0.5, max_value=1.5) | st.just(math.nan),
+            st.floats(min_value=-400, max_value=5_000, allow_nan=False),
+            st.sampled_from([*ranking.BASE_RELEVANCE, "other"]),
+            st.floats(min_value=0.0, max_value=1.0),
+        ),
+        max_size=8,
+    ),
+    st.sampled_from([(0.2, 0.8), (1.0, 0.0), (0.5, 0.5), (0.0, 1.0)]),
+)
+def test_final_scores_are_the_reference_formulas_to_the_bit(
+    rows: list[tuple[float, float, str, float]], weights: tuple[float, float]
+) -> None:
+    # One loop with every call inlined: each figure must be what the plain formulas give.
+    composite_weight, keyword_weight = weights
+    candidates = [
+        Candidate(
+            MemoryRecord(f"m{n}", "t", "u", source, "text", NOW - timedelta(days=days)),
+            similarity,
+        )
+        for n, (similarity, days, source, _) in enumerate(rows)
+    ]
+    overlaps = [overlap for *_, overlap in rows]
+    got = ranking.final_scores(candidates, overlaps, NOW, composite_weight, keyword_weight)
+    for at, (candidate, overlap) in enumerate(zip(candidates, overlaps, strict=True)):
+        parts = ranking.components(candidate, NOW)
+        composite = ranking.composite(*parts)
+        base = ranking.BASE_RELEVANCE.get(candidate.record.source, ranking.DEFAULT_BASE_RELEVANCE)
+        synth = ranking.fragment_score(base, overlap)
+        final = composite_weight * composite + keyword_weight * synth
+        query_share = composite_weight * ranking.WEIGHT_RELEVANCE * parts[0]
+        prior = final - (query_share + keyword_weight * ranking.OVERLAP_WEIGHT * overlap)
+        assert got.relevances[at] == parts[0]
+        assert got.composites[at].hex() == composite.hex()
+        assert got.synths[at].hex() == synth.hex()
+        assert got.finals[at].hex() == final.hex()
+        assert got.priors[at].hex() == max(prior, 0.0).hex()

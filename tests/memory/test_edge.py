@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import qdrant_edge as qe
 
+from proxy.context.profiles import text_profile
 from proxy.context.records import Candidate
 from proxy.errors import StoreError
 from proxy.memory import edge, edge_maintenance
@@ -616,6 +617,18 @@ async def test_a_reopened_store_that_fits_its_record_cache_searches_without_payl
         assert [hit.record.id for hit in hits][:1] == ["m7"]
         assert len(hits) == 20
         assert counting.retrieved == []
+    finally:
+        await store.close()
+
+
+async def test_the_warm_up_profiles_every_text_for_the_assembler(tmp_path: Path) -> None:
+    """A question meets memories no earlier one did: their words and signatures are computed
+    while warming, not by the request that first meets them (proxy/context/profiles.py)."""
+    text_profile.cache_clear()
+    store = await reopened(tmp_path, 30)
+    try:
+        await store.warmed()
+        assert {f"note {i}" for i in range(30)} <= set(text_profile.entries)
     finally:
         await store.close()
 
