@@ -1139,3 +1139,60 @@ async def test_a_store_not_warmed_asks_the_engine_for_the_turns(
         assert (found, built) == (engine, [False])
     finally:
         await store.close()
+
+
+async def test_the_index_and_the_engine_find_the_same_turns_after_any_writes(
+    tmp_path: Path,
+) -> None:
+    """Property: after random upserts (moving turns in time, between users and sources, with
+    expiries), deletes, user deletes, supersessions and purges over two tenants, the neighbour
+    turns from the dialog turns' index equal the engine lookup's, for every user's searches."""
+    base = LIVE_AT - timedelta(hours=1)
+    rng = np.random.default_rng(162)
+    ids = [f"m{i}" for i in range(14)]
+    for run in range(4):
+        store = await EdgeStore.open(tmp_path / str(run), dimensions=DIM)
+        try:
+            await store.warmed()
+            for step in range(40):
+                op = rng.choice(["add", "add", "add", "delete", "user", "supersede", "purge"])
+                tenant, user = str(rng.choice(["t1", "t2"])), str(rng.choice(["u1", "u2"]))
+                memory_id = str(rng.choice(ids))
+                if op == "add":
+                    expiry = rng.choice([None, -1, 1])
+                    batch = [
+                        replace(
+                            record(
+                                str(rng.choice(ids)),
+                                tenant=tenant,
+                                user=str(rng.choice(["u1", "u2"])),
+                                source=str(rng.choice(["conversation"] * 3 + ["notes"])),
+                                content=f"turn {step} {k} {int(rng.integers(4))}",
+                            ),
+                            created_at=base + timedelta(minutes=int(rng.integers(12))),
+                            expires_at=None
+                            if expiry is None
+                            else LIVE_AT + timedelta(hours=int(expiry)),
+                        )
+                        for k in range(int(rng.integers(1, 4)))
+                    ]
+                    batch = list({r.id: r for r in batch}.values())
+                    await store.add(batch, vectors_for(batch, DIM))
+                elif op == "delete":
+                    await store.delete(tenant, memory_id)
+                elif op == "user":
+                    await store.delete_user(tenant, user)
+                elif op == "supersede":
+                    await store.supersede(tenant, memory_id, "later")
+                else:
+                    await store.purge_expired(LIVE_AT)
+                for tenant, user in [("t1", "u1"), ("t1", "u2"), ("t2", "u1")]:
+                    text = f"turn {int(rng.integers(step + 1))} 0 {int(rng.integers(4))}"
+                    query = SearchQuery(vector_for(text, DIM), text, user, None, 3, live_at=LIVE_AT)
+                    found = await store.search_near(tenant, query, 3, 90.0)
+                    engine = await search_then_turns(store, tenant, query, 3, 90.0)
+                    assert found == engine, (run, step, op)
+            assert store._turns.complete  # the index answered throughout
+        finally:
+            await store.close()
+
