@@ -362,7 +362,12 @@ class EdgeStore:
         self._users.note({(r.tenant, r.user) for r in records})
         self._tenants.note({r.tenant for r in records})
         self._turns.write(turns)
-        self._maintenance.update(qe.UpdateOperation.upsert_points(points), len(points))
+        try:
+            self._maintenance.update(qe.UpdateOperation.upsert_points(points), len(points))
+        except BaseException:
+            # Noted before the write: the index may have moved turns the shard kept.
+            self._turns.abandon()
+            raise
         # Again once visible: an index build may have read the points before the write.
         self._turns.write(turns)
         self._counts.drop(written)  # the payload carries the record's own count again

@@ -74,6 +74,12 @@ class DialogTurns:
             if not self._complete:
                 self._give_up()
 
+    def abandon(self) -> None:
+        """Stop answering until the next build: a write failed after its turns were noted, so
+        the index may no longer list a turn the shard still holds where it holds it."""
+        with self._lock:
+            self._give_up()
+
     def _give_up(self) -> None:
         """Forget everything and stop answering until the next build (lock held)."""
         self._building = self._complete = False

@@ -1196,3 +1196,38 @@ async def test_the_index_and_the_engine_find_the_same_turns_after_any_writes(
         finally:
             await store.close()
 
+
+class FailingUpserts:
+    """The store's shard, whose next upsert fails as the engine's do."""
+
+    def __init__(self, shard: qe.EdgeShard) -> None:
+        self._shard = shard
+
+    def update(self, operation: Any) -> Any:
+        raise Exception("Service runtime error: the WAL is full")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+
+async def test_a_failed_upsert_never_hides_the_turn_it_would_have_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index is noted before the write: when the write fails, the turn stays where it was
+    in the shard and the lookup must still find it there (t4, a minute before t5)."""
+    store, query = await dialog_store(tmp_path)
+    try:
+        await store.warmed()
+        shard = store._shard
+        monkeypatch.setattr(store, "_shard", FailingUpserts(shard))
+        at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+        moved = [replace(record("t4", source="conversation"), created_at=at + timedelta(hours=1))]
+        with pytest.raises(StoreError):
+            await store.add(moved, vectors_for(moved, DIM))
+        monkeypatch.setattr(store, "_shard", shard)
+        found = await store.search_near("t1", query, 1, 90.0)
+        assert found.turns is not None
+        assert [turn.record.id for turn in found.turns] == ["t4", "t6"]
+        assert found == await search_then_turns(store, "t1", query, 1, 90.0)
+    finally:
+        await store.close()
