@@ -1231,3 +1231,61 @@ async def test_a_failed_upsert_never_hides_the_turn_it_would_have_moved(
         assert found == await search_then_turns(store, "t1", query, 1, 90.0)
     finally:
         await store.close()
+
+
+class RacedTurns(DialogTurns):
+    """An index that lets a delete of the same turn run between an upsert's two notes: the
+    upsert pauses after its first note until the delete reached the index, the delete's note
+    waits for the upsert's second one (a deadlock guard only: a store that orders them runs
+    the delete after the upsert)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.noted, self.deleted, self.upserted = (threading.Event() for _ in range(3))
+        self.notes = 0
+
+    def write(self, turns: Any) -> None:
+        turns = list(turns)
+        super().write(turns)
+        self.notes += 1
+        if self.notes == 1:
+            self.noted.set()
+            self.deleted.wait(timeout=0.5)
+        elif self.notes == 2:
+            self.upserted.set()
+
+    def drop(self, keys: Any) -> None:
+        self.deleted.set()
+        self.upserted.wait(timeout=0.5)
+        super().drop(keys)
+
+
+async def test_an_upsert_racing_a_delete_of_the_same_turn_leaves_the_index_as_the_shard(
+    tmp_path: Path,
+) -> None:
+    """Upsert of t4 and delete of t4 on two store threads, the delete let in between the
+    upsert's note and its shard write: whichever the shard holds last, the index agrees (it
+    lost t4 while the shard kept it when the delete's shard write came in there)."""
+    store, query = await dialog_store(tmp_path)
+    try:
+        await store.warmed()
+        raced = RacedTurns()
+        raced.start()
+        raced.load([(key, tenant, user, ts) for key, (tenant, user, ts) in turn_entries(store)])
+        raced.finish(True)
+        store._turns = raced
+        again = [replace(record("t4", source="conversation"))]
+        again = [replace(again[0], created_at=datetime(2026, 1, 2, 3, 8, 5, tzinfo=UTC))]
+        upsert = asyncio.create_task(store.add(again, vectors_for(again, DIM)))
+        await asyncio.to_thread(raced.noted.wait, 5)
+        assert await store.delete("t1", "t4")
+        await upsert
+        found = await store.search_near("t1", query, 1, 90.0)
+        assert found == await search_then_turns(store, "t1", query, 1, 90.0)
+    finally:
+        await store.close()
+
+
+def turn_entries(store: EdgeStore) -> list[tuple[int, tuple[str, str, float]]]:
+    """The dialog turns' index's entries: (key, (tenant, user, created_ts))."""
+    return [(key, (owner[0], owner[1], ts)) for key, (owner, ts) in store._turns._where.items()]
