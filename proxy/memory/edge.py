@@ -897,11 +897,18 @@ class EdgeStore:
         count = self._reads.count(qe.CountRequest(exact=True, filter=scope))
         if not count:
             return 0
-        if len(self._counts):
-            # The increments trust the table to hold only live points: forget these first.
-            matching = self._scrolled(scope, page=DELETE_PAGE, with_payload=False)
-            self._counts.drop([key_of(point.id) for point in matching])
-        self._maintenance.update(qe.UpdateOperation.delete_points_by_filter(scope))
+        # Under the index's write lock: no upsert comes between reading the keys and deleting.
+        with self._turn_writes:
+            keys: builtins.list[int] | None = None
+            if len(self._counts) or self._turns.listing:
+                matching = self._scrolled(scope, page=DELETE_PAGE, with_payload=False)
+                keys = [key_of(point.id) for point in matching]
+                # The increments trust the table to hold only live points: forget these first.
+                self._counts.drop(keys)
+            self._maintenance.update(qe.UpdateOperation.delete_points_by_filter(scope))
+            if keys is not None:
+                # Else the deleted turns stay listed and count against the index's bound.
+                self._turns.drop(keys)
         self._records.clear()
         return count
 

@@ -1289,3 +1289,26 @@ async def test_an_upsert_racing_a_delete_of_the_same_turn_leaves_the_index_as_th
 def turn_entries(store: EdgeStore) -> list[tuple[int, tuple[str, str, float]]]:
     """The dialog turns' index's entries: (key, (tenant, user, created_ts))."""
     return [(key, (owner[0], owner[1], ts)) for key, (owner, ts) in store._turns._where.items()]
+
+
+async def test_turns_deleted_through_a_filter_leave_the_index(tmp_path: Path) -> None:
+    """A store that writes and purges turns stays small: so must its index, which otherwise
+    grew by every turn ever written and gave up at its bound (the record cache's size)."""
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM, record_cache_entries=12)
+    try:
+        await store.warmed()
+        for user in ["u1", "u2", "u3"]:
+            turns = [
+                replace(
+                    record(f"{user}-{i}", user=user, source="conversation"),
+                    created_at=at + timedelta(minutes=i),
+                )
+                for i in range(8)
+            ]
+            await store.add(turns, vectors_for(turns, DIM))
+            assert await store.delete_user("t1", user) == 8
+        assert store._turns.complete
+        assert turn_entries(store) == []
+    finally:
+        await store.close()
