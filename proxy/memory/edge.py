@@ -188,6 +188,10 @@ class EdgeStore:
         self._users = TenantUsers()
         self._tenants = ShardTenants()
         self._turns = DialogTurns(record_cache_entries)
+        # Each write's notes in the index and its shard write, one write at a time: two writes
+        # of one turn (an upsert and a delete) interleaved could leave the index noting the
+        # earlier one while the shard holds the later, and a turn missing there is never found.
+        self._turn_writes = threading.Lock()
         self._warming: Future[int] | None = None
         self._ids = ids
 
@@ -366,10 +370,16 @@ class EdgeStore:
         )
         self._users.note({(r.tenant, r.user) for r in records})
         self._tenants.note({r.tenant for r in records})
-        self._turns.write(turns)
-        self._maintenance.update(qe.UpdateOperation.upsert_points(points), len(points))
-        # Again once visible: an index build may have read the points before the write.
-        self._turns.write(turns)
+        with self._turn_writes:
+            self._turns.write(turns)
+            try:
+                self._maintenance.update(qe.UpdateOperation.upsert_points(points), len(points))
+            except BaseException:
+                # Noted before the write: the index may have moved turns the shard kept.
+                self._turns.abandon()
+                raise
+            # Again once visible: an index build may have read the points before the write.
+            self._turns.write(turns)
         self._counts.drop(written)  # the payload carries the record's own count again
         self._records.invalidate(written)
         self._maintenance.after_write(len(points))
@@ -464,8 +474,9 @@ class EdgeStore:
             found = self._reads.retrieve([pid], True, False)
             if not found or self._owned(found[0], tenant, memory_id) is None:
                 return False
-            self._maintenance.update(qe.UpdateOperation.delete_points([pid]))
-            self._turns.drop([key_of(pid)])
+            with self._turn_writes:
+                self._maintenance.update(qe.UpdateOperation.delete_points([pid]))
+                self._turns.drop([key_of(pid)])
             self._counts.drop([key_of(pid)])
             self._records.invalidate([key_of(pid)])
         return True
@@ -891,11 +902,18 @@ class EdgeStore:
         count = self._reads.count(qe.CountRequest(exact=True, filter=scope))
         if not count:
             return 0
-        if len(self._counts):
-            # The increments trust the table to hold only live points: forget these first.
-            matching = self._scrolled(scope, page=DELETE_PAGE, with_payload=False)
-            self._counts.drop([key_of(point.id) for point in matching])
-        self._maintenance.update(qe.UpdateOperation.delete_points_by_filter(scope))
+        # Under the index's write lock: no upsert comes between reading the keys and deleting.
+        with self._turn_writes:
+            keys: builtins.list[int] | None = None
+            if len(self._counts) or self._turns.listing:
+                matching = self._scrolled(scope, page=DELETE_PAGE, with_payload=False)
+                keys = [key_of(point.id) for point in matching]
+                # The increments trust the table to hold only live points: forget these first.
+                self._counts.drop(keys)
+            self._maintenance.update(qe.UpdateOperation.delete_points_by_filter(scope))
+            if keys is not None:
+                # Else the deleted turns stay listed and count against the index's bound.
+                self._turns.drop(keys)
         self._records.clear()
         return count
 

@@ -7,15 +7,17 @@ more than this index does (docs/benchmarks.md, "The search stage, sixth pass"). 
 every dialog turn's time here and reads the windows with a bisection; the engine is asked only
 for the cosines of the turns the lookup keeps (adr/0162).
 
-An answer is a superset of the live turns in the windows: a turn deleted through a filter
-(``delete_user``, ``purge_expired``) stays listed until a write of its key, and its record
-lookup finds nothing. What must never happen is a turn missing, so the index answers only
-once it is complete: filled from a full read of the shard (the record cache's warm-up) while
-every write and delete of the meantime is noted, and kept up to date by the store's writes
-after that. Until then, or for a store too large to warm up, ``near`` returns ``None`` and the
-store asks the engine. The index holds at most ``max_turns`` turns (the store passes its record
-cache's size, the bound of the warm-up): a store that grows past it in one process gives the
-index up rather than grow without bound (~320 bytes a turn).
+An answer is a superset of the live turns in the windows: a turn expired or superseded stays
+listed until it is deleted, and the store's record lookup finds what it is now. A delete through
+a filter (``delete_user``, ``purge_expired``) reads the keys it deletes and drops them here:
+left listed, they would count against ``max_turns`` until the index gave up. What must never
+happen is a turn missing, so the index answers only once it is complete: filled from a full read
+of the shard (the record cache's warm-up) while every write and delete of the meantime is noted,
+and kept up to date by the store's writes after that. Until then, or for a store too large to
+warm up, ``near`` returns ``None`` and the store asks the engine. The index holds at most
+``max_turns`` turns (the store passes its record cache's size, the bound of the warm-up): a
+store that grows past it in one process gives the index up rather than grow without bound (~320
+bytes a turn).
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ class DialogTurns:
         """Whether ``near`` answers (a build finished and nothing gave up on it since)."""
         return self._complete
 
+    @property
+    def listing(self) -> bool:
+        """Whether writes and deletes are noted (a build runs, or it finished complete)."""
+        return self._building or self._complete
+
     def start(self) -> None:
         """Begin a build: forget everything, note the writes from now on."""
         with self._lock:
@@ -73,6 +80,12 @@ class DialogTurns:
             self._written.clear()
             if not self._complete:
                 self._give_up()
+
+    def abandon(self) -> None:
+        """Stop answering until the next build: a write failed after its turns were noted, so
+        the index may no longer list a turn the shard still holds where it holds it."""
+        with self._lock:
+            self._give_up()
 
     def _give_up(self) -> None:
         """Forget everything and stop answering until the next build (lock held)."""

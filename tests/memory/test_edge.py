@@ -1152,3 +1152,176 @@ async def test_a_store_not_warmed_asks_the_engine_for_the_turns(
         assert (found, built) == (engine, [False])
     finally:
         await store.close()
+
+
+async def test_the_index_and_the_engine_find_the_same_turns_after_any_writes(
+    tmp_path: Path,
+) -> None:
+    """Property: after random upserts (moving turns in time, between users and sources, with
+    expiries), deletes, user deletes, supersessions and purges over two tenants, the neighbour
+    turns from the dialog turns' index equal the engine lookup's, for every user's searches."""
+    base = LIVE_AT - timedelta(hours=1)
+    rng = np.random.default_rng(162)
+    ids = [f"m{i}" for i in range(14)]
+    for run in range(4):
+        store = await EdgeStore.open(tmp_path / str(run), dimensions=DIM)
+        try:
+            await store.warmed()
+            for step in range(40):
+                op = rng.choice(["add", "add", "add", "delete", "user", "supersede", "purge"])
+                tenant, user = str(rng.choice(["t1", "t2"])), str(rng.choice(["u1", "u2"]))
+                memory_id = str(rng.choice(ids))
+                if op == "add":
+                    expiry = rng.choice([None, -1, 1])
+                    batch = [
+                        replace(
+                            record(
+                                str(rng.choice(ids)),
+                                tenant=tenant,
+                                user=str(rng.choice(["u1", "u2"])),
+                                source=str(rng.choice(["conversation"] * 3 + ["notes"])),
+                                content=f"turn {step} {k} {int(rng.integers(4))}",
+                            ),
+                            created_at=base + timedelta(minutes=int(rng.integers(12))),
+                            expires_at=None
+                            if expiry is None
+                            else LIVE_AT + timedelta(hours=int(expiry)),
+                        )
+                        for k in range(int(rng.integers(1, 4)))
+                    ]
+                    batch = list({r.id: r for r in batch}.values())
+                    await store.add(batch, vectors_for(batch, DIM))
+                elif op == "delete":
+                    await store.delete(tenant, memory_id)
+                elif op == "user":
+                    await store.delete_user(tenant, user)
+                elif op == "supersede":
+                    await store.supersede(tenant, memory_id, "later")
+                else:
+                    await store.purge_expired(LIVE_AT)
+                for tenant, user in [("t1", "u1"), ("t1", "u2"), ("t2", "u1")]:
+                    text = f"turn {int(rng.integers(step + 1))} 0 {int(rng.integers(4))}"
+                    query = SearchQuery(vector_for(text, DIM), text, user, None, 3, live_at=LIVE_AT)
+                    found = await store.search_near(tenant, query, 3, 90.0)
+                    engine = await search_then_turns(store, tenant, query, 3, 90.0)
+                    assert found == engine, (run, step, op)
+            assert store._turns.complete  # the index answered throughout
+        finally:
+            await store.close()
+
+
+class FailingUpserts:
+    """The store's shard, whose next upsert fails as the engine's do."""
+
+    def __init__(self, shard: qe.EdgeShard) -> None:
+        self._shard = shard
+
+    def update(self, operation: Any) -> Any:
+        raise Exception("Service runtime error: the WAL is full")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+
+async def test_a_failed_upsert_never_hides_the_turn_it_would_have_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index is noted before the write: when the write fails, the turn stays where it was
+    in the shard and the lookup must still find it there (t4, a minute before t5)."""
+    store, query = await dialog_store(tmp_path)
+    try:
+        await store.warmed()
+        shard = store._shard
+        monkeypatch.setattr(store, "_shard", FailingUpserts(shard))
+        at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+        moved = [replace(record("t4", source="conversation"), created_at=at + timedelta(hours=1))]
+        with pytest.raises(StoreError):
+            await store.add(moved, vectors_for(moved, DIM))
+        monkeypatch.setattr(store, "_shard", shard)
+        found = await store.search_near("t1", query, 1, 90.0)
+        assert found.turns is not None
+        assert [turn.record.id for turn in found.turns] == ["t4", "t6"]
+        assert found == await search_then_turns(store, "t1", query, 1, 90.0)
+    finally:
+        await store.close()
+
+
+class RacedTurns(DialogTurns):
+    """An index that lets a delete of the same turn run between an upsert's two notes: the
+    upsert pauses after its first note until the delete reached the index, the delete's note
+    waits for the upsert's second one (a deadlock guard only: a store that orders them runs
+    the delete after the upsert)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.noted, self.deleted, self.upserted = (threading.Event() for _ in range(3))
+        self.notes = 0
+
+    def write(self, turns: Any) -> None:
+        turns = list(turns)
+        super().write(turns)
+        self.notes += 1
+        if self.notes == 1:
+            self.noted.set()
+            self.deleted.wait(timeout=0.5)
+        elif self.notes == 2:
+            self.upserted.set()
+
+    def drop(self, keys: Any) -> None:
+        self.deleted.set()
+        self.upserted.wait(timeout=0.5)
+        super().drop(keys)
+
+
+async def test_an_upsert_racing_a_delete_of_the_same_turn_leaves_the_index_as_the_shard(
+    tmp_path: Path,
+) -> None:
+    """Upsert of t4 and delete of t4 on two store threads, the delete let in between the
+    upsert's note and its shard write: whichever the shard holds last, the index agrees (it
+    lost t4 while the shard kept it when the delete's shard write came in there)."""
+    store, query = await dialog_store(tmp_path)
+    try:
+        await store.warmed()
+        raced = RacedTurns()
+        raced.start()
+        raced.load([(key, tenant, user, ts) for key, (tenant, user, ts) in turn_entries(store)])
+        raced.finish(True)
+        store._turns = raced
+        again = [replace(record("t4", source="conversation"))]
+        again = [replace(again[0], created_at=datetime(2026, 1, 2, 3, 8, 5, tzinfo=UTC))]
+        upsert = asyncio.create_task(store.add(again, vectors_for(again, DIM)))
+        await asyncio.to_thread(raced.noted.wait, 5)
+        assert await store.delete("t1", "t4")
+        await upsert
+        found = await store.search_near("t1", query, 1, 90.0)
+        assert found == await search_then_turns(store, "t1", query, 1, 90.0)
+    finally:
+        await store.close()
+
+
+def turn_entries(store: EdgeStore) -> list[tuple[int, tuple[str, str, float]]]:
+    """The dialog turns' index's entries: (key, (tenant, user, created_ts))."""
+    return [(key, (owner[0], owner[1], ts)) for key, (owner, ts) in store._turns._where.items()]
+
+
+async def test_turns_deleted_through_a_filter_leave_the_index(tmp_path: Path) -> None:
+    """A store that writes and purges turns stays small: so must its index, which otherwise
+    grew by every turn ever written and gave up at its bound (the record cache's size)."""
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    store = await EdgeStore.open(tmp_path, dimensions=DIM, record_cache_entries=12)
+    try:
+        await store.warmed()
+        for user in ["u1", "u2", "u3"]:
+            turns = [
+                replace(
+                    record(f"{user}-{i}", user=user, source="conversation"),
+                    created_at=at + timedelta(minutes=i),
+                )
+                for i in range(8)
+            ]
+            await store.add(turns, vectors_for(turns, DIM))
+            assert await store.delete_user("t1", user) == 8
+        assert store._turns.complete
+        assert turn_entries(store) == []
+    finally:
+        await store.close()
