@@ -107,6 +107,18 @@ def preceding_text(messages: Sequence[Mapping[str, object]], capture: str, max_c
     return strip_block(content_text(before.get("content"))).strip()[:max_chars]
 
 
+def captured(
+    options: RequestOptions,
+    messages: Sequence[Mapping[str, object]],
+    completion: Completion,
+    max_chars: int,
+) -> tuple[list[MemoryInput], str]:
+    """``capture_inputs`` and, when they keep something, ``preceding_text``: one pure call, so
+    a large turn's reading (its block-stripping passes) can run on a thread as a whole."""
+    inputs = capture_inputs(options, messages, completion, max_chars)
+    return inputs, preceding_text(messages, options.capture, max_chars) if inputs else ""
+
+
 async def capture_turn(
     writer: MemoryWriter,
     tenant: str,

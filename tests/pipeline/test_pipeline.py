@@ -29,16 +29,18 @@ from proxy.context.billing import message_key
 from proxy.context.budget import MODEL_OVERRIDES, ModelLimit, ModelLimits, TokenBudgetCalculator
 from proxy.context.records import Candidate, MemoryRecord, index_text
 from proxy.context.render import BLOCK_CLOSE, BLOCK_OPEN
-from proxy.defaults import NEIGHBOUR_WINDOW_S
+from proxy.defaults import MAX_CONTENT_CHARS, NEIGHBOUR_WINDOW_S
 from proxy.memory.near import ranked
 from proxy.memory.retriever import Retriever
 from proxy.memory.service import MemoryService
 from proxy.memory.store import Found
 from proxy.metrics import Metrics
-from proxy.pipeline.capture import FactRequest
+from proxy.pipeline import pipeline as pipeline_module
+from proxy.pipeline.capture import FactRequest, captured
 from proxy.pipeline.contract import Completion
 from proxy.pipeline.explain import NOTE_BOUNDS
 from proxy.pipeline.pipeline import Pipeline
+from proxy.pipeline.query import strip_block
 from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
 from proxy.tokenizer import count_tokens, tiktoken_tokenizer
@@ -638,8 +640,6 @@ async def test_bounds_never_settle_a_continued_response_above_its_counted_budget
 async def test_a_large_assembly_runs_off_the_loop(
     monkeypatch: pytest.MonkeyPatch, memories: int, on_loop: bool
 ) -> None:
-    from proxy.pipeline import pipeline as pipeline_module
-
     threads: list[int] = []
     real = pipeline_module.assemble
 
@@ -913,3 +913,37 @@ async def test_a_body_with_base64_shaped_like_big_numbers_gets_its_memories() ->
     prepared = await pipeline.prepare(TENANT, {}, original, OPENAI_CHAT)
     assert prepared.response_headers["X-Memory-Status"] == "injected"
     assert degraded_by(pipeline, "encode") is None
+
+
+@pytest.mark.parametrize(
+    ("said", "on_loop"),
+    [
+        ("and the kids?", True),
+        # Over CAPTURE_ON_LOOP_BYTES of fenced text: stripping it would hold the loop.
+        ("<memories>old</memories> and the kids? " * 3_000, False),
+    ],
+)
+async def test_a_large_turn_is_read_for_capture_on_a_thread(
+    said: str, on_loop: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[int] = []
+
+    def recorded(*args: Any) -> Any:
+        threads.append(threading.get_ident())
+        return captured(*args)
+
+    monkeypatch.setattr(pipeline_module, "captured", recorded)
+    store = FakeStore([], dimensions=DIMS)
+    pipeline = build(store, FakeEmbedder(DIMS))
+    pipeline.writer = MemoryService(store, FakeEmbedder(DIMS))
+    messages = [{"role": "user", "content": said}]
+    headers = {"x-memory-capture": "user", "x-memory-user": "u"}
+    prepared = await pipeline.prepare(
+        TENANT, headers, {"model": "gpt-4o", "messages": messages}, OPENAI_CHAT
+    )
+    assert prepared.on_complete is not None
+    await prepared.on_complete(Completion(200, streamed=False, ok=True, text="They loved it."))
+    assert len(threads) == 1
+    assert (threads[0] == threading.get_ident()) is on_loop
+    stored = [r.content for added, _ in store.adds for r in added]
+    assert stored == [strip_block(said).strip()[:MAX_CONTENT_CHARS]]
