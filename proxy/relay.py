@@ -35,6 +35,7 @@ from starlette.types import Receive, Scope, Send
 from proxy.apis.answer import CONTENT_ENCODING, Answer, AnswerHook
 from proxy.background import Job, Spawner
 from proxy.content_encoding import is_identity
+from proxy.eager import Rest, finish, start
 from proxy.error_responses import OPENAI, ErrorShape, send_error
 from proxy.errors import MemproxyError, UpstreamTimeout
 from proxy.transport import Written
@@ -247,8 +248,15 @@ class Relay(Response):
 
 
 def starter(spawn: Spawner, work: Callable[[], Job]) -> Written:
-    """A callback that starts ``work`` in the background when the request has gone out."""
-    return lambda: spawn(quietly(work))
+    """A callback that runs ``work`` when the request has gone out: at once, as far as it goes
+    without waiting (all of it with the in-process cache), the rest in the background."""
+
+    def written() -> None:
+        started = start(quietly(work))
+        if isinstance(started, Rest):
+            spawn(finish(started))
+
+    return written
 
 
 async def quietly(work: Callable[[], Job]) -> None:

@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from proxy.context.records import Candidate
 from proxy.defaults import EMBEDDING_TTL_S as DEFAULT_EMBEDDING_TTL_S
 from proxy.defaults import RETRIEVAL_TTL_S as DEFAULT_RETRIEVAL_TTL_S
 from proxy.defaults import TOKENS_TTL_S as DEFAULT_TOKEN_COUNT_TTL_S
+from proxy.eager import Done, finish, start
 from proxy.tokenizer import count_tokens as tiktoken_count
 
 DEFAULT_NEAR_TOKEN_ENTRIES = 20_000
@@ -291,11 +293,16 @@ class RequestCache:
 
     # -- background writes -----------------------------------------------------------------
 
-    async def _write(self, write: Awaitable[None]) -> None:
+    async def _write(self, write: Coroutine[Any, Any, None]) -> None:
         if not self.write_behind:
             await write
             return
-        task = asyncio.ensure_future(write)
+        # Started here: a write that never waits (the in-process cache) is done now and needs no
+        # task; the rest of one that waits (Redis) goes on in the background.
+        started = start(write)
+        if isinstance(started, Done):
+            return
+        task = asyncio.ensure_future(finish(started))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 

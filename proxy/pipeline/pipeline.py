@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar, TypeVarTuple
@@ -47,6 +47,7 @@ from proxy.context.records import Candidate
 from proxy.context.render import BlockTokens
 from proxy.context.tokens import STORED_ENCODINGS
 from proxy.defaults import BUDGET_RULES, NEIGHBOUR_WINDOW_S, PDF_READ_SHARE
+from proxy.eager import Done, start
 from proxy.memory.retriever import EMBED, SEARCH, Retrieval, Retriever
 from proxy.memory.service import MemoryWriter
 from proxy.metrics import Metrics
@@ -173,9 +174,15 @@ class Run:
         as ``StageFailed``, so the request goes on without memories; the stage clock always
         stops.
         """
+        ends = asyncio.get_running_loop().time() + self.timeouts[stage]
         try:
-            async with asyncio.timeout(self.timeouts[stage]):
-                return await work
+            started: Done[T] | Awaitable[T] = start(work) if isinstance(work, Coroutine) else work
+            if isinstance(started, Done):
+                return started.value
+            # Only work that waits can be interrupted: no timer for the rest (the embedding with
+            # the in-process cache), and the stage's time counts from its start.
+            async with asyncio.timeout_at(ends):
+                return await started
         except TimeoutError:
             self.degrade(f"{stage}_timeout")
             raise StageFailed from None
@@ -380,15 +387,26 @@ class Pipeline:
             # or operator chose: the lexical extras come beyond the deployment's top_k only.
             lexical=settings.lexical_candidates and options.top_k >= settings.top_k,
         )
-        searching = before = None
-        if query and options.sources and self.retriever is not None and self._recalls(run):
+        searching: asyncio.Future[list[Candidate]] | None = None
+        before = None
+        retriever = self.retriever
+        beside = bool(query and options.sources) and retriever is not None and self._recalls(run)
+        if beside:
             # The stamp this turn's block keeps is read before the search reads the store: a
             # delete between the search and the recall then leaves the block stale, not kept.
             before = await self._stamp(run)
-            searching = asyncio.ensure_future(self.retriever.retrieve(run.tenant.id, want, run))
         try:
-            placement = await self._recall(run, budget)
-            if searching is not None and placement.stamp != before:
+            # A recall that waits (Redis) has the search run beside it; one that does not (the
+            # in-process cache) is over before a task started now would have run at all, so the
+            # search then runs after it, in this task.
+            recalling = start(self._recall(run, budget))
+            if isinstance(recalling, Done):
+                placement = recalling.value
+            else:
+                if beside and retriever is not None:
+                    searching = asyncio.ensure_future(retriever.retrieve(run.tenant.id, want, run))
+                placement = await recalling
+            if beside and placement.stamp != before:
                 placement = placement.unkept()  # a delete may have come after the search
             room = placement.room(budget.memory_tokens, budget.available_tokens)
             placement = run.placement = placement.reusable(room)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import fakeredis
 import numpy as np
@@ -262,13 +264,50 @@ async def test_zero_ttls_disable_each_kind() -> None:
     assert len(local) == 0
 
 
+class HeldWrites(LocalCache):
+    """The in-process cache, its writes waiting until ``release`` is set (a remote cache)."""
+
+    def __init__(self) -> None:
+        super().__init__(100)
+        self.release = asyncio.Event()
+
+    async def set(self, key: str, value: bytes, ttl_s: float) -> None:
+        await self.release.wait()
+        await super().set(key, value, ttl_s)
+
+
 async def test_write_behind_returns_before_the_write_and_flush_waits() -> None:
-    rc = RequestCache(LocalCache(100), write_behind=True)
-    key = await rc.retrieval_key("acme", "alice", "cats", top_k=5, sources=None)
-    await rc.set_retrieval(key, [hit("acme", "m1")])
-    await rc.set_token_counts("acme", "enc", {"x": 1})
+    held = HeldWrites()
+    rc = RequestCache(held, write_behind=True)
+    vector = np.ones(DIM, dtype=np.float32)
+    await rc.set_embedding("acme", "m", DIM, "cats", vector)  # returns while the write waits
+    assert await rc.get_embedding("acme", "m", DIM, "cats") is None
+    held.release.set()
     await rc.flush()
-    assert await rc.get_retrieval(key) == [hit("acme", "m1")]
+    found = await rc.get_embedding("acme", "m", DIM, "cats")
+    assert found is not None
+    assert found.tolist() == vector.tolist()
+
+
+async def test_a_write_that_never_waits_lands_at_once_without_a_task() -> None:
+    """Write-behind costs a task only for writes that wait: the in-process cache's are done by
+    the time the call returns."""
+    rc = RequestCache(LocalCache(100), write_behind=True)
+    loop = asyncio.get_running_loop()
+    created: list[object] = []
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        created.append(coro)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(counting)
+    try:
+        await rc.set_embedding("acme", "m", DIM, "cats", np.ones(DIM, dtype=np.float32))
+        await rc.set_token_counts("acme", "enc", {"x": 1})
+    finally:
+        loop.set_task_factory(None)
+    assert created == []
+    assert await rc.get_embedding("acme", "m", DIM, "cats") is not None
     assert await rc.get_token_counts("acme", "enc", ["x"]) == [1]
 
 

@@ -39,7 +39,8 @@ from proxy.pipeline import pipeline as pipeline_module
 from proxy.pipeline.capture import FactRequest, captured
 from proxy.pipeline.contract import Completion
 from proxy.pipeline.explain import NOTE_BOUNDS
-from proxy.pipeline.pipeline import Pipeline
+from proxy.pipeline.options import parse_options
+from proxy.pipeline.pipeline import Pipeline, Run, StageFailed
 from proxy.pipeline.query import strip_block
 from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
@@ -947,3 +948,54 @@ async def test_a_large_turn_is_read_for_capture_on_a_thread(
     assert (threads[0] == threading.get_ident()) is on_loop
     stored = [r.content for added, _ in store.adds for r in added]
     assert stored == [strip_block(said).strip()[:MAX_CONTENT_CHARS]]
+
+
+def stage_run(timeout_s: float) -> Run:
+    """A request's run whose ``embed`` stage has ``timeout_s``."""
+    chat = body("dog?")
+    options = parse_options(SETTINGS, {}, chat)
+    return Run(TENANT, options, OPENAI_CHAT, OPENAI_CHAT.conversation(chat), {"embed": timeout_s})
+
+
+async def test_a_stage_that_never_waits_sets_no_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only work that waits can be interrupted; a timer costs the loop ~4 us to set and clear."""
+    armed: list[float] = []
+    timeout, timeout_at = asyncio.timeout, asyncio.timeout_at
+
+    def arm(at: float) -> float:
+        armed.append(at)
+        return at
+
+    monkeypatch.setattr(asyncio, "timeout", lambda delay: timeout(arm(delay)))
+    monkeypatch.setattr(asyncio, "timeout_at", lambda when: timeout_at(arm(when)))
+
+    async def at_once() -> int:
+        return 1
+
+    async def waiting() -> int:
+        await asyncio.sleep(0)
+        return 2
+
+    run = stage_run(1.0)
+    assert await run.run("embed", at_once()) == 1
+    assert armed == []
+    assert await run.run("embed", waiting()) == 2
+    assert len(armed) == 1
+    assert set(run.clock.stages) == {"embed"}
+
+
+async def test_a_stage_times_out_from_its_start_not_its_first_wait() -> None:
+    """A first part that overran the stage's time leaves none for what comes after it."""
+
+    async def slow_then_waits() -> int:
+        loop = asyncio.get_running_loop()
+        spent = loop.time() + 0.02  # the stage's 10 ms spent before its first wait
+        while loop.time() < spent:
+            pass
+        await asyncio.sleep(0)
+        return 1
+
+    run = stage_run(0.01)
+    with pytest.raises(StageFailed):
+        await run.run("embed", slow_then_waits())
+    assert run.reasons == ["embed_timeout"]

@@ -37,6 +37,7 @@ from proxy.metrics import Metrics
 from proxy.pipeline.contract import Prepared
 from proxy.pipeline.pipeline import Pipeline
 from proxy.pipeline.placement import Placement, recalled
+from proxy.relay import starter
 from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
 from tests.fakes.embedder import FakeEmbedder
@@ -255,6 +256,32 @@ async def test_the_recall_of_earlier_blocks_runs_alongside_the_search() -> None:
         {"message": 1, "part": 0, "tokens": document["placement"]["reinserted_tokens"]}
     ]
     assert document["messages"][1] == first.body["messages"][1]  # the same block, put back
+
+
+async def test_with_the_in_process_cache_a_request_starts_no_task() -> None:
+    """A recall that never waits is over before a search task would have run: the search runs
+    after it in the request's own task, and the cache writes, which never wait either, run as
+    the request goes upstream (each task cost the loop ~5 us)."""
+    pipeline, spawned, _ = build()
+    headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
+    loop = asyncio.get_running_loop()
+    created: list[object] = []
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        created.append(coro)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(counting)
+    try:
+        first = await pipeline.prepare(TENANT, headers, chat("dog?"), OPENAI_CHAT)
+        assert first.on_sent is not None
+        starter(spawned, first.on_sent)()  # the request went upstream: the writes run
+    finally:
+        loop.set_task_factory(None)
+    assert first.response_headers["X-Memory-Status"] == "injected"
+    assert created == []
+    second = await pipeline.prepare(TENANT, headers, chat("dog?", "Biscuit.", "tea?"), OPENAI_CHAT)
+    assert second.body["messages"][1] == first.body["messages"][1]  # the block was kept
 
 
 async def test_a_deleted_memory_never_comes_back_in_an_earlier_block() -> None:

@@ -1,0 +1,68 @@
+"""``starter``: work after sending runs at once as far as it goes without waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+import pytest
+
+from proxy.relay import starter
+
+
+class Spawned:
+    """A spawner keeping the tasks it started."""
+
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def __call__(self, job: Coroutine[Any, Any, None]) -> None:
+        self.tasks.append(asyncio.get_running_loop().create_task(job))
+
+
+async def test_work_that_never_waits_is_done_when_the_request_goes_out() -> None:
+    done: list[str] = []
+
+    async def work() -> None:
+        done.append("written")
+
+    spawned = Spawned()
+    starter(spawned, work)()
+    assert done == ["written"]
+    assert spawned.tasks == []  # no task for it
+
+
+async def test_work_that_waits_goes_on_in_the_background() -> None:
+    release = asyncio.Event()
+    done: list[str] = []
+
+    async def work() -> None:
+        done.append("started")
+        await release.wait()
+        done.append("finished")
+
+    spawned = Spawned()
+    starter(spawned, work)()
+    assert done == ["started"]
+    assert len(spawned.tasks) == 1
+    release.set()
+    await asyncio.gather(*spawned.tasks)
+    assert done == ["started", "finished"]
+
+
+@pytest.mark.parametrize("waits", [False, True])
+async def test_a_failure_is_logged_never_raised(
+    waits: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def work() -> None:
+        if waits:
+            await asyncio.sleep(0)
+        raise KeyError("cache down")
+
+    spawned = Spawned()
+    with caplog.at_level(logging.ERROR, logger="memproxy.relay"):
+        starter(spawned, work)()
+        await asyncio.gather(*spawned.tasks)
+    assert [r.exc_info is not None for r in caplog.records if r.name == "memproxy.relay"] == [True]
