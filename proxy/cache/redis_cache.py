@@ -76,12 +76,12 @@ class RedisCache:
             record_unserved()
             self._report(op, REASON_CIRCUIT_OPEN)
             return fallback
-        if behind:
-            # A write is started in the request's task and finished in a task of its own
-            # (``proxy.eager``): the deadline below binds to the task it is entered in, so it is
-            # entered only after a first wait, or it would cancel the request instead of the write.
-            await asyncio.sleep(0)
         try:
+            if behind:
+                # A write is started in the request's task and finished in a task of its own
+                # (``proxy.eager``): the deadline binds to the task it is entered in, so it is
+                # entered after a first wait, or it would cancel the request, not the write.
+                await asyncio.sleep(0)
             async with asyncio.timeout(self.timeout_s):
                 result = await fn()
         except TimeoutError:
