@@ -11,6 +11,9 @@ is left (``Rest``).
 What runs before the first wait is what a task would have run in its first step, only sooner:
 an exception from it is raised by ``start``. Everything after it runs exactly as it would have
 inside ``await``: results, exceptions and cancellation pass through ``rest`` unchanged.
+The part before the first wait runs in the caller's task and context: a ``Rest`` finished in
+another task must not have bound anything to the current task there (``asyncio.timeout``
+would cancel the caller when it expires).
 """
 
 from __future__ import annotations

@@ -9,7 +9,11 @@ from typing import Any
 
 import pytest
 
+from proxy.cache import RedisCache
+from proxy.cache.blocks import CachedTurnBlocks, Remembered
 from proxy.relay import starter
+
+BLOCK = Remembered("<memories>\nx\n</memories>", 0, 12, ("m1",))
 
 
 class Spawned:
@@ -66,3 +70,26 @@ async def test_a_failure_is_logged_never_raised(
         starter(spawned, work)()
         await asyncio.gather(*spawned.tasks)
     assert [r.exc_info is not None for r in caplog.records if r.name == "memproxy.relay"] == [True]
+
+
+class StuckClient:
+    """A Redis client whose writes never answer (a stalled server)."""
+
+    async def set(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_stalled_redis_block_write_times_out_in_its_task_not_the_request() -> None:
+    """The turn's block goes to Redis after sending: started in the request's task, its
+    deadline must end the write, never cancel the request (memory never fails a request)."""
+    blocks = CachedTurnBlocks(RedisCache(StuckClient(), timeout_ms=0), ttl_s=60)  # 0: at once
+    spawned = Spawned()
+
+    async def request() -> str:
+        starter(spawned, lambda: blocks.remember("k", BLOCK))()
+        for _ in range(5):  # the steps in which an expired deadline fires
+            await asyncio.sleep(0)
+        return "answered"
+
+    assert await asyncio.ensure_future(request()) == "answered"
+    await asyncio.gather(*spawned.tasks)  # the write was dropped by its own deadline

@@ -69,12 +69,19 @@ class RedisCache:
         self.breaker = breaker or CircuitBreaker()
         self._on_error = on_error
 
-    async def _call(self, op: str, fn: Callable[[], Awaitable[T]], fallback: T) -> T:
+    async def _call(
+        self, op: str, fn: Callable[[], Awaitable[T]], fallback: T, *, behind: bool = False
+    ) -> T:
         if not self.breaker.allow():
             record_unserved()
             self._report(op, REASON_CIRCUIT_OPEN)
             return fallback
         try:
+            if behind:
+                # A write is started in the request's task and finished in a task of its own
+                # (``proxy.eager``): the deadline binds to the task it is entered in, so it is
+                # entered after a first wait, or it would cancel the request, not the write.
+                await asyncio.sleep(0)
             async with asyncio.timeout(self.timeout_s):
                 result = await fn()
         except TimeoutError:
@@ -124,7 +131,9 @@ class RedisCache:
         """``SET key value PX ttl``; dropped if Redis is unavailable."""
         ttl_ms = max(1, round(ttl_s * 1000))
         if ttl_s > 0:
-            await self._call("set", lambda: self.client.set(key, value, px=ttl_ms), None)
+            await self._call(
+                "set", lambda: self.client.set(key, value, px=ttl_ms), None, behind=True
+            )
 
     async def set_many(self, items: Mapping[str, bytes], ttl_s: float) -> None:
         """One pipelined round trip of ``SET ... PX``; dropped if Redis is unavailable."""
@@ -138,7 +147,7 @@ class RedisCache:
                 pipe.set(key, value, px=ttl_ms)
             await pipe.execute()
 
-        await self._call("set_many", run, None)
+        await self._call("set_many", run, None, behind=True)
 
     async def incr(self, key: str, amount: int = 1) -> int | None:
         """Atomic ``INCRBY``; ``None`` if Redis is unavailable or the value is not an integer."""

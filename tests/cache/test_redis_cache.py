@@ -131,6 +131,23 @@ async def test_caller_cancellation_propagates_and_frees_the_probe() -> None:
     assert breaker.allow()  # the next call may probe
 
 
+async def test_a_write_cancelled_before_its_first_wait_ends_frees_the_probe() -> None:
+    """A write yields once before its deadline (``_call``'s ``behind``): cancelled there, it
+    gives the half-open breaker's probe back, or no call would ever probe again."""
+    clock = [0.0]
+    breaker = CircuitBreaker(
+        failure_threshold=1, cooldown_s=1, min_failure_span_s=0, clock=lambda: clock[0]
+    )
+    breaker.record_failure()
+    clock[0] = 1.0
+    cache = RedisCache(HangingClient(), timeout_ms=60_000, breaker=breaker)
+    write = cache.set("k", b"v", 60)
+    assert write.send(None) is None  # stopped at that first yield, the probe claimed
+    with pytest.raises(asyncio.CancelledError):
+        write.throw(asyncio.CancelledError())
+    assert breaker.allow()  # the next call may probe
+
+
 async def test_a_raising_error_hook_does_not_break_the_cache() -> None:
     def hook(op: str, reason: str) -> None:
         raise RuntimeError("metrics down")

@@ -393,3 +393,27 @@ async def test_token_counts_from_another_process_fill_the_near_cache() -> None:
     assert await reader.get_token_counts("acme", "enc", ["hello"]) == [7]
     assert await reader.get_token_counts("acme", "enc", ["hello"]) == [7]
     assert len(spy.asked) == 1
+
+
+class StuckClient:
+    """A Redis client whose writes never answer (a stalled server)."""
+
+    async def set(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_stalled_shared_write_times_out_in_the_background_not_the_request() -> None:
+    """A write-behind to Redis is started in the request's task; its deadline must cancel the
+    write, never the request that started it (memory never fails a request)."""
+    # A deadline of 0 expires at the loop's next step, whatever the machine's speed.
+    rc = RequestCache(RedisCache(StuckClient(), timeout_ms=0), write_behind=True)
+
+    async def request() -> str:
+        await rc.set_embedding("acme", "m", DIM, "cats", np.ones(DIM, dtype=np.float32))
+        for _ in range(5):  # the steps in which an expired deadline fires
+            await asyncio.sleep(0)
+        return "answered"
+
+    assert await asyncio.ensure_future(request()) == "answered"
+    await rc.flush()  # the write was dropped by its own deadline, not left hanging
+    assert not rc._pending
