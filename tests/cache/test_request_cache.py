@@ -15,6 +15,7 @@ from proxy.cache import CacheTTLs, LocalCache, RedisCache, RequestCache, codec, 
 from proxy.cache.redis_cache import connect
 from proxy.context.records import Candidate, MemoryRecord
 from tests.fakes.embedder import FakeEmbedder
+from tests.fakes.tasks import tasks_created
 from tests.redis_server import RedisServer
 
 DIM = 8
@@ -293,19 +294,9 @@ async def test_a_write_that_never_waits_lands_at_once_without_a_task() -> None:
     """Write-behind costs a task only for writes that wait: the in-process cache's are done by
     the time the call returns."""
     rc = RequestCache(LocalCache(100), write_behind=True)
-    loop = asyncio.get_running_loop()
-    created: list[object] = []
-
-    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
-        created.append(coro)
-        return asyncio.Task(coro, loop=loop, **kwargs)
-
-    loop.set_task_factory(counting)
-    try:
+    with tasks_created() as created:
         await rc.set_embedding("acme", "m", DIM, "cats", np.ones(DIM, dtype=np.float32))
         await rc.set_token_counts("acme", "enc", {"x": 1})
-    finally:
-        loop.set_task_factory(None)
     assert created == []
     assert await rc.get_embedding("acme", "m", DIM, "cats") is not None
     assert await rc.get_token_counts("acme", "enc", ["x"]) == [1]

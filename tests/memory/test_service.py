@@ -79,19 +79,25 @@ async def test_embedder_failure_is_a_503_and_writes_nothing() -> None:
     assert (store.adds, cache.bumps) == ([], [])
 
 
-async def test_large_batches_count_tokens_off_the_loop_with_the_same_result(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    service, _, _, _ = make()
-    service.max_content_chars = 10_000
-    offloaded: list[str] = []
+@pytest.fixture
+def offloaded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the functions the service runs on a thread (``asyncio.to_thread``)."""
+    names: list[str] = []
     real_to_thread = asyncio.to_thread
 
     async def spy(func: Any, *args: Any) -> Any:
-        offloaded.append(func.__name__)
+        names.append(func.__name__)
         return await real_to_thread(func, *args)
 
     monkeypatch.setattr("proxy.memory.service.asyncio.to_thread", spy)
+    return names
+
+
+async def test_large_batches_count_tokens_off_the_loop_with_the_same_result(
+    offloaded: list[str],
+) -> None:
+    service, _, _, _ = make()
+    service.max_content_chars = 10_000
     await service.add("t1", [{"content": "small"}])
     assert offloaded == []
     text = "word " * 1000
@@ -102,17 +108,9 @@ async def test_large_batches_count_tokens_off_the_loop_with_the_same_result(
     assert all(r.tokens["o200k_base"] == count_tokens(text) for r in records)
 
 
-async def test_a_captured_turn_is_counted_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_captured_turn_is_counted_off_the_loop(offloaded: list[str]) -> None:
     # adr/0166: a question and its answer (~1,500 characters) held the loop 0.5-2 ms inline.
     service, _, _, _ = make()
-    offloaded: list[str] = []
-    real_to_thread = asyncio.to_thread
-
-    async def spy(func: Any, *args: Any) -> Any:
-        offloaded.append(func.__name__)
-        return await real_to_thread(func, *args)
-
-    monkeypatch.setattr("proxy.memory.service.asyncio.to_thread", spy)
     turn = [
         MemoryInput(content="What did Caroline research last week? " * 10, user="u"),
         MemoryInput(content="She researched adoption agencies. " * 30, user="u"),

@@ -42,6 +42,7 @@ from proxy.settings import MemorySettings
 from proxy.tenancy import Tenant
 from tests.fakes.embedder import FakeEmbedder
 from tests.fakes.store import FakeStore
+from tests.fakes.tasks import tasks_created
 
 DIMS = 4
 NOW = datetime(2026, 11, 22, tzinfo=UTC)
@@ -264,20 +265,10 @@ async def test_with_the_in_process_cache_a_request_starts_no_task() -> None:
     the request goes upstream (each task cost the loop ~5 us)."""
     pipeline, spawned, _ = build()
     headers = {"x-memory-max-tokens": "30", "x-memory-budget-rule": "fill"}
-    loop = asyncio.get_running_loop()
-    created: list[object] = []
-
-    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
-        created.append(coro)
-        return asyncio.Task(coro, loop=loop, **kwargs)
-
-    loop.set_task_factory(counting)
-    try:
+    with tasks_created() as created:
         first = await pipeline.prepare(TENANT, headers, chat("dog?"), OPENAI_CHAT)
         assert first.on_sent is not None
         starter(spawned, first.on_sent)()  # the request went upstream: the writes run
-    finally:
-        loop.set_task_factory(None)
     assert first.response_headers["X-Memory-Status"] == "injected"
     assert created == []
     second = await pipeline.prepare(TENANT, headers, chat("dog?", "Biscuit.", "tea?"), OPENAI_CHAT)
