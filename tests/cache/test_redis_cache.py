@@ -115,13 +115,19 @@ async def test_hung_backend_times_out() -> None:
     assert await cache.ping() is False
 
 
-async def test_caller_cancellation_propagates_and_frees_the_probe() -> None:
+def half_open_breaker() -> CircuitBreaker:
+    """A breaker past its cooldown: the next call is its one probe."""
     clock = [0.0]
     breaker = CircuitBreaker(
         failure_threshold=1, cooldown_s=1, min_failure_span_s=0, clock=lambda: clock[0]
     )
     breaker.record_failure()
     clock[0] = 1.0
+    return breaker
+
+
+async def test_caller_cancellation_propagates_and_frees_the_probe() -> None:
+    breaker = half_open_breaker()
     cache = RedisCache(HangingClient(), timeout_ms=60_000, breaker=breaker)
     task = asyncio.create_task(cache.get("k"))
     await asyncio.sleep(0.01)
@@ -134,12 +140,7 @@ async def test_caller_cancellation_propagates_and_frees_the_probe() -> None:
 async def test_a_write_cancelled_before_its_first_wait_ends_frees_the_probe() -> None:
     """A write yields once before its deadline (``_call``'s ``behind``): cancelled there, it
     gives the half-open breaker's probe back, or no call would ever probe again."""
-    clock = [0.0]
-    breaker = CircuitBreaker(
-        failure_threshold=1, cooldown_s=1, min_failure_span_s=0, clock=lambda: clock[0]
-    )
-    breaker.record_failure()
-    clock[0] = 1.0
+    breaker = half_open_breaker()
     cache = RedisCache(HangingClient(), timeout_ms=60_000, breaker=breaker)
     write = cache.set("k", b"v", 60)
     assert write.send(None) is None  # stopped at that first yield, the probe claimed
