@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.sse import LINES_PER_SLICE, iter_events, read_events
+from tests.fakes.ticker import loop_ticks
 
 
 def test_iter_events_skips_done_comments_and_garbage() -> None:
@@ -38,18 +37,7 @@ async def test_read_events_lets_the_loop_run_between_slices() -> None:
     # A long answer's events parsed in one go held the event loop for tens of milliseconds.
     event = b'data: {"choices": [{"index": 0, "delta": {"content": "w"}}]}\n\n'
     raw = event * (LINES_PER_SLICE * 3)  # two lines an event: six slices
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0)
-    ticks = 0
-    events = await read_events(raw)
-    task.cancel()
+    async with loop_ticks() as ticks:
+        events = await read_events(raw)
     assert len(events) == LINES_PER_SLICE * 3
-    assert ticks >= 5
+    assert ticks.count >= 5

@@ -31,6 +31,7 @@ from proxy.memory.filters import DIALOG_SOURCE
 from proxy.memory.near import search_then_turns
 from proxy.memory.points import DENSE_VECTOR, EXPIRES_KEY, EXPIRES_TS_KEY
 from proxy.memory.store import SearchQuery, TurnsQuery
+from tests.fakes.ticker import loop_ticks
 from tests.memory.support import record, vector_for, vectors_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,20 +101,11 @@ async def test_search_runs_off_the_event_loop(tmp_path: Path) -> None:
     try:
         records = [record(f"m{i}") for i in range(500)]
         await store.add(records, vectors_for(records, DIM))
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        task = asyncio.create_task(ticker())
         query = SearchQuery(vector_for("m1", DIM), "m1", "u1", None, 50)
-        results = await asyncio.gather(*(store.search("t1", query) for _ in range(20)))
-        task.cancel()
+        async with loop_ticks() as ticks:
+            results = await asyncio.gather(*(store.search("t1", query) for _ in range(20)))
         assert all(len(r) == 50 for r in results)
-        assert ticks > 0
+        assert ticks.count > 0
     finally:
         await store.close()
 
