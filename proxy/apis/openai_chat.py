@@ -30,7 +30,7 @@ from proxy.apis.adapter import (
     in_turns,
     instead_of_system,
 )
-from proxy.apis.answer import Answer, parsed_body
+from proxy.apis.answer import Answer, read_answer
 from proxy.context.documents import Document, read_files
 from proxy.context.inject import clear_of_breakpoints, inject, inject_index
 from proxy.defaults import Position
@@ -101,30 +101,23 @@ OPENAI_CHAT = OpenAIChat()
 
 def read_completion(answer: Answer) -> Completion:
     """The assistant text (and for a whole answer, its parsed body) of a relayed answer."""
-    if answer.streamed:
-        text = delta_text(answer.stream_events())
-        return Completion(status=answer.status, streamed=True, ok=answer.ok, text=text)
-    raw = answer.decoded()
-    body = parsed_body(raw) if answer.ok else None
-    return Completion(
-        status=answer.status,
-        streamed=False,
-        ok=answer.ok,
-        text=assistant_text(raw, streamed=False, body=body),
-        body=body,
+    return read_answer(
+        answer, lambda body: (message_text(body), False), lambda events: (delta_text(events), False)
     )
 
 
 def assistant_text(raw: bytes, *, streamed: bool, body: Mapping[str, Any] | None) -> str:
     """The assistant text of choice 0, from a stream's deltas or a whole response body."""
-    if not streamed:
-        choices = (body or {}).get("choices") or []
-        for choice in choices:
-            if isinstance(choice, dict) and choice.get("index", 0) == 0:
-                content = (choice.get("message") or {}).get("content")
-                return content if isinstance(content, str) else ""
-        return ""
-    return delta_text(iter_events(raw))
+    return delta_text(iter_events(raw)) if streamed else message_text(body)
+
+
+def message_text(body: Mapping[str, Any] | None) -> str:
+    """Choice 0's message content in a whole response body ("" if none)."""
+    for choice in (body or {}).get("choices") or []:
+        if isinstance(choice, dict) and choice.get("index", 0) == 0:
+            content = (choice.get("message") or {}).get("content")
+            return content if isinstance(content, str) else ""
+    return ""
 
 
 def delta_text(events: Iterable[Mapping[str, Any]]) -> str:
