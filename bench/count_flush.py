@@ -58,6 +58,8 @@ async def increments(memories: int, calls: int) -> dict[str, float]:
     from proxy.memory import edge_counts
     from proxy.memory.edge import EdgeStore
 
+    # Built here, not in bench/lib: the worker imports the tree under test's bench/lib first,
+    # and a baseline tree from before a shared builder would not have it.
     if realtext.available():
         texts = list(realtext.RealText().texts(memories))
     else:  # a machine without the data still smoke-tests the benchmark's machinery

@@ -77,6 +77,8 @@ def real_records(total: int) -> list[Any]:
     from bench.lib import realtext
     from proxy.context.records import MemoryRecord
 
+    # Built here, not in bench/lib: the worker imports the tree under test's bench/lib first,
+    # and a baseline tree from before a shared builder would not have it.
     if realtext.available():
         texts = list(realtext.RealText().texts(total))
     else:  # a machine without the data still smoke-tests the benchmark's machinery

@@ -67,6 +67,8 @@ async def worker(memories: int, optimize_after: int | None) -> dict[str, Any]:
 
     embedder = StaticEmbedder()
     now = datetime(2026, 1, 1, tzinfo=UTC)
+    # Built here, not in bench/lib: the worker imports the tree under test's bench/lib first,
+    # and a baseline tree from before a shared builder would not have it.
     if realtext.available():
         texts = list(realtext.RealText().texts(memories))
     else:  # a machine without the data still smoke-tests the benchmark's machinery
