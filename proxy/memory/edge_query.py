@@ -208,7 +208,8 @@ def search_hits(
         return list(ids.scored(found).items())
     branch = query.top_k * HYBRID_OVERSAMPLE
     lexical_query = qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_VECTOR)
-    # Both requests built first: the two engine calls run back to back.
+    # Both requests built first: the two engine calls run back to back. Not on two threads:
+    # the engine holds the GIL through a query, so they would not overlap (adr/0167).
     dense_request = qe.QueryRequest(
         limit=branch, query=dense, filter=scope, with_payload=False, params=DENSE_PARAMS
     )
