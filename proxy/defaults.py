@@ -30,6 +30,10 @@ UPSTREAM_URL = "https://api.openai.com/v1"
 ANTHROPIC_URL = "https://api.anthropic.com"
 
 MEMORY_MAX_TOKENS = 4_500  # cap on injected memory tokens (the synthesizer seed's figure)
+# Candidates a request's search fetches (each hybrid branch fetches as many, fusion's
+# HYBRID_OVERSAMPLE); the lexical and neighbour-turn candidates come on top. 50, not 100, for
+# latency (adr/0051, adr/0114); the bench scripts measure at this default.
+MEMORY_TOP_K = 50
 # The adaptive budget (adr/0110): ``adaptive`` charges every injected token a price, ``fill``
 # packs as much value as the budget holds (the behaviour before issue 16).
 BudgetRule = Literal["adaptive", "fill"]
