@@ -68,7 +68,7 @@ from proxy.memory.service import MemoryService
 from proxy.metrics import Metrics
 from proxy.pipeline.pipeline import Pipeline
 from proxy.settings import load_settings
-from proxy.tenancy import TenantResolver
+from proxy.tenancy import Tenant, TenantResolver
 from proxy.tokenizer import tiktoken_tokenizer
 
 TARGET_ADDED_P50_MS = 3.0
@@ -353,8 +353,6 @@ async def stage_latency(
     falls on both alike.
     """
     tenant = bench_tenant()
-    settings = load_settings(env={})
-    tenant_obj = TenantResolver(settings).for_key(API_KEY)
     stores: dict[str, EdgeStore] = {}
     seeded: dict[str, float] = {}
     rows = []
@@ -370,16 +368,17 @@ async def stage_latency(
             # cache warmed after open), not a first search of every memory.
             stores[text] = store = await EdgeStore.open(where, dimensions=embedder.dimensions)
             await store.warmed()
-        # One pipeline per top-k, configured with it (``memory.top_k``) as a deployment would be:
-        # X-Memory-Top-K could only lower the tenant's top_k, and a lowered one also drops the
-        # lexical candidates (adr/0136), so a header would measure fewer candidates than a
-        # configured top_k brings. The top-k values answer alternate requests (their order
-        # swapping), like the text kinds.
+        # One pipeline and tenant per top-k, both from settings with it as ``memory.top_k``, as a
+        # deployment would be: X-Memory-Top-K could only lower the tenant's top_k, and a lowered
+        # one also drops the lexical candidates (adr/0136), so a header would measure fewer
+        # candidates than a configured top_k brings. The top-k values answer alternate requests
+        # (their order swapping), like the text kinds.
         pipelines = {
             (text, top_k): bench_pipeline(stores[text], embedder, top_k)
             for text in texts
             for top_k in top_ks
         }
+        tenants = {top_k: bench_tenant_settings(top_k) for top_k in top_ks}
         builds = {text: question_bodies(text)(False) for text in texts}
         timings: dict[tuple[str, int], dict[str, list[float]]] = {}
         statuses: dict[tuple[str, int], Counter[str]] = {}
@@ -388,7 +387,7 @@ async def stage_latency(
                 for text in loadgen.rotated(list(texts), n):
                     cell = (text, top_k)
                     body = json.loads(builds[text](n * len(top_ks) + top_ks.index(top_k)))
-                    prepared = await pipelines[cell].prepare(tenant_obj, {}, body, OPENAI_CHAT)
+                    prepared = await pipelines[cell].prepare(tenants[top_k], {}, body, OPENAI_CHAT)
                     if n < 20:  # warm-up
                         continue
                     status = prepared.response_headers["X-Memory-Status"]
@@ -417,6 +416,13 @@ async def stage_latency(
         for store in stores.values():
             await store.close()
     return rows
+
+
+def bench_tenant_settings(top_k: int | None = None) -> Tenant:
+    """The bench key's tenant under the default settings (``memory.top_k`` set when given): its
+    memory limits are what a request's options start from, so they must match the pipeline's."""
+    settings = load_settings(env={}, overrides={"memory.top_k": top_k})
+    return TenantResolver(settings).for_key(API_KEY)
 
 
 def bench_pipeline(
