@@ -85,6 +85,10 @@ PROBE_USER = "locomo-probe"
 # topk: plain cosine top-k, from a second memproxy whose store has hybrid search off;
 # topk-hybrid: /v1/memories/search of the measured memproxy itself (dense + BM25 fused by default).
 METHODS = ("memproxy", BEFORE, "memproxy-fill", "topk", "topk-hybrid")
+# --variant NAME=JSON: one more memproxy per variant, this tree with the JSON's memory settings
+# over the measured config, asked like the measured one with the default rule; its method is
+# VARIANT_PREFIX + NAME (one run compares several settings on the same questions).
+VARIANT_PREFIX = "memproxy-"
 DENSE_ONLY = {"store": {"hybrid": False}}
 # A quality benchmark: relax the pipeline's deadlines so a busy 2-core machine cannot turn a slow
 # answer into an empty ("degraded") one. Every other setting keeps memproxy's defaults.
@@ -209,6 +213,7 @@ async def score_question(
     budgets: Sequence[int],
     args: argparse.Namespace,
     gate: asyncio.Semaphore,
+    variants: Sequence[tuple[str, httpx.AsyncClient]] = (),
 ) -> dict[str, Any]:
     """Return the recall of every method at every budget for one question."""
     async with gate:
@@ -235,13 +240,14 @@ async def score_question(
                 if method == "memproxy":
                     row[f"latency@{key}"] = elapsed
                     row[f"status@{key}"] = status
-            if before is not None:
+            others = [] if before is None else [(BEFORE, before)]
+            for method, other in [*others, *variants]:
                 doc, _, _ = await explain(
-                    before, question.sample_id, question.text, cap, header_top_k(args)
+                    other, question.sample_id, question.text, cap, header_top_k(args)
                 )
                 memories = doc.get("memories", [])
-                row[f"{BEFORE}@{key}"] = locomo_data.evidence_recall(question.evidence, memories)
-                row[f"{BEFORE}_block@{key}"] = token_count(doc.get("block", ""))
+                row[f"{method}@{key}"] = locomo_data.evidence_recall(question.evidence, memories)
+                row[f"{method}_block@{key}"] = token_count(doc.get("block", ""))
         return row
 
 
@@ -250,11 +256,13 @@ async def off_topic_tokens(
     before: httpx.AsyncClient | None,
     samples: Sequence[dict[str, Any]],
     top_k: int | None,
+    variants: Sequence[tuple[str, httpx.AsyncClient]] = (),
 ) -> dict[str, list[int]]:
     """The block tokens every ``OFF_TOPIC`` question gets from each conversation, per method."""
     askers = [(method, client, rule) for method, rule in RULES.items()]
     if before is not None:
         askers.append((BEFORE, before, None))
+    askers.extend((method, other, None) for method, other in variants)
     tokens: dict[str, list[int]] = {method: [] for method, _, _ in askers}
     for sample in samples:
         for text in OFF_TOPIC:
@@ -264,10 +272,14 @@ async def off_topic_tokens(
     return tokens
 
 
-def summarize(rows: list[dict[str, Any]], budgets: Sequence[int]) -> dict[str, Any]:
-    """Return recall per method, budget and category, plus block tokens and diagnostics."""
+def summarize(
+    rows: list[dict[str, Any]], budgets: Sequence[int], variants: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Return recall per method (``variants``: more method names), budget and category, plus
+    block tokens and diagnostics."""
     keys = budget_keys(budgets)
-    methods = [m for m in METHODS if rows and any(f"{m}@{k}" in rows[0] for k in keys)]
+    named = [*METHODS, *variants]
+    methods = [m for m in named if rows and any(f"{m}@{k}" in rows[0] for k in keys)]
     baselines = [m for m in methods if m.startswith("topk")]
     recall: dict[str, dict[str, dict[str, float]]] = {m: {} for m in methods}
     blocks: dict[str, dict[str, dict[str, float]]] = {}
@@ -312,7 +324,7 @@ def recall_rows(summary: dict[str, Any], budgets: Sequence[int]) -> list[dict[st
     names = [*locomo_data.CATEGORIES.values(), "overall"]
     rows = []
     for key in budget_keys(budgets):
-        for method in (m for m in METHODS if key in summary["recall"].get(m, {})):
+        for method in (m for m in summary["recall"] if key in summary["recall"][m]):
             values = summary["recall"][method][key]
             row: dict[str, Any] = {"budget": key, "method": method}
             row.update({name: 100.0 * values[name] for name in names if name in values})
@@ -401,9 +413,11 @@ async def evaluate(
     baseline_url: str | None = None,
     before_url: str | None = None,
     loaded: tuple[list[int], float] | None = None,
+    variant_urls: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """Import every sample (into every server) unless ``loaded`` (memories per sample, seconds)
-    says an earlier start of the servers did, ask every question, return the results document."""
+    says an earlier start of the servers did, ask every question, return the results document.
+    ``variant_urls``: (method, url) of the ``--variant`` servers."""
     headers = {"Authorization": f"Bearer {API_KEY}"}
     limits = httpx.Limits(max_connections=CONCURRENCY * 2)
     async with contextlib.AsyncExitStack() as stack:
@@ -420,8 +434,18 @@ async def evaluate(
             before = await stack.enter_async_context(
                 httpx.AsyncClient(base_url=before_url, headers=headers, timeout=60, limits=limits)
             )
+        variants = [
+            (
+                method,
+                await stack.enter_async_context(
+                    httpx.AsyncClient(base_url=url, headers=headers, timeout=60, limits=limits)
+                ),
+            )
+            for method, url in variant_urls
+        ]
         if loaded is None:
-            imported, import_seconds = await import_all(client, [baseline, before], samples, args)
+            others = [baseline, before, *(c for _, c in variants)]
+            imported, import_seconds = await import_all(client, others, samples, args)
         else:
             imported, import_seconds = loaded
         questions = [q for sample in samples for q in locomo_data.questions(sample)]
@@ -431,7 +455,7 @@ async def evaluate(
         started = time.perf_counter()
         rows = await asyncio.gather(
             *(
-                score_question(client, baseline, before, q, args.budgets, args, gate)
+                score_question(client, baseline, before, q, args.budgets, args, gate, variants)
                 for q in questions
             )
         )
@@ -439,9 +463,9 @@ async def evaluate(
         off_topic = (
             {}
             if args.baseline_only
-            else await off_topic_tokens(client, before, samples, header_top_k(args))
+            else await off_topic_tokens(client, before, samples, header_top_k(args), variants)
         )
-    summary = summarize(list(rows), args.budgets)
+    summary = summarize(list(rows), args.budgets, [m for m, _ in variant_urls])
     return {
         "dataset": str(args.data.name),
         "conversations": [s["sample_id"] for s in samples],
@@ -512,32 +536,68 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # Another tree runs with its own defaults: the before of a change to the code.
         plain = measured_config(timeouts, args.top_k)
         old.write_text(json.dumps(plain if args.before_tree else before_config(plain)))
+        variants = {}
+        for name, settings in args.variant:
+            variants[name] = folder / f"variant-{name}.yaml"
+            config = measured_config(timeouts, args.top_k, {**(memory or {}), **settings})
+            variants[name].write_text(json.dumps(config))
 
         @contextlib.contextmanager
         def started(upstream_url: str) -> Iterator[list[str]]:
-            with (
-                servers.memproxy(
-                    upstream_url, folder / "measured", extra_env={"MEMPROXY_CONFIG": str(measured)}
-                ) as proxy,
-                servers.memproxy(
-                    upstream_url, folder / "dense", extra_env={"MEMPROXY_CONFIG": str(dense)}
-                ) as cosine,
-                before_server(upstream_url, folder, old, args.before_tree) as previous,
-            ):
-                yield [proxy.base_url, cosine.base_url, previous.base_url]
+            with contextlib.ExitStack() as stack:
+                proxy, cosine, previous, *others = (
+                    stack.enter_context(server)
+                    for server in (
+                        servers.memproxy(
+                            upstream_url,
+                            folder / "measured",
+                            extra_env={"MEMPROXY_CONFIG": str(measured)},
+                        ),
+                        servers.memproxy(
+                            upstream_url,
+                            folder / "dense",
+                            extra_env={"MEMPROXY_CONFIG": str(dense)},
+                        ),
+                        before_server(upstream_url, folder, old, args.before_tree),
+                        *(
+                            servers.memproxy(
+                                upstream_url,
+                                folder / f"variant-{name}",
+                                extra_env={"MEMPROXY_CONFIG": str(config)},
+                            )
+                            for name, config in variants.items()
+                        ),
+                    )
+                )
+                yield [
+                    proxy.base_url,
+                    cosine.base_url,
+                    previous.base_url,
+                    *(o.base_url for o in others),
+                ]
 
         with servers.fake_upstream() as upstream:
             loaded = None
             if args.indexed:  # import, stop the servers, build each graph, start them again
                 with started(upstream.base_url + "/v1") as urls:
                     loaded = asyncio.run(import_only(urls, samples, args))
-                args.graph = {
-                    name: asyncio.run(build_graph(folder / name))
-                    for name in ("measured", "dense", "before")
-                }
+                names = ("measured", "dense", "before", *(f"variant-{n}" for n in variants))
+                args.graph = {name: asyncio.run(build_graph(folder / name)) for name in names}
                 print(f"graph built: {args.graph}", file=sys.stderr)
             with started(upstream.base_url + "/v1") as urls:
-                return asyncio.run(evaluate(urls[0], samples, args, urls[1], urls[2], loaded))
+                named = list(zip((VARIANT_PREFIX + n for n in variants), urls[3:], strict=True))
+                return asyncio.run(
+                    evaluate(urls[0], samples, args, urls[1], urls[2], loaded, named)
+                )
+
+
+def variant_arg(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME=JSON`` of ``--variant``: the name and the memory settings."""
+    name, sep, settings = text.partition("=")
+    parsed = json.loads(settings) if sep else None
+    if not name or not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"expected NAME=JSON object, got {text!r}")
+    return name, parsed
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -562,6 +622,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--memory", help='JSON memory settings for the measured server, e.g. {"token_price": 0.03}'
+    )
+    parser.add_argument(
+        "--variant",
+        type=variant_arg,
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="also run a memproxy of this tree with these memory settings over the measured "
+        f'config, reported as {VARIANT_PREFIX}NAME (repeatable), e.g. top30={{"top_k": 30}}',
     )
     parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
     parser.add_argument("--conversations", type=int, default=0, help="first N (0 = all)")

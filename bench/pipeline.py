@@ -59,6 +59,7 @@ from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
 from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
+from proxy.defaults import MEMORY_TOP_K
 from proxy.memory.edge import EdgeStore
 from proxy.memory.embedders import StaticEmbedder
 from proxy.memory.inputs import MemoryInput
@@ -67,7 +68,7 @@ from proxy.memory.service import MemoryService
 from proxy.metrics import Metrics
 from proxy.pipeline.pipeline import Pipeline
 from proxy.settings import load_settings
-from proxy.tenancy import TenantResolver
+from proxy.tenancy import Tenant, TenantResolver
 from proxy.tokenizer import tiktoken_tokenizer
 
 TARGET_ADDED_P50_MS = 3.0
@@ -352,8 +353,6 @@ async def stage_latency(
     falls on both alike.
     """
     tenant = bench_tenant()
-    settings = load_settings(env={})
-    tenant_obj = TenantResolver(settings).for_key(API_KEY)
     stores: dict[str, EdgeStore] = {}
     seeded: dict[str, float] = {}
     rows = []
@@ -369,19 +368,26 @@ async def stage_latency(
             # cache warmed after open), not a first search of every memory.
             stores[text] = store = await EdgeStore.open(where, dimensions=embedder.dimensions)
             await store.warmed()
-        # The tenant's top_k is the largest asked for: X-Memory-Top-K can only lower it. The
-        # top-k values answer alternate requests (their order swapping), like the text kinds.
-        pipelines = {text: bench_pipeline(stores[text], embedder, max(top_ks)) for text in texts}
+        # One pipeline and tenant per top-k, both from settings with it as ``memory.top_k``, as a
+        # deployment would be: X-Memory-Top-K could only lower the tenant's top_k, and a lowered
+        # one also drops the lexical candidates (adr/0136), so a header would measure fewer
+        # candidates than a configured top_k brings. The top-k values answer alternate requests
+        # (their order swapping), like the text kinds.
+        pipelines = {
+            (text, top_k): bench_pipeline(stores[text], embedder, top_k)
+            for text in texts
+            for top_k in top_ks
+        }
+        tenants = {top_k: bench_tenant_settings(top_k) for top_k in top_ks}
         builds = {text: question_bodies(text)(False) for text in texts}
         timings: dict[tuple[str, int], dict[str, list[float]]] = {}
         statuses: dict[tuple[str, int], Counter[str]] = {}
         for n in range(requests + 20):
             for top_k in loadgen.rotated(list(top_ks), n):
-                headers = {"x-memory-top-k": str(top_k)}
                 for text in loadgen.rotated(list(texts), n):
                     cell = (text, top_k)
                     body = json.loads(builds[text](n * len(top_ks) + top_ks.index(top_k)))
-                    prepared = await pipelines[text].prepare(tenant_obj, headers, body, OPENAI_CHAT)
+                    prepared = await pipelines[cell].prepare(tenants[top_k], {}, body, OPENAI_CHAT)
                     if n < 20:  # warm-up
                         continue
                     status = prepared.response_headers["X-Memory-Status"]
@@ -410,6 +416,13 @@ async def stage_latency(
         for store in stores.values():
             await store.close()
     return rows
+
+
+def bench_tenant_settings(top_k: int | None = None) -> Tenant:
+    """The bench key's tenant under the default settings (``memory.top_k`` set when given): its
+    memory limits are what a request's options start from, so they must match the pipeline's."""
+    settings = load_settings(env={}, overrides={"memory.top_k": top_k})
+    return TenantResolver(settings).for_key(API_KEY)
 
 
 def bench_pipeline(
@@ -462,7 +475,12 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=10_000, help="end-to-end store size")
     parser.add_argument("--sizes", default="1000,10000,100000", help="part 2 store sizes")
     parser.add_argument("--requests", type=int, default=300, help="part 2 requests per size")
-    parser.add_argument("--top-k", default="50,100", help="part 2 X-Memory-Top-K values")
+    parser.add_argument(
+        "--top-k",
+        default=str(MEMORY_TOP_K),
+        help="part 2 memory.top_k values, each a pipeline of its own (comma list; default: the "
+        "product's default)",
+    )
     parser.add_argument(
         "--text",
         choices=(*TEXTS, "both"),
@@ -518,7 +536,7 @@ def main() -> None:
     embedder = StaticEmbedder()
     e2e_rows = [] if args.skip_e2e else end_to_end(args, embedder, texts)
     sizes = [200] if args.smoke else [int(s) for s in args.sizes.split(",") if s]
-    top_ks = [50] if args.smoke else [int(k) for k in args.top_k.split(",") if k]
+    top_ks = [MEMORY_TOP_K] if args.smoke else [int(k) for k in args.top_k.split(",") if k]
     requests = 20 if args.smoke else args.requests
     stage_rows = []
     with tempfile.TemporaryDirectory(prefix="memproxy-stages-") as data_dir:

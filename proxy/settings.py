@@ -59,6 +59,7 @@ from proxy.defaults import (
     MAX_CONTENT_CHARS,
     MEMORY_MAX_TOKENS,
     MEMORY_POSITION,
+    MEMORY_TOP_K,
     MIB,
     NEIGHBOUR_CANDIDATES,
     RECORD_CACHE_ENTRIES,
@@ -426,7 +427,7 @@ class MemorySettings(_Section):
 
     enabled: Bool = True
     max_tokens: NonNegative = MEMORY_MAX_TOKENS
-    top_k: AtLeastOne = 50
+    top_k: AtLeastOne = MEMORY_TOP_K
     sources: tuple[Source, ...] = SOURCES
     # What a request without X-Memory-Capture captures, and the most one with it may ask for
     # (off < user < turn < facts).

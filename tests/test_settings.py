@@ -36,7 +36,7 @@ def test_defaults_without_file_or_env() -> None:
     assert s.upstream.api_key is None
     assert s.limits.max_body_bytes == 16 * MIB
     assert s.auth.mode == "passthrough"
-    assert (s.memory.max_tokens, s.memory.top_k, s.memory.packer) == (4500, 50, "optimal")
+    assert (s.memory.max_tokens, s.memory.top_k, s.memory.packer) == (4500, 40, "optimal")
     assert (s.memory.budget_rule, s.memory.token_price) == ("adaptive", 0.033)
     assert (s.memory.neighbour_turns, s.memory.neighbour_candidates) == (True, 10)
     assert s.memory.lexical_candidates is True

@@ -252,6 +252,42 @@ def test_locomo_top_k_configures_the_server() -> None:
     assert locomo.header_top_k(running) == 100  # all a running server can be told
 
 
+def test_locomo_variants_are_named_settings() -> None:
+    """``--variant NAME=JSON`` (repeatable) names memory settings; a bad one is refused."""
+    from bench import locomo
+
+    args = locomo.parse_args(["--variant", 'top40={"top_k": 40}', "--variant", "same={}"])
+    assert args.variant == [("top40", {"top_k": 40}), ("same", {})]
+    assert locomo.parse_args([]).variant == []
+    for bad in ("top40", '={"top_k": 40}', "x=[1]", "x=nope"):
+        with pytest.raises(SystemExit):
+            locomo.parse_args(["--variant", bad])
+
+
+def test_locomo_summarize_reports_variant_methods() -> None:
+    """A variant's recall and block tokens are summarized and printed after the fixed methods;
+    methods not named are not."""
+    from bench import locomo
+
+    rows = [
+        {
+            "category": 1,
+            "memproxy@default": 1.0,
+            "memproxy_block@default": 100,
+            "memproxy-top40@default": 0.5,
+            "memproxy-top40_block@default": 80,
+            "memproxy-other@default": 0.0,
+        }
+    ]
+    summary = locomo.summarize(rows, [], ["memproxy-top40"])
+    assert summary["recall"]["memproxy-top40"]["default"]["overall"] == pytest.approx(0.5)
+    assert summary["block_tokens"]["memproxy-top40"]["default"]["median"] == 80.0
+    assert "memproxy-other" not in summary["recall"]
+    printed = locomo.recall_rows(summary, [])
+    assert [r["method"] for r in printed] == ["memproxy", "memproxy-top40"]
+    assert printed[1]["overall"] == 50.0
+
+
 def test_locomo_before_server_keeps_the_rest_of_the_config() -> None:
     from bench import locomo
 
