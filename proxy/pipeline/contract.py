@@ -9,9 +9,9 @@ delaying the next request on the connection (adr/0128). If the returned ``Prepar
 ``on_complete`` hook, the route calls it once after the response has gone to the client (for a
 stream: after the last event, with the assembled answer text, read by the same adapter). Both
 run as background work, never before the client's request is sent; neither may raise. Work that
-needs only the answer's status (retrieval counts) comes as ``on_status``: called in the
-request's own task once the response is out, with no task started and the answer not read
-(adr/0134).
+needs only the answer's status (retrieval counts, the stage histograms) comes as
+``on_status``: called in the request's own task once the response is out (also when the relay
+failed), with no task started and the answer not read (adr/0134).
 
 ``prepare`` must never fail the chat request for a backend problem: it degrades instead
 (``X-Memory-Status: degraded``). It may raise a ``proxy.errors.RequestError`` for a bad
@@ -62,8 +62,8 @@ class Prepared:
     on_sent: Callable[[], Job] | None = None
     # Work that needs only the answer's status (the upstream's, or the error memproxy answered
     # with; 0 if the client left before any, which says nothing of the upstream): called once
-    # after the response has gone to the client, in the request's task, so it must be cheap
-    # (no I/O). A failure is logged.
+    # after the response has gone to the client (or the relay failed), in the request's task,
+    # so it must be cheap (no I/O). A failure is logged.
     on_status: Callable[[int], None] | None = None
     reply: Response | None = None  # answer without calling the upstream (explain mode)
     encoded: bytes | None = None  # ``body`` already encoded, when the pipeline had to check it

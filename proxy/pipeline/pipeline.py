@@ -637,7 +637,9 @@ class Pipeline:
         document.update(shown)
         document["placement"] = describe(placement, run.options.position, injected)
         status = DEGRADED if run.reasons else (INJECTED if injected.held else EMPTY)
-        headers = self._headers(run, status)
+        total_ms = run.clock.total_ms()
+        headers = self._headers(run, status, total_ms)
+        run.clock.observe(self.metrics, total_ms)
         self._record(run, EXPLAIN)
         for write in run.deferred:
             self.spawn(write())
@@ -647,19 +649,19 @@ class Pipeline:
     def _finish(
         self, run: Run, body: dict[str, object], status: str, encoded: bytes | None = None
     ) -> Prepared:
-        headers = self._headers(run, status)
+        total_ms = run.clock.total_ms()
+        headers = self._headers(run, status, total_ms)
         self._record(run, status)
         return Prepared(
             body=body,
             response_headers=headers,
             on_complete=self._hook(run),
             on_sent=self._sent(run),
-            on_status=self._counts(run, status),
+            on_status=self._after(run, status, total_ms),
             encoded=encoded,
         )
 
-    def _headers(self, run: Run, status: str) -> dict[str, str]:
-        total_ms = run.clock.total_ms()
+    def _headers(self, run: Run, status: str, total_ms: float) -> dict[str, str]:
         count, tokens = (
             shown(run.placement, run.assembly) if status in (INJECTED, DEGRADED) else (0, 0)
         )
@@ -671,7 +673,6 @@ class Pipeline:
             "X-Memory-Overhead-Ms": f"{total_ms:.3f}",
             "Server-Timing": run.clock.server_timing(total_ms),
         }
-        run.clock.observe(self.metrics, total_ms)
         return headers
 
     def _record(self, run: Run, status: str) -> None:
@@ -688,6 +689,21 @@ class Pipeline:
                 await write()
 
         return on_sent
+
+    def _after(self, run: Run, status: str, total_ms: float) -> Callable[[int], None]:
+        """What needs only the answer's status: the stage histograms, then retrieval counts.
+
+        The histograms wait for the response: ten observations cost a memory-on request ~40 us
+        of its critical path served at c=1 (~9 us warm), on code its stages left cold.
+        """
+        counts = self._counts(run, status)
+
+        def on_status(answered: int) -> None:
+            run.clock.observe(self.metrics, total_ms)
+            if counts is not None:
+                counts(answered)
+
+        return on_status
 
     def _counts(self, run: Run, status: str) -> Callable[[int], None] | None:
         """Count a retrieval of each injected memory once the upstream accepted the request

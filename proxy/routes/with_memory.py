@@ -96,14 +96,17 @@ async def forward_with_memory(
         started=started,
         on_sent=prepared.on_sent,
     )
-    await relay(scope, receive, send)
-    if prepared.on_status is not None:
+    try:
+        await relay(scope, receive, send)
+    finally:
         # After the response, without a task or reading the answer: at concurrency 1 work
-        # spawned here ran just as the client sent its next request (adr/0134).
-        try:
-            prepared.on_status(relay.status_code)
-        except Exception:
-            LOGGER.exception("on_status hook failed")
+        # spawned here ran just as the client sent its next request (adr/0134). Also when the
+        # relay is cancelled: the request's stage histograms are observed here.
+        if prepared.on_status is not None:
+            try:
+                prepared.on_status(relay.status_code)
+            except Exception:
+                LOGGER.exception("on_status hook failed")
 
 
 # A plain function would be wrapped as a Request handler: the class instance stays raw ASGI.

@@ -36,6 +36,7 @@ from proxy.memory.embedders import (
     create_embedder,
     prepare_embedder,
     resolve_model_dir,
+    whole_word_ids,
 )
 
 SHIPPED_DIMENSIONS = 256
@@ -192,6 +193,37 @@ def test_static_known_words_skip_the_tokenizer(
     seen.clear()
     static.embed_sync(["Caroline [UNK] group"])  # an added token: the tokenizer decides
     assert seen == [["Caroline [UNK] group"]]
+
+
+def test_static_vocabulary_words_skip_the_tokenizer_from_the_first_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Known at load, not met once each by requests: a fresh process asks the tokenizer nothing
+    # for words its vocabulary holds whole.
+    fresh = StaticEmbedder()
+    seen = tokenizer_calls(fresh, monkeypatch)
+    fresh.embed_sync(["When did Caroline go to the LGBTQ support group?"])
+    assert seen == [["lgbtq"]]  # not a vocabulary word: two pieces, from the tokenizer
+
+
+def test_a_full_memo_keeps_the_vocabulary_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("proxy.memory.embedders.WORDS_KEPT", 2)
+    fresh = StaticEmbedder()
+    fresh.embed_sync(["lgbtq xylophonist zqwordone"])  # three new words: emptied once
+    seen = tokenizer_calls(fresh, monkeypatch)
+    fresh.embed_sync(["When did Caroline go to the support group?"])
+    assert seen == []
+
+
+def test_whole_word_ids_are_the_tokenizers_own(static: StaticEmbedder) -> None:
+    words = whole_word_ids(static._model.tokenizer)
+    assert len(words) > 20_000  # the shipped model's vocabulary
+    tokenize = static._model.tokenize
+    assert all(tokenize([word])[0] == ids for word, ids in words.items())
+
+
+def test_whole_word_ids_of_a_tokenizer_without_a_word_piece_model_are_none() -> None:
+    assert whole_word_ids(object()) == {}
 
 
 def test_a_tokenizer_other_than_uncased_bert_keeps_the_model_path() -> None:

@@ -18,6 +18,7 @@ from proxy.apis.adapter import ApiAdapter
 from proxy.apis.openai_chat import OpenAIChat
 from proxy.app import create_app
 from proxy.pipeline.contract import Completion, Prepared
+from proxy.relay import Relay
 from proxy.tenancy import Tenant
 from tests.conftest import proxy_settings
 from tests.fakes.servers import ProxyServer
@@ -241,3 +242,24 @@ def test_status_hook_gets_the_answers_status_without_reading_it(
         assert pipeline.completed.wait(5)
     assert pipeline.statuses == [status]
     assert pipeline.reads == 0
+
+
+def test_status_hook_runs_when_the_relay_fails(
+    fake: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hook also observes the request's stage histograms: it runs however the relay ends."""
+    pipeline = StatusPipeline()
+
+    async def broken(self: Relay, scope: Any, receive: Any, send: Any) -> None:
+        raise RuntimeError("a relay bug")
+
+    monkeypatch.setattr(Relay, "__call__", broken)
+    with ProxyServer(create_app(proxy_settings(fake.url), pipeline=pipeline)) as proxy:
+        response = httpx.post(
+            proxy.url + "/chat/completions",
+            json={"model": "m", "messages": MESSAGES},
+            headers={"Authorization": "Bearer sk-1"},
+        )
+        assert response.status_code == 500
+        assert pipeline.completed.wait(5)
+    assert pipeline.statuses == [0]
