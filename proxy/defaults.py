@@ -92,6 +92,12 @@ BLOCKS_TTL_S = 3600
 COLLECTION = "memproxy"
 HYBRID = True  # dense + sparse (keyword) search
 RECORD_CACHE_ENTRIES = 20_000  # decoded records the embedded store keeps (~1 KB each)
+# The embedded store runs a chat request's search on the event loop's own thread, not a store
+# thread, when its shard holds at most this many points and nothing else holds what the search
+# needs (adr/0172): qdrant-edge holds the GIL through a query, so the loop waits out the search
+# either way and the hop only adds its wake-ups. 10k real-text memories: a search ~1.5-2.5 ms
+# served; an HNSW search grows with the log of the points, an exact scan of a tenant with its size.
+INLINE_SEARCH_MAX_POINTS = 20_000
 # Several workers on the embedded store (adr/0120): the supervisor folds the shared write log
 # into the primary shard once it holds this many bytes the primary has not applied, checking
 # every LOG_FOLD_CHECK_S; the log stays about this size however long the server runs.
