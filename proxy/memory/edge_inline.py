@@ -7,8 +7,9 @@ the loop never waits on a Python lock another thread holds, and a search of a la
 not hold the loop between its engine calls. So a search runs inline only when (adr/0172):
 
 - the store is open, its record cache's warm-up is over (it holds the GIL a page at a time and
-  takes the cache's and the turn index's locks), and no other call of the store is on its
-  threads (a write, the retrieval-count flush, a flush or close);
+  takes the cache's and the turn index's locks), no other call of the store is on its threads
+  (a write, the retrieval-count flush, a flush or close, a hopped search) and no other search
+  waits for its turn to run inline (the loop is busy: under load searches hop and queue);
 - its shard holds at most ``max_points`` points, as last read by a hopped search (``size``),
   and that reading is not due again;
 - no thread holds a lock the search takes (the shard handle's, the record cache's, the turn
@@ -40,7 +41,9 @@ class StoreState:
 
     closed: bool
     warming: bool  # the record cache's warm-up is still running
-    calls: int  # the store's calls submitted to its threads and not finished
+    # The store's calls submitted to its threads and not finished, and the searches waiting for
+    # their loop turn before running inline.
+    calls: int
     points: int | None  # the shard's size as last read; ``None``: not read yet
     searches_left: int  # inline searches before the size is read again (on a hop)
 

@@ -1397,3 +1397,26 @@ async def test_a_lock_another_thread_holds_sends_the_search_to_a_store_thread(
         hopped.set()
         holder.join()
         await store.close()
+
+
+async def test_a_search_meeting_another_at_its_loop_turn_hops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another search waiting for its turn says the loop is busy: the search goes to the
+    store's threads, where under load searches queue and one past its deadline degrades, as
+    before adr/0172. Alone again, it runs on the loop."""
+    store, query = await dialog_store(tmp_path)
+    await store.warmed()
+    expected = await store.search_near("t1", query, 1, 90.0)  # hops, reads the size
+    threads = record_threads(store, monkeypatch)
+    try:
+        store._waiting += 1  # another search at its turn
+        assert await store.search_near("t1", query, 1, 90.0) == expected
+        store._waiting -= 1
+        assert await store.search_near("t1", query, 1, 90.0) == expected
+        assert threads[0].startswith("edge-store")
+        assert threads[1] == threading.current_thread().name
+        found = await asyncio.gather(*(store.search_near("t1", query, 1, 90.0) for _ in "ab"))
+        assert found == [expected, expected]
+    finally:
+        await store.close()
