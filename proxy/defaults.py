@@ -122,6 +122,12 @@ ACCEPT_RETRY_S = 1.0  # after an accept failed for want of descriptors or memory
 SEARCH_THREADS: Literal["auto"] = "auto"
 SEARCH_THREADS_MIN = 2
 SEARCH_THREADS_MAX = 256  # far above any measured gain; the value is written to the shard
+# The embedded store runs a chat request's search on the event loop's own thread, not a store
+# thread, when its shard holds at most this many points and nothing else holds what the search
+# needs (adr/0172): qdrant-edge holds the GIL through a query, so the loop waits out the search
+# either way and the hop only adds its wake-ups. 10k real-text memories: a search ~1.5-2.5 ms
+# served; an HNSW search grows with the log of the points, an exact scan of a tenant with its size.
+INLINE_SEARCH_MAX_POINTS = 20_000
 # PDF documents in a request (adr/0143). Anthropic and OpenAI both put each page into the
 # model's context as its extracted text and an image of the page. Anthropic's PDF guide puts a
 # page at 1,500-3,000 tokens depending on how dense it is; OpenAI's file-inputs guide gives no

@@ -1,12 +1,13 @@
 """``EdgeStore``: Qdrant's engine in-process (qdrant-edge-py), persistent under a data dir.
 
 The shard's API is synchronous, so every call runs on a small dedicated thread pool instead of
-the event loop. A query lets the GIL go while the engine searches; other calls hold it, most
+the event loop, except a chat request's search of a small store when nothing else holds what it
+needs: the engine holds the GIL through a query, so there the hop only added its wake-ups
+(``edge_inline``, adr/0172). Every engine call holds the GIL (a query too, adr/0167), most
 for a millisecond or less, an index build for seconds: that one runs in a child process
-(adr/0153). The shard tolerates
-concurrent callers (measured: parallel queries and upserts from four threads); read-modify-write
-updates (retrieval counts, usefulness, delete_user's count) still take a lock so two of them
-never interleave.
+(adr/0153). The shard tolerates concurrent callers (measured: parallel queries and upserts
+from four threads); read-modify-write updates (retrieval counts, usefulness, delete_user's
+count) still take a lock so two of them never interleave.
 
 Durability: updates go through the shard's write-ahead log. ``add`` returns once ``update`` has
 returned, i.e. the batch is in the WAL; that survives the process being killed (SIGKILL) and is
@@ -40,12 +41,13 @@ import qdrant_edge as qe
 
 from proxy.context.profiles import prepare as prepare_profiles
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.defaults import HYBRID
+from proxy.defaults import HYBRID, INLINE_SEARCH_MAX_POINTS
 from proxy.errors import ConfigError, StoreError
 from proxy.handoff import run_on
 from proxy.memory import lexical
 from proxy.memory.edge_counts import COUNTS_FILE, RetrievalCounts
 from proxy.memory.edge_ids import NEW_STORES, U64_IDS, PointIds, Scheme, ids_at
+from proxy.memory.edge_inline import Lock, StoreState, free, inline
 from proxy.memory.edge_lifecycle import LifecycleTenants
 from proxy.memory.edge_maintenance import (
     OPTIMIZE_AFTER_POINTS,
@@ -113,6 +115,9 @@ WARM_PAGE = 512
 DEFAULT_WORKERS = 2
 # What a write reads back of the points it is about to overwrite: whose they are (adr/0139).
 NAME_FIELDS: tuple[str, ...] = (TENANT_KEY, "id")
+# Inline searches between two readings of the shard's size (each on a hopped search): a store
+# growing past ``INLINE_SEARCH_MAX_POINTS`` is noticed within this many searches.
+INLINE_SIZE_EVERY = 256
 T = TypeVar("T")
 LOGGER = logging.getLogger("memproxy.store")
 
@@ -122,6 +127,17 @@ def is_engine_error(exc: BaseException) -> bool:
     engine error ("Service runtime error: ...") and ``OSError`` for its files. Its ``ValueError``
     or ``TypeError`` mean we passed it something wrong: a bug, not an outage."""
     return type(exc) is Exception or isinstance(exc, OSError)
+
+
+@contextlib.contextmanager
+def engine_errors() -> Iterator[None]:
+    """The engine's failures raised inside as ``StoreError``s."""
+    try:
+        yield
+    except Exception as exc:
+        if is_engine_error(exc):
+            raise StoreError(f"the memory store failed: {exc}") from exc
+        raise
 
 
 def collision(memory_id: str) -> StoreError:
@@ -194,6 +210,14 @@ class EdgeStore:
         self._turn_writes = threading.Lock()
         self._warming: Future[int] | None = None
         self._ids = ids
+        # What decides whether a search runs on the loop (``edge_inline``): the calls on the
+        # store's threads (one token each), the shard's size as a hopped search last read it,
+        # and the inline searches left until it is read again.
+        self._calls: set[object] = set()
+        self._waiting = 0  # searches at their loop turn before running inline
+        self._points: int | None = None
+        self._inline_left = 0
+        self.inline_max_points = INLINE_SEARCH_MAX_POINTS
 
     @property
     def _shard(self) -> qe.EdgeShard:
@@ -330,13 +354,48 @@ class EdgeStore:
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         """Run a blocking shard call on the store's threads; the engine's failures are
-        ``StoreError``s."""
+        ``StoreError``s. The call counts in ``_calls`` from its submit to its end."""
+        token = object()
+        self._calls.add(token)
         try:
-            return await run_on(self._executor, func, *args)
-        except Exception as exc:
-            if is_engine_error(exc):
-                raise StoreError(f"the memory store failed: {exc}") from exc
+            with engine_errors():
+                return await run_on(self._executor, self._tracked, token, func, args)
+        except asyncio.CancelledError:
+            # A call left before it started never runs, so never drops its token; one that
+            # started drops it again when it ends (dropped early here: a hop, not a lock).
+            self._calls.discard(token)
             raise
+
+    def _tracked(self, token: object, func: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """``func(*args)`` on a store thread, dropping its token from ``_calls`` when done."""
+        try:
+            return func(*args)
+        finally:
+            self._calls.discard(token)
+
+    def _inline(self) -> bool:
+        """Whether a search may run on the event loop's thread now (``edge_inline``)."""
+        warming = self._warming
+        state = StoreState(
+            closed=self._closed,
+            warming=warming is not None and not warming.done(),
+            calls=len(self._calls) + self._waiting,
+            points=self._points,
+            searches_left=self._inline_left,
+        )
+        return inline(state, self.inline_max_points) and free(self._search_locks())
+
+    def _search_locks(self) -> tuple[Lock, ...]:
+        """Every lock a search takes: the shard handle's (``ShardMaintenance.reading``), the
+        record cache's, the dialog turns' index's and the retrieval count table's. The
+        lifecycle, user and tenant notes take theirs only after a shard lookup, which the
+        search's first call per tenant and user makes (on a hop: the size is not read yet)."""
+        return (
+            self._maintenance._handles,
+            self._records._lock,
+            self._turns._lock,
+            self._counts._lock,
+        )
 
     async def add(self, records: Sequence[MemoryRecord], vectors: np.ndarray) -> None:
         """Upsert records by (tenant, id); returns once the batch is in the write-ahead log."""
@@ -548,13 +607,45 @@ class EdgeStore:
         self, tenant: str, query: SearchQuery, seeds: int, window_s: float
     ) -> Found:
         """The ranked hits and the dialog turns beside the first ``seeds`` dialog hits, in one
-        thread hop: the lookup runs in the search's own call, seeded by its hits (a second hop
-        cost ~0.13 ms of each chat request's search stage; docs/benchmarks.md)."""
+        call: the lookup runs in the search's own call, seeded by its hits (a second hop cost
+        ~0.13 ms of each chat request's search stage; docs/benchmarks.md). On the event loop's
+        thread when ``edge_inline`` allows (it then never waits, so a stage timeout cannot cut
+        it: adr/0172), else on a store thread."""
         require_tenant(tenant)
         vector = check_query(query, self.dimensions)
         if query.top_k <= 0:
             return Found([], [])
-        return await self._run(self._search_near_sync, tenant, query, vector, seeds, window_s)
+        if self._inline():
+            # One loop turn first: a stage timeout or memory deadline already passed fires here
+            # (nothing can cut the search itself), and another request's search that reaches
+            # this turn meanwhile says the loop is busy: both hop, so under load the searches
+            # queue on the store's threads and past their deadline degrade as they did (without
+            # this, served at c=50, memory on answered 239 against 411 req/s, 77 % of them
+            # with memories against 14 %: docs/benchmarks.md, adr/0172).
+            self._waiting += 1
+            try:
+                await asyncio.sleep(0)
+            finally:
+                self._waiting -= 1
+            if self._inline():  # a write or another search may have come meanwhile
+                self._inline_left -= 1
+                with engine_errors():
+                    return self._search_near_sync(tenant, query, vector, seeds, window_s)
+        return await self._run(self._search_near_sized, tenant, query, vector, seeds, window_s)
+
+    def _search_near_sized(
+        self, tenant: str, query: SearchQuery, vector: np.ndarray, seeds: int, window_s: float
+    ) -> Found:
+        """``_search_near_sync`` on a store thread, reading the shard's size first when the
+        inline searches are due to read it (``edge_inline``)."""
+        if self._inline_left <= 0:
+            try:
+                self._points = self._reads.info().points_count
+                self._inline_left = INLINE_SIZE_EVERY
+            except Exception as exc:  # the search says what failed; it stays on a thread
+                if not is_engine_error(exc):
+                    raise
+        return self._search_near_sync(tenant, query, vector, seeds, window_s)
 
     def _search_near_sync(
         self, tenant: str, query: SearchQuery, vector: np.ndarray, seeds: int, window_s: float

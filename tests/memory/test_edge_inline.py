@@ -1,0 +1,166 @@
+"""When the embedded store's search runs on the event loop's thread (``edge_inline``), and
+``EdgeStore.search_near`` following it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.memory import edge
+from proxy.memory.edge import EdgeStore
+from proxy.memory.edge_inline import StoreState, free, inline
+from tests.memory.test_edge import dialog_store
+
+IDLE = StoreState(closed=False, warming=False, calls=0, points=10_000, searches_left=5)
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        (IDLE, True),
+        (replace(IDLE, points=20_000), True),  # the bound itself is cheap enough
+        (replace(IDLE, points=20_001), False),  # a larger store: its search on a thread
+        (replace(IDLE, points=None), False),  # the size not read yet: the hop reads it
+        (replace(IDLE, searches_left=0), False),  # the size is due again: the hop reads it
+        (replace(IDLE, closed=True), False),
+        (replace(IDLE, warming=True), False),  # the warm-up takes the cache's locks
+        (replace(IDLE, calls=1), False),  # a write or the count flush on a store thread
+        (replace(IDLE, points=0), True),
+    ],
+)
+def test_a_search_runs_inline_only_on_an_idle_small_store(
+    state: StoreState, expected: bool
+) -> None:
+    assert inline(state, 20_000) is expected
+
+
+@pytest.mark.parametrize("kind", [threading.Lock, threading.RLock, threading.Condition])
+def test_free_tries_each_lock_and_holds_none_after(kind: type[threading.Lock]) -> None:
+    first, second = kind(), kind()
+    assert free([first, second])
+    # Let go at once: another thread takes both without waiting.
+    taken: list[bool] = []
+    thread = threading.Thread(
+        target=lambda: taken.extend([first.acquire(blocking=False), second.acquire(blocking=False)])
+    )
+    thread.start()
+    thread.join()
+    assert taken == [True, True]
+
+
+def test_a_held_lock_is_not_free() -> None:
+    free_lock, held = threading.Lock(), threading.Lock()
+    held.acquire()
+    try:
+        assert not free([free_lock, held])
+        assert free_lock.acquire(blocking=False)  # the one tried first was let go again
+    finally:
+        held.release()
+
+
+def record_threads(store: EdgeStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads ``store``'s ``search_near`` calls run their search on."""
+    threads: list[str] = []
+    search = store._search_near_sync
+
+    def noted(*args: Any) -> edge.Found:
+        threads.append(threading.current_thread().name)
+        return search(*args)
+
+    monkeypatch.setattr(store, "_search_near_sync", noted)
+    return threads
+
+
+async def test_a_small_idle_stores_search_runs_on_the_loop_with_the_same_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first search hops and reads the shard's size; later ones run on the loop's thread
+    (adr/0172) and find what a hopped search finds; a store over the bound always hops."""
+    store, query = await dialog_store(tmp_path)
+    await store.warmed()
+    threads = record_threads(store, monkeypatch)
+    loop_thread = threading.current_thread().name
+    try:
+        hopped = await store.search_near("t1", query, 1, 90.0)
+        inline = await store.search_near("t1", query, 1, 90.0)
+        assert threads[0].startswith("edge-store")
+        assert threads[1] == loop_thread
+        assert inline == hopped
+        assert [turn.record.id for turn in inline.turns or []] == ["t4", "t6"]
+        store.inline_max_points = 9  # the store holds ten
+        store._inline_left = 0  # the size is read again
+        assert await store.search_near("t1", query, 1, 90.0) == hopped
+        assert await store.search_near("t1", query, 1, 90.0) == hopped
+        assert [name.startswith("edge-store") for name in threads[2:]] == [True, True]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("lock", ["handles", "records", "turns", "counts"])
+async def test_a_lock_another_thread_holds_sends_the_search_to_a_store_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lock: str
+) -> None:
+    """The loop never waits on a lock the search takes: held elsewhere, the search hops, and
+    its store thread waits instead. The holder lets go once the call reaches a store thread
+    (or, if the search wrongly ran on the loop, after a while, so the test fails, not hangs)."""
+    store, query = await dialog_store(tmp_path)
+    await store.warmed()
+    expected = await store.search_near("t1", query, 1, 90.0)  # hops, reads the size
+    threads = record_threads(store, monkeypatch)
+    held = {
+        "handles": store._maintenance._handles,
+        "records": store._records._lock,
+        "turns": store._turns._lock,
+        "counts": store._counts._lock,
+    }[lock]
+    taken, hopped = threading.Event(), threading.Event()
+    tracked = store._tracked
+
+    def noting(*args: Any) -> Any:
+        hopped.set()
+        return tracked(*args)
+
+    def hold() -> None:
+        with held:
+            taken.set()
+            hopped.wait(10)
+
+    monkeypatch.setattr(store, "_tracked", noting)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        taken.wait()
+        assert await store.search_near("t1", query, 1, 90.0) == expected
+        assert [name.startswith("edge-store") for name in threads] == [True]
+    finally:
+        hopped.set()
+        holder.join()
+        await store.close()
+
+
+async def test_a_search_meeting_another_at_its_loop_turn_hops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another search waiting for its turn says the loop is busy: the search goes to the
+    store's threads, where under load searches queue and one past its deadline degrades, as
+    before adr/0172. Alone again, it runs on the loop."""
+    store, query = await dialog_store(tmp_path)
+    await store.warmed()
+    expected = await store.search_near("t1", query, 1, 90.0)  # hops, reads the size
+    threads = record_threads(store, monkeypatch)
+    try:
+        store._waiting += 1  # another search at its turn
+        assert await store.search_near("t1", query, 1, 90.0) == expected
+        store._waiting -= 1
+        assert await store.search_near("t1", query, 1, 90.0) == expected
+        assert threads[0].startswith("edge-store")
+        assert threads[1] == threading.current_thread().name
+        found = await asyncio.gather(*(store.search_near("t1", query, 1, 90.0) for _ in "ab"))
+        assert found == [expected, expected]
+    finally:
+        await store.close()
