@@ -81,7 +81,7 @@ from proxy.pipeline.placement import (
 )
 from proxy.pipeline.query import query_text
 from proxy.pipeline.reencode import reencode
-from proxy.pipeline.timing import StageClock
+from proxy.pipeline.timing import StageClock, observe_stages
 from proxy.pipeline.unseen import hold_back
 from proxy.pipeline.unseen import note as unseen_note
 from proxy.settings import MemorySettings
@@ -697,9 +697,12 @@ class Pipeline:
         of its critical path served at c=1 (~9 us warm), on code its stages left cold.
         """
         counts = self._counts(run, status)
+        # The stages the headers show: a search dropped beside the recall (cancelled) stops its
+        # clock only when its task next runs, after this request's Server-Timing was written.
+        stages = dict(run.clock.stages)
 
         def on_status(answered: int) -> None:
-            run.clock.observe(self.metrics, total_ms)
+            observe_stages(self.metrics, stages, total_ms)
             if counts is not None:
                 counts(answered)
 

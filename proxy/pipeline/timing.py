@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from proxy.metrics import Metrics
 
@@ -34,6 +35,11 @@ class StageClock:
 
     def observe(self, metrics: Metrics, total_ms: float) -> None:
         """Feed the stage histogram (``Metrics.memory_stage``)."""
-        for name, ms in self.stages.items():
-            metrics.observe_memory_stage(name, ms / 1000.0)
-        metrics.observe_memory_stage("total", total_ms / 1000.0)
+        observe_stages(metrics, self.stages, total_ms)
+
+
+def observe_stages(metrics: Metrics, stages: Mapping[str, float], total_ms: float) -> None:
+    """Feed the stage histogram with ``stages`` (milliseconds) and the ``total``."""
+    for name, ms in stages.items():
+        metrics.observe_memory_stage(name, ms / 1000.0)
+    metrics.observe_memory_stage("total", total_ms / 1000.0)

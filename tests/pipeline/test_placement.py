@@ -503,3 +503,48 @@ async def test_hashing_a_long_conversation_for_its_blocks_runs_off_the_loop(
     await pipeline.prepare(TENANT, {"x-memory-mode": "explain"}, ask, OPENAI_CHAT)
     assert threads
     assert threading.get_ident() not in threads
+
+
+async def test_a_dropped_search_adds_no_stage_the_headers_did_not_show() -> None:
+    """A search beside the recall, dropped because the turn's block is reused, is cancelled:
+    its stage clock stops only when the task next runs, after ``prepare`` returned. The stage
+    histograms (observed in ``on_status``, after the response) must see the stages the
+    request's ``Server-Timing`` shows, not that late mark."""
+    searched = asyncio.Event()
+    store = SignallingStore(searched)
+    raw = LocalCache(1000)
+    pipeline = Pipeline(
+        MemorySettings(deadline_ms=2000.0),
+        calculator=TokenBudgetCalculator(memory_cap=None),
+        retriever=Retriever(store, FakeEmbedder(DIMS), None),  # no cache: every turn searches
+        counts=RequestCache(raw),
+        metrics=Metrics(),
+        spawn=Spawned(),
+        clock=lambda: NOW,
+        blocks=AfterSearch(CachedTurnBlocks(raw, ttl_s=60), searched),
+    )
+    request = chat("dog?")
+    first = await pipeline.prepare(TENANT, {}, request, OPENAI_CHAT)
+    await gone_upstream(first)
+    if first.on_status is not None:  # the route's call once the response is out
+        first.on_status(200)
+    registry = pipeline.metrics.registry
+
+    def observed(stage: str) -> float:
+        labels = {"stage": stage}
+        return registry.get_sample_value("memproxy_memory_stage_seconds_count", labels) or 0.0
+
+    assert observed("search") == 1
+    searched.clear()
+    store.search_mode = "hang"  # the second turn's search is still running when it is dropped
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function"}]}
+    result = {"role": "tool", "tool_call_id": "c", "content": "42"}
+    again = {**request, "messages": [*request["messages"], call, result]}
+    second = await pipeline.prepare(TENANT, {}, again, OPENAI_CHAT)
+    timing = second.response_headers["Server-Timing"]
+    assert "search;dur=" not in timing  # the block was reused, the search dropped
+    for _ in range(5):  # the response goes out: the loop runs the cancelled search's task
+        await asyncio.sleep(0)
+    if second.on_status is not None:
+        second.on_status(200)
+    assert observed("search") == 1  # the first request's only
