@@ -37,8 +37,11 @@ class Lock(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StoreState:
-    """What the choice reads of the store, apart from its locks."""
+    """What the choice reads of the store and of the search, apart from the store's locks."""
 
+    # No other request was in its memory stage when the search was asked for (the pipeline's
+    # ``SearchQuery.alone``): under load inline searches cost throughput (adr/0172).
+    alone: bool
     closed: bool
     warming: bool  # the record cache's warm-up is still running
     # The store's calls submitted to its threads and not finished, and the searches waiting for
@@ -51,7 +54,8 @@ class StoreState:
 def inline(state: StoreState, max_points: int) -> bool:
     """Whether a search may run on the loop, its locks aside (``free`` decides those)."""
     return (
-        not state.closed
+        state.alone
+        and not state.closed
         and not state.warming
         and state.calls == 0
         and state.points is not None
