@@ -619,11 +619,11 @@ class EdgeStore:
             return Found([], [])
         if self._inline(query.alone):
             # Only a search whose request is alone in its memory stage gets here: under load
-            # (c=50 served) inline searches cost a sixth of memory on's throughput, and the
-            # others hop at once, as before adr/0172. One loop turn first: a stage timeout or
-            # memory deadline already passed fires here (nothing can cut the search itself),
-            # and another search that reaches this turn meanwhile says the loop is busy: both
-            # hop (docs/benchmarks.md, adr/0172).
+            # the others hop at once, as before adr/0172 (served at c=50, 0.5 % of searches ran
+            # inline, 2.5 % without the rule: docs/benchmarks.md). One loop turn first: a stage
+            # timeout or memory deadline already passed fires here (nothing can cut the search
+            # itself), and another search that reaches this turn meanwhile says the loop is
+            # busy: both hop (adr/0172).
             self._waiting += 1
             try:
                 await asyncio.sleep(0)

@@ -257,7 +257,7 @@ class Pipeline:
         self._blocks: dict[str, BlockTokens] = {}
         # Requests in their memory stage (``_retrieve``) in this process: a search alone there
         # may run on the event loop's thread (``SearchQuery.alone``, adr/0172); beside another,
-        # it hops (inline searches under load cost throughput).
+        # it hops, so under load searches queue on the store's threads as before.
         self._retrieving = 0
         for encoding in STORED_ENCODINGS:  # first-use costs paid at start, not by a request
             calculator.tokenizer.longest_token_bytes(encoding)
