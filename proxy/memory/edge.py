@@ -373,10 +373,12 @@ class EdgeStore:
         finally:
             self._calls.discard(token)
 
-    def _inline(self) -> bool:
-        """Whether a search may run on the event loop's thread now (``edge_inline``)."""
+    def _inline(self, alone: bool) -> bool:
+        """Whether a search may run on the event loop's thread now (``edge_inline``); ``alone``:
+        the search's ``SearchQuery.alone``."""
         warming = self._warming
         state = StoreState(
+            alone=alone,
             closed=self._closed,
             warming=warming is not None and not warming.done(),
             calls=len(self._calls) + self._waiting,
@@ -615,19 +617,19 @@ class EdgeStore:
         vector = check_query(query, self.dimensions)
         if query.top_k <= 0:
             return Found([], [])
-        if self._inline():
-            # One loop turn first: a stage timeout or memory deadline already passed fires here
-            # (nothing can cut the search itself), and another request's search that reaches
-            # this turn meanwhile says the loop is busy: both hop, so under load the searches
-            # queue on the store's threads and past their deadline degrade as they did (without
-            # this, served at c=50, memory on answered 239 against 411 req/s, 77 % of them
-            # with memories against 14 %: docs/benchmarks.md, adr/0172).
+        if self._inline(query.alone):
+            # Only a search whose request is alone in its memory stage gets here: under load
+            # the others hop at once, as before adr/0172 (served at c=50, 0.5 % of searches ran
+            # inline, 2.5 % without the rule: docs/benchmarks.md). One loop turn first: a stage
+            # timeout or memory deadline already passed fires here (nothing can cut the search
+            # itself), and another search that reaches this turn meanwhile says the loop is
+            # busy: both hop (adr/0172).
             self._waiting += 1
             try:
                 await asyncio.sleep(0)
             finally:
                 self._waiting -= 1
-            if self._inline():  # a write or another search may have come meanwhile
+            if self._inline(query.alone):  # a write or another search may have come meanwhile
                 self._inline_left -= 1
                 with engine_errors():
                     return self._search_near_sync(tenant, query, vector, seeds, window_s)

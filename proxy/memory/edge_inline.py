@@ -6,6 +6,8 @@ the hand-off's two wake-ups (~0.17 ms p50 of the search stage served). What a th
 the loop never waits on a Python lock another thread holds, and a search of a large store does
 not hold the loop between its engine calls. So a search runs inline only when (adr/0172):
 
+- its request was alone in the process's memory stage (``SearchQuery.alone``, the pipeline's
+  count): beside another, it hops at once, as before adr/0172;
 - the store is open, its record cache's warm-up is over (it holds the GIL a page at a time and
   takes the cache's and the turn index's locks), no other call of the store is on its threads
   (a write, the retrieval-count flush, a flush or close, a hopped search) and no other search
@@ -37,8 +39,11 @@ class Lock(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StoreState:
-    """What the choice reads of the store, apart from its locks."""
+    """What the choice reads of the store and of the search, apart from the store's locks."""
 
+    # No other request was in its memory stage when the search was asked for (the pipeline's
+    # ``SearchQuery.alone``): under load searches hop and queue, as before adr/0172.
+    alone: bool
     closed: bool
     warming: bool  # the record cache's warm-up is still running
     # The store's calls submitted to its threads and not finished, and the searches waiting for
@@ -51,7 +56,8 @@ class StoreState:
 def inline(state: StoreState, max_points: int) -> bool:
     """Whether a search may run on the loop, its locks aside (``free`` decides those)."""
     return (
-        not state.closed
+        state.alone
+        and not state.closed
         and not state.warming
         and state.calls == 0
         and state.points is not None

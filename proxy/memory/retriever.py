@@ -69,6 +69,8 @@ class Retrieval:
     neighbours: int = 0
     # The lexical branch's hits beyond the fused ``top_k`` join them (adr/0136); the same pool.
     lexical: bool = False
+    # No other request is in its memory stage: ``SearchQuery.alone`` (the pipeline's hint).
+    alone: bool = False
 
     @property
     def sources_turns(self) -> bool:
@@ -159,7 +161,14 @@ class Retriever:
         if hits is None:
             vector = await stages.run(EMBED, self._embed(tenant, want.text))
             search = SearchQuery(
-                vector, want.text, want.user, sources, fetch, live_at=now, lexical=lexical
+                vector,
+                want.text,
+                want.user,
+                sources,
+                fetch,
+                live_at=now,
+                lexical=lexical,
+                alone=want.alone,
             )
             found, whole = await stages.run(SEARCH, self._search(tenant, search, neighbours))
             if cache is not None and key is not None and whole:

@@ -43,6 +43,9 @@ class SearchQuery:
     expired at that time, not superseded: ``MemoryRecord.live``); retrieval always sets it.
     With ``lexical``, a hybrid search also returns the hits of its lexical (BM25) branch that
     the fused ``top_k`` leaves out, so it may return up to twice ``top_k`` (adr/0136).
+    ``alone`` is a hint, not a filter: no other request was in its memory stage when the search
+    was asked for. The embedded store may then run it on the event loop's thread (adr/0172);
+    the other stores ignore it.
     """
 
     vector: np.ndarray
@@ -52,6 +55,7 @@ class SearchQuery:
     top_k: int
     live_at: datetime | None = None
     lexical: bool = False
+    alone: bool = False
 
 
 @dataclass(frozen=True)

@@ -255,6 +255,10 @@ class Pipeline:
             for rule in BUDGET_RULES
         }
         self._blocks: dict[str, BlockTokens] = {}
+        # Requests in their memory stage (``_retrieve``) in this process: a search alone there
+        # may run on the event loop's thread (``SearchQuery.alone``, adr/0172); beside another,
+        # it hops, so under load searches queue on the store's threads as before.
+        self._retrieving = 0
         for encoding in STORED_ENCODINGS:  # first-use costs paid at start, not by a request
             calculator.tokenizer.longest_token_bytes(encoding)
             self._block_tokens(encoding)
@@ -302,6 +306,7 @@ class Pipeline:
             return self._finish(run, body, OFF)
         if conversation.messages:
             run.deadline_at = asyncio.get_running_loop().time() + self.deadline_s
+            self._retrieving += 1
             try:
                 with cache_outcome() as run.cache, read_ahead():
                     async with asyncio.timeout_at(run.deadline_at):
@@ -318,6 +323,8 @@ class Pipeline:
             except Exception:
                 LOGGER.exception("memory pipeline failed; forwarding without memories")
                 run.degrade("internal")
+            finally:
+                self._retrieving -= 1
         if options.mode == "explain":
             return self._explain(run, body)
         assembly = run.assembly
@@ -386,6 +393,7 @@ class Pipeline:
             # A top_k lowered by X-Memory-Top-K or the tenant's limit is a hard bound the caller
             # or operator chose: the lexical extras come beyond the deployment's top_k only.
             lexical=settings.lexical_candidates and options.top_k >= settings.top_k,
+            alone=self._retrieving == 1,
         )
         searching: asyncio.Future[list[Candidate]] | None = None
         before = None

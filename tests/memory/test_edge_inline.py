@@ -14,9 +14,10 @@ import pytest
 from proxy.memory import edge
 from proxy.memory.edge import EdgeStore
 from proxy.memory.edge_inline import StoreState, free, inline
+from proxy.memory.store import SearchQuery
 from tests.memory.test_edge import dialog_store
 
-IDLE = StoreState(closed=False, warming=False, calls=0, points=10_000, searches_left=5)
+IDLE = StoreState(alone=True, closed=False, warming=False, calls=0, points=10_000, searches_left=5)
 
 
 @pytest.mark.parametrize(
@@ -31,6 +32,7 @@ IDLE = StoreState(closed=False, warming=False, calls=0, points=10_000, searches_
         (replace(IDLE, warming=True), False),  # the warm-up takes the cache's locks
         (replace(IDLE, calls=1), False),  # a write or the count flush on a store thread
         (replace(IDLE, points=0), True),
+        (replace(IDLE, alone=False), False),  # another request in its memory stage: a hop
     ],
 )
 def test_a_search_runs_inline_only_on_an_idle_small_store(
@@ -63,6 +65,13 @@ def test_a_held_lock_is_not_free() -> None:
         held.release()
 
 
+async def alone_store(tmp_path: Path) -> tuple[EdgeStore, SearchQuery]:
+    """``dialog_store``, warmed, and its query asked by a request alone in its memory stage."""
+    store, query = await dialog_store(tmp_path)
+    await store.warmed()
+    return store, replace(query, alone=True)
+
+
 def record_threads(store: EdgeStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the threads ``store``'s ``search_near`` calls run their search on."""
     threads: list[str] = []
@@ -81,8 +90,7 @@ async def test_a_small_idle_stores_search_runs_on_the_loop_with_the_same_results
 ) -> None:
     """The first search hops and reads the shard's size; later ones run on the loop's thread
     (adr/0172) and find what a hopped search finds; a store over the bound always hops."""
-    store, query = await dialog_store(tmp_path)
-    await store.warmed()
+    store, query = await alone_store(tmp_path)
     threads = record_threads(store, monkeypatch)
     loop_thread = threading.current_thread().name
     try:
@@ -108,8 +116,7 @@ async def test_a_lock_another_thread_holds_sends_the_search_to_a_store_thread(
     """The loop never waits on a lock the search takes: held elsewhere, the search hops, and
     its store thread waits instead. The holder lets go once the call reaches a store thread
     (or, if the search wrongly ran on the loop, after a while, so the test fails, not hangs)."""
-    store, query = await dialog_store(tmp_path)
-    await store.warmed()
+    store, query = await alone_store(tmp_path)
     expected = await store.search_near("t1", query, 1, 90.0)  # hops, reads the size
     threads = record_threads(store, monkeypatch)
     held = {
@@ -149,8 +156,7 @@ async def test_a_search_meeting_another_at_its_loop_turn_hops(
     """Another search waiting for its turn says the loop is busy: the search goes to the
     store's threads, where under load searches queue and one past its deadline degrades, as
     before adr/0172. Alone again, it runs on the loop."""
-    store, query = await dialog_store(tmp_path)
-    await store.warmed()
+    store, query = await alone_store(tmp_path)
     expected = await store.search_near("t1", query, 1, 90.0)  # hops, reads the size
     threads = record_threads(store, monkeypatch)
     try:
@@ -162,5 +168,23 @@ async def test_a_search_meeting_another_at_its_loop_turn_hops(
         assert threads[1] == threading.current_thread().name
         found = await asyncio.gather(*(store.search_near("t1", query, 1, 90.0) for _ in "ab"))
         assert found == [expected, expected]
+    finally:
+        await store.close()
+
+
+async def test_a_search_beside_another_requests_memory_stage_always_hops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not ``alone``, a search on a small idle store still goes to a store thread: inline
+    searches under load cost throughput (adr/0172). The same query alone runs on the loop."""
+    store, query = await alone_store(tmp_path)
+    expected = await store.search_near("t1", query, 1, 90.0)  # hops, reads the size
+    threads = record_threads(store, monkeypatch)
+    beside = replace(query, alone=False)
+    try:
+        assert await store.search_near("t1", beside, 1, 90.0) == expected
+        assert await store.search_near("t1", beside, 1, 90.0) == expected
+        assert await store.search_near("t1", query, 1, 90.0) == expected
+        assert [name.startswith("edge-store") for name in threads] == [True, True, False]
     finally:
         await store.close()

@@ -782,6 +782,48 @@ async def test_a_lowered_top_k_is_a_hard_bound_without_lexical_extras(
     assert [query.lexical for query in store.queries] == [lexical]
 
 
+class GatedStore(FakeStore):
+    """A store that notes each search's ``alone`` hint, then holds it until ``gate`` opens."""
+
+    def __init__(self, records: list[MemoryRecord]) -> None:
+        super().__init__(records, dimensions=DIMS)
+        self.alone: list[bool] = []
+        self.gate = asyncio.Event()
+
+    async def search(self, tenant: str, query: Any) -> list[Candidate]:
+        self.alone.append(query.alone)
+        await self.gate.wait()
+        return await super().search(tenant, query)
+
+
+async def test_a_search_is_alone_only_with_no_other_request_in_its_memory_stage() -> None:
+    """The hint that lets the embedded store search on the loop's thread (adr/0172): a request
+    searching while another is in its memory stage is not alone, and one after both is."""
+    store = GatedStore([BISCUIT])
+    pipeline = searching_pipeline(store, MemorySettings(deadline_ms=5_000.0))
+    headers = {"x-memory-mode": "explain", "x-memory-user": "u1"}
+
+    def ask() -> asyncio.Task[Any]:
+        return asyncio.ensure_future(
+            pipeline.prepare(TENANT, headers, body("biscuits?"), OPENAI_CHAT)
+        )
+
+    async def searching(count: int) -> None:
+        for _ in range(1_000):  # bounded: a request that never searches fails the assert
+            if len(store.alone) >= count:
+                return
+            await asyncio.sleep(0)
+
+    first = ask()
+    await searching(1)
+    second = ask()  # while the first is in its memory stage
+    await searching(2)
+    store.gate.set()
+    await asyncio.gather(first, second)
+    await ask()
+    assert store.alone == [True, False, True]
+
+
 def nested(depth: int) -> object:
     value: object = "deep"
     for _ in range(depth):
