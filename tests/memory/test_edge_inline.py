@@ -188,3 +188,23 @@ async def test_a_search_beside_another_requests_memory_stage_always_hops(
         assert [name.startswith("edge-store") for name in threads] == [True, True, False]
     finally:
         await store.close()
+
+
+async def test_a_store_over_the_bound_reads_its_size_again_and_runs_inline_once_small(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store read over the bound counts its hops too: once deletes bring it back under the
+    bound, a later hop reads the size again and the searches after it run on the loop (else
+    only a restart would, the size being read only when inline searches used it up)."""
+    monkeypatch.setattr(edge, "INLINE_SIZE_EVERY", 2)
+    store, query = await alone_store(tmp_path)
+    store.inline_max_points = 9  # the store holds ten
+    threads = record_threads(store, monkeypatch)
+    try:
+        await store.search_near("t1", query, 1, 90.0)  # hops, reads ten
+        assert await store.delete("t1", "t0")  # nine now
+        for _ in range(4):
+            await store.search_near("t1", query, 1, 90.0)
+        assert threads[-1] == threading.current_thread().name
+    finally:
+        await store.close()
