@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from proxy.errors import StoreError
 from proxy.memory import edge
 from proxy.memory.edge import EdgeStore
 from proxy.memory.edge_inline import StoreState, free, inline
@@ -206,5 +207,26 @@ async def test_a_store_over_the_bound_reads_its_size_again_and_runs_inline_once_
         for _ in range(4):
             await store.search_near("t1", query, 1, 90.0)
         assert threads[-1] == threading.current_thread().name
+    finally:
+        await store.close()
+
+
+async def test_an_engine_failure_of_an_inline_search_is_a_store_error_as_on_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retriever degrades a ``StoreError``; the engine's bare ``Exception`` raised on the
+    loop's thread is mapped as a hopped search's is, never reaching the chat request raw."""
+    store, query = await alone_store(tmp_path)
+    await store.search_near("t1", query, 1, 90.0)  # hops, reads the size
+    threads = record_threads(store, monkeypatch)
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise Exception("Service runtime error: timed out")  # the engine's own error type
+
+    monkeypatch.setattr(store, "_search_once", failing)
+    try:
+        with pytest.raises(StoreError):
+            await store.search_near("t1", query, 1, 90.0)
+        assert threads == [threading.current_thread().name]
     finally:
         await store.close()
