@@ -116,7 +116,8 @@ DEFAULT_WORKERS = 2
 # What a write reads back of the points it is about to overwrite: whose they are (adr/0139).
 NAME_FIELDS: tuple[str, ...] = (TENANT_KEY, "id")
 # Inline searches between two readings of the shard's size (each on a hopped search): a store
-# growing past ``INLINE_SEARCH_MAX_POINTS`` is noticed within this many searches.
+# growing past ``INLINE_SEARCH_MAX_POINTS`` is noticed within this many searches, and one read
+# over it and shrinking back under it within this many hops.
 INLINE_SIZE_EVERY = 256
 T = TypeVar("T")
 LOGGER = logging.getLogger("memproxy.store")
@@ -647,6 +648,11 @@ class EdgeStore:
             except Exception as exc:  # the search says what failed; it stays on a thread
                 if not is_engine_error(exc):
                     raise
+        elif self._points is None or self._points > self.inline_max_points:
+            # No search of a store read over the bound runs inline to use the readings up:
+            # its hops do, or a store that deletes bring under the bound would hop until a
+            # restart.
+            self._inline_left -= 1
         return self._search_near_sync(tenant, query, vector, seeds, window_s)
 
     def _search_near_sync(

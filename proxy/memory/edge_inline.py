@@ -50,7 +50,8 @@ class StoreState:
     # their loop turn before running inline.
     calls: int
     points: int | None  # the shard's size as last read; ``None``: not read yet
-    searches_left: int  # inline searches before the size is read again (on a hop)
+    # Searches before the size is read again (on a hop): inline ones, or hops over the bound.
+    searches_left: int
 
 
 def inline(state: StoreState, max_points: int) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from proxy.errors import StoreError
 from proxy.memory import edge
 from proxy.memory.edge import EdgeStore
 from proxy.memory.edge_inline import StoreState, free, inline
@@ -186,5 +187,46 @@ async def test_a_search_beside_another_requests_memory_stage_always_hops(
         assert await store.search_near("t1", beside, 1, 90.0) == expected
         assert await store.search_near("t1", query, 1, 90.0) == expected
         assert [name.startswith("edge-store") for name in threads] == [True, True, False]
+    finally:
+        await store.close()
+
+
+async def test_a_store_over_the_bound_reads_its_size_again_and_runs_inline_once_small(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store read over the bound counts its hops too: once deletes bring it back under the
+    bound, a later hop reads the size again and the searches after it run on the loop (else
+    only a restart would, the size being read only when inline searches used it up)."""
+    monkeypatch.setattr(edge, "INLINE_SIZE_EVERY", 2)
+    store, query = await alone_store(tmp_path)
+    store.inline_max_points = 9  # the store holds ten
+    threads = record_threads(store, monkeypatch)
+    try:
+        await store.search_near("t1", query, 1, 90.0)  # hops, reads ten
+        assert await store.delete("t1", "t0")  # nine now
+        for _ in range(4):
+            await store.search_near("t1", query, 1, 90.0)
+        assert threads[-1] == threading.current_thread().name
+    finally:
+        await store.close()
+
+
+async def test_an_engine_failure_of_an_inline_search_is_a_store_error_as_on_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retriever degrades a ``StoreError``; the engine's bare ``Exception`` raised on the
+    loop's thread is mapped as a hopped search's is, never reaching the chat request raw."""
+    store, query = await alone_store(tmp_path)
+    await store.search_near("t1", query, 1, 90.0)  # hops, reads the size
+    threads = record_threads(store, monkeypatch)
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise Exception("Service runtime error: timed out")  # the engine's own error type
+
+    monkeypatch.setattr(store, "_search_once", failing)
+    try:
+        with pytest.raises(StoreError):
+            await store.search_near("t1", query, 1, 90.0)
+        assert threads == [threading.current_thread().name]
     finally:
         await store.close()
