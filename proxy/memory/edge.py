@@ -218,7 +218,9 @@ class EdgeStore:
         self._waiting = 0  # searches at their loop turn before running inline
         self._points: int | None = None
         self._inline_left = 0
-        self.inline_max_points = INLINE_SEARCH_MAX_POINTS
+        # A store larger than its record cache reads payloads from the shard in a search: that
+        # search stays on a store thread (the bound was measured with every record cached).
+        self.inline_max_points = min(INLINE_SEARCH_MAX_POINTS, record_cache_entries)
 
     @property
     def _shard(self) -> qe.EdgeShard:

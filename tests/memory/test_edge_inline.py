@@ -230,3 +230,16 @@ async def test_an_engine_failure_of_an_inline_search_is_a_store_error_as_on_a_th
         assert threads == [threading.current_thread().name]
     finally:
         await store.close()
+
+
+async def test_the_inline_bound_is_no_larger_than_the_record_cache(tmp_path: Path) -> None:
+    """A store larger than its record cache reads payloads from the shard in a search: it never
+    searches on the loop, whatever the bound (adr/0172)."""
+    small = await EdgeStore.open(tmp_path / "small", dimensions=8, record_cache_entries=5)
+    large = await EdgeStore.open(tmp_path / "large", dimensions=8)
+    try:
+        assert small.inline_max_points == 5
+        assert large.inline_max_points == edge.INLINE_SEARCH_MAX_POINTS
+    finally:
+        await small.close()
+        await large.close()
