@@ -125,9 +125,20 @@ LOGGER = logging.getLogger("memproxy.store")
 
 def is_engine_error(exc: BaseException) -> bool:
     """Whether the shard itself failed: qdrant-edge raises a bare ``Exception`` for every
-    engine error ("Service runtime error: ...") and ``OSError`` for its files. Its ``ValueError``
-    or ``TypeError`` mean we passed it something wrong: a bug, not an outage."""
-    return type(exc) is Exception or isinstance(exc, OSError)
+    engine error ("Service runtime error: ...") and ``OSError`` for its files, and a Rust panic
+    inside it surfaces as pyo3's ``PanicException``. Its ``ValueError`` or ``TypeError`` mean we
+    passed it something wrong: a bug, not an outage."""
+    return type(exc) is Exception or isinstance(exc, OSError) or is_engine_panic(exc)
+
+
+def is_engine_panic(exc: BaseException) -> bool:
+    """A panic in the Rust engine. pyo3 raises it as ``pyo3_runtime.PanicException``, a
+    ``BaseException`` (so ``except Exception`` lets it through and a chat request would fail
+    on a store's bug); the module exists only once a panic happened, so it is told by name."""
+    return any(
+        cls.__name__ == "PanicException" and cls.__module__ == "pyo3_runtime"
+        for cls in type(exc).__mro__
+    )
 
 
 @contextlib.contextmanager
@@ -135,7 +146,7 @@ def engine_errors() -> Iterator[None]:
     """The engine's failures raised inside as ``StoreError``s."""
     try:
         yield
-    except Exception as exc:
+    except BaseException as exc:  # a panic is a BaseException; anything else is re-raised
         if is_engine_error(exc):
             raise StoreError(f"the memory store failed: {exc}") from exc
         raise

@@ -346,6 +346,24 @@ def test_engine_errors_are_told_from_bugs(error: Exception, engine: bool) -> Non
     assert is_engine_error(error) is engine
 
 
+# pyo3's panic type as the engine raises it: a BaseException of the module pyo3_runtime.
+PanicException = type("PanicException", (BaseException,), {"__module__": "pyo3_runtime"})
+
+
+@pytest.mark.parametrize(
+    ("error", "engine"),
+    [
+        (PanicException("called `Option::unwrap()` on a `None` value"), True),
+        (type("Panic", (PanicException,), {})("a subclass"), True),
+        (type("PanicException", (BaseException,), {})("another module's"), False),
+        (asyncio.CancelledError(), False),
+        (KeyboardInterrupt(), False),
+    ],
+)
+def test_engine_panics_are_engine_errors(error: BaseException, engine: bool) -> None:
+    assert is_engine_error(error) is engine
+
+
 async def test_engine_failures_are_store_errors(tmp_path: Path) -> None:
     store = await EdgeStore.open(tmp_path, dimensions=DIM)
     shard = store._shard

@@ -16,7 +16,7 @@ from proxy.memory import edge
 from proxy.memory.edge import EdgeStore
 from proxy.memory.edge_inline import StoreState, free, inline
 from proxy.memory.store import SearchQuery
-from tests.memory.test_edge import dialog_store
+from tests.memory.test_edge import PanicException, dialog_store
 
 IDLE = StoreState(alone=True, closed=False, warming=False, calls=0, points=10_000, searches_left=5)
 
@@ -211,23 +211,37 @@ async def test_a_store_over_the_bound_reads_its_size_again_and_runs_inline_once_
         await store.close()
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        Exception("Service runtime error: timed out"),  # the engine's own error type
+        # A Rust panic: a BaseException, which would pass every `except Exception` after it.
+        PanicException("called `Option::unwrap()` on a `None` value"),
+    ],
+    ids=["engine-error", "panic"],
+)
 async def test_an_engine_failure_of_an_inline_search_is_a_store_error_as_on_a_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: BaseException
 ) -> None:
-    """The retriever degrades a ``StoreError``; the engine's bare ``Exception`` raised on the
-    loop's thread is mapped as a hopped search's is, never reaching the chat request raw."""
+    """The retriever degrades a ``StoreError``; the engine's failure raised on the loop's
+    thread is mapped as a hopped search's is, never reaching the chat request raw."""
     store, query = await alone_store(tmp_path)
     await store.search_near("t1", query, 1, 90.0)  # hops, reads the size
     threads = record_threads(store, monkeypatch)
 
     def failing(*args: Any, **kwargs: Any) -> Any:
-        raise Exception("Service runtime error: timed out")  # the engine's own error type
+        raise error
 
     monkeypatch.setattr(store, "_search_once", failing)
     try:
-        with pytest.raises(StoreError):
+        with pytest.raises(StoreError) as inline:
             await store.search_near("t1", query, 1, 90.0)
         assert threads == [threading.current_thread().name]
+        with pytest.raises(StoreError) as hopped:
+            await store.search_near("t1", replace(query, alone=False), 1, 90.0)
+        assert threads[1] != threading.current_thread().name
+        assert inline.value.__cause__ is error
+        assert hopped.value.__cause__ is error
     finally:
         await store.close()
 
