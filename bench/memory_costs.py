@@ -27,6 +27,7 @@ block changed, so a speed gain is never read without its quality cost.
     .venv/bin/python bench/memory_costs.py                     # 10k memories, ~2 minutes
     .venv/bin/python bench/memory_costs.py --variants all      # plus the prototypes
     .venv/bin/python bench/memory_costs.py --profile real      # cProfile of Pipeline.prepare
+    .venv/bin/python bench/memory_costs.py --assemble-again real   # assemble as served vs repeated
     .venv/bin/python bench/memory_costs.py --smoke
 """
 
@@ -420,13 +421,27 @@ def measure(
     return rows
 
 
+async def reopened_scope(text: str, size: int, embedder: StaticEmbedder, where: Path) -> Scope:
+    """``seeded_scope``, then the store closed and opened again with its warm-up awaited, as a
+    served process opens it: the warm-up decodes every record into the record cache and
+    profiles every text (``context.profiles.prepare``). On the store as seeded (never reopened)
+    a request profiled ~11 texts and decoded ~11 payloads that a server never does
+    (docs/benchmarks.md, "Assemble, eighth pass")."""
+    scope, _ = await seeded_scope(text, size, embedder, where)
+    await scope.store.close()
+    scope.store = await EdgeStore.open(where / text, dimensions=embedder.dimensions)
+    await scope.store.warmed()
+    return scope
+
+
 def profile(text: str, size: int, requests: int, out: Path | None) -> None:
-    """cProfile ``Pipeline.prepare`` on ``requests`` new questions of ``text`` (tottime top 30)."""
+    """cProfile ``Pipeline.prepare`` on ``requests`` new questions of ``text`` (tottime top 30),
+    on a reopened, warmed store (``reopened_scope``)."""
     embedder = StaticEmbedder()
 
     async def run() -> pstats.Stats:
         with tempfile.TemporaryDirectory(prefix="memproxy-profile-") as tmp:
-            scope, _ = await seeded_scope(text, size, embedder, Path(tmp))
+            scope = await reopened_scope(text, size, embedder, Path(tmp))
             try:
                 pipe = bench_pipeline.bench_pipeline(scope.store, embedder)
                 tenant = bench_pipeline.TenantResolver(
@@ -451,6 +466,65 @@ def profile(text: str, size: int, requests: int, out: Path | None) -> None:
     result.sort_stats("tottime").print_stats(30)
 
 
+def assemble_again(text: str, size: int, requests: int) -> list[dict[str, Any]]:
+    """Per block of requests (``Pipeline.prepare`` on a reopened, warmed store, new questions):
+    each ``assemble`` call's thread CPU as served (right after its search), the same call
+    repeated at once (its data and code in the CPU's caches, its lines memoised), and the
+    line memo's misses a request (lines not rendered by an earlier request)."""
+    from proxy.pipeline import pipeline as pipeline_module
+
+    embedder = StaticEmbedder()
+    served: list[float] = []
+    again: list[float] = []
+    misses: list[int] = []
+    engine = pipeline_module.assemble
+
+    def twice(candidates: Sequence[Candidate], *args: Any, **kwargs: Any) -> Any:
+        line = kwargs["tokens"].line
+        before = line.cache_info().misses
+        started = time.thread_time()
+        result = engine(candidates, *args, **kwargs)
+        served.append(time.thread_time() - started)
+        misses.append(line.cache_info().misses - before)
+        started = time.thread_time()
+        engine(candidates, *args, **kwargs)
+        again.append(time.thread_time() - started)
+        return result
+
+    async def run() -> None:
+        with tempfile.TemporaryDirectory(prefix="memproxy-again-") as tmp:
+            scope = await reopened_scope(text, size, embedder, Path(tmp))
+            try:
+                pipe = bench_pipeline.bench_pipeline(scope.store, embedder)
+                tenant = bench_pipeline.TenantResolver(
+                    bench_pipeline.load_settings(env={})
+                ).for_key(bench_pipeline.API_KEY)
+                build = bench_pipeline.question_bodies(text)(False)
+                for n in range(requests):
+                    await pipe.prepare(tenant, {}, json.loads(build(n)), OPENAI_CHAT)
+            finally:
+                await scope.store.close()
+
+    pipeline_module.assemble = twice  # type: ignore[assignment]
+    try:
+        asyncio.run(run())
+    finally:
+        pipeline_module.assemble = engine
+    rows = []
+    step = max(1, len(served) // 4)
+    for start in range(0, len(served), step):
+        end = min(len(served), start + step)
+        rows.append(
+            {
+                "requests": f"{start}-{end}",
+                "served_ms": stats.percentile([s * 1000 for s in served[start:end]], 50),
+                "again_ms": stats.percentile([s * 1000 for s in again[start:end]], 50),
+                "line_misses": sum(misses[start:end]) / (end - start),
+            }
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -463,6 +537,11 @@ def main() -> None:
     parser.add_argument("--text", choices=("real", "synthetic", "both"), default="both")
     parser.add_argument("--profile", choices=("real", "synthetic"), help="cProfile instead")
     parser.add_argument("--profile-out", type=Path, default=None)
+    parser.add_argument(
+        "--assemble-again",
+        choices=("real", "synthetic"),
+        help="each assemble call as served and repeated at once (thread CPU), line misses",
+    )
     args = parser.parse_args()
     texts = ("real", "synthetic") if args.text == "both" else (args.text,)
     if "real" in texts and not realtext.available():
@@ -472,6 +551,12 @@ def main() -> None:
         texts = ("synthetic",)
     if args.profile:
         profile(args.profile, int(args.sizes.split(",")[0]), args.requests, args.profile_out)
+        return
+    if args.assemble_again:
+        size = 300 if args.smoke else int(args.sizes.split(",")[0])
+        rows = assemble_again(args.assemble_again, size, 12 if args.smoke else args.requests)
+        print("assemble p50 (thread CPU, ms): as served, and the same call repeated at once")
+        print(stats.format_table(rows, ["requests", "served_ms", "again_ms", "line_misses"]))
         return
     variants = (
         list(VARIANTS) if args.variants == "all" else [v for v in args.variants.split(",") if v]

@@ -63,3 +63,34 @@ def test_memo_matcher_finds_the_same_words() -> None:
     memo = memory_costs.memo_query_matcher(words, stemmed=True)
     for text in ("Trips to Lisbon, on a budget!", "Café in Lisbon: trip budgets", "nothing here"):
         assert memo(text) == plain(text)
+
+
+async def test_reopened_scope_meets_no_text_for_the_first_time(
+    tmp_path: Path, embedder: StaticEmbedder
+) -> None:
+    """The profile's store is warmed as a served one: its texts are profiled before a search."""
+    from proxy.context.profiles import text_profile
+
+    text_profile.cache_clear()
+    scope = await memory_costs.reopened_scope("synthetic", 200, embedder, tmp_path)
+    try:
+        assert text_profile.cache_info().currsize >= 100  # the warm-up profiled the texts
+        misses = text_profile.cache_info().misses
+        vector = embedder.embed_sync([QUESTIONS[0]])[0]
+        hits = scope.store.search_sync(
+            bench_pipeline.bench_tenant(), SearchQuery(vector, QUESTIONS[0], "", None, 50), vector
+        )
+        text_profile.each([hit.record.content for hit in hits])
+        assert text_profile.cache_info().misses == misses
+    finally:
+        await scope.store.close()
+
+
+def test_assemble_again_restores_the_pipeline_and_counts_each_call() -> None:
+    from proxy.pipeline import pipeline as pipeline_module
+
+    engine = pipeline_module.assemble
+    rows = memory_costs.assemble_again("synthetic", 60, 4)
+    assert pipeline_module.assemble is engine
+    assert [row["requests"] for row in rows] == ["0-1", "1-2", "2-3", "3-4"]
+    assert all(row["line_misses"] >= 0 for row in rows)
