@@ -20,6 +20,10 @@ and the flushes started. Each tree runs in a process of its own, interleaved ove
     .venv/bin/python bench/flush_stall.py --memories 10000 --rounds 3 --reopen
     git -C /work/main archive <commit> | tar -x -C /tmp/memproxy-before
     .venv/bin/python bench/flush_stall.py --steady 60 --baseline-tree /tmp/memproxy-before
+    .venv/bin/python bench/flush_stall.py --memories 10000 --baseline-tree /tmp/memproxy-before
+
+With ``--baseline-tree`` the flushes too run per tree in a process of its own, one round each,
+the trees alternating per round (each process loads its own store).
 """
 
 from __future__ import annotations
@@ -165,21 +169,40 @@ async def steady(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def compare(args: argparse.Namespace) -> None:
-    """Run ``steady`` per tree in processes of their own, interleaved."""
+    """Run ``steady``, or one round of the flushes (``main``), per tree in processes of their
+    own, the trees interleaved per round."""
     trees = [str(ROOT)] + ([args.baseline_tree] if args.baseline_tree else [])
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in trees}
     passed = [a for a in sys.argv[1:] if a != "--baseline-tree" and a != args.baseline_tree]
+    if not args.steady:
+        passed += ["--rounds", "1"]  # each worker one round: the trees alternate per round
     for _ in range(args.rounds):
         for tree in reversed(trees):
             argv = [sys.executable, __file__, *passed, "--worker", "--tree", tree]
             out = subprocess.run(argv, check=True, capture_output=True, text=True, cwd=tree)
-            rows[tree].append(json.loads(out.stdout.splitlines()[-1]))
+            row = json.loads(out.stdout.splitlines()[-1])
+            rows[tree].append(row if args.steady else flat(row["median"]))
             print(tree, rows[tree][-1], file=sys.stderr)
     for tree, runs in rows.items():
         keys = [k for k in runs[0] if k != "tree"]
         med = {k: statistics.median(r[k] for r in runs) for k in keys}
-        print(f"{tree}: " + "  ".join(f"{k} {v:.1f}" for k, v in med.items()))
+        if args.steady:
+            print(f"{tree}: " + "  ".join(f"{k} {v:.1f}" for k, v in med.items()))
+            continue
+        print(tree)
+        for case in dict.fromkeys(k.split(":")[0] for k in keys):
+            cells = "  ".join(
+                f"{k.split(':')[1]} {v * 1000:8.1f} ms"
+                for k, v in med.items()
+                if k.startswith(case + ":")
+            )
+            print(f"{case:>14}  {cells}")
     print(json.dumps(rows))
+
+
+def flat(median: dict[str, dict[str, float]]) -> dict[str, float]:
+    """One worker's per-case medians as one row: ``"<case>:<figure>"`` keys."""
+    return {f"{case}:{key}": value for case, row in median.items() for key, value in row.items()}
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -250,7 +273,7 @@ def cli() -> None:
     parser.add_argument("--steady", type=float, help="seconds of steady writes per tree")
     parser.add_argument("--rate", type=float, default=100.0, help="steady writes a second")
     parser.add_argument("--tail", type=float, default=3.0, help="seconds after the writes")
-    parser.add_argument("--baseline-tree", help="another checkout to run --steady on")
+    parser.add_argument("--baseline-tree", help="another checkout to compare with")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", help=argparse.SUPPRESS)
     parser.add_argument("--smoke", action="store_true", help="tiny run for CI")
@@ -263,6 +286,9 @@ def cli() -> None:
             print(json.dumps(asyncio.run(steady(args))))
         else:
             compare(args)
+        return
+    if args.baseline_tree and not args.worker:
+        compare(args)
         return
     report = asyncio.run(main(args))
     for case, row in report["median"].items():
