@@ -345,6 +345,42 @@ async def test_closed_before_headers_is_502(kind: str) -> None:
     assert caught.value.status == 502
 
 
+async def answered_once_then_dropped(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server
+) -> None:
+    """Answer a connection's first request; take its second and close unanswered (a pooled
+    connection the upstream dropped as it was reused)."""
+    if await server.read_request(reader) is not None:
+        writer.write(OK_HEAD + b"content-length: 2\r\n\r\nok")
+        await writer.drain()
+        await server.read_request(reader)
+
+
+@pytest.mark.parametrize(("method", "body"), [("GET", b""), ("POST", b"{}")])
+async def test_only_an_idempotent_request_is_resent_on_a_dropped_pooled_connection(
+    kind: str, method: str, body: bytes
+) -> None:
+    """As aiohttp's own client does: a GET goes again once on a new connection; a POST may
+    have been acted on, so it is a 502."""
+    async with (
+        serving(answered_once_then_dropped) as server,
+        opened(server.origin, kind) as client,
+    ):
+        first = await send(client, method, "/models", body)
+        assert await first.read() == b"ok"
+        first.close()
+        if method == "GET":
+            again = await send(client, method, "/models", body)
+            assert await again.read() == b"ok"
+            again.close()
+        else:
+            with pytest.raises(UpstreamError) as caught:
+                await send(client, method, "/models", body)
+            assert caught.value.status == 502
+    assert server.connections == (2 if method == "GET" else 1)
+    assert len(server.requests) == (3 if method == "GET" else 2)
+
+
 async def test_invalid_http_is_502(kind: str) -> None:
     handler = replying(b"NOT HTTP AT ALL\r\n\r\n", hold=1)
 
