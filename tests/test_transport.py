@@ -381,6 +381,47 @@ async def test_only_an_idempotent_request_is_resent_on_a_dropped_pooled_connecti
     assert len(server.requests) == (3 if method == "GET" else 2)
 
 
+async def by_path(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server
+) -> None:
+    """``/hang``: never answered (held until the client hangs up); ``/drop``: closed
+    unanswered; anything else: a small JSON."""
+    while (request := await server.read_request(reader)) is not None:
+        if b" /v1/hang " in request[0]:
+            await reader.read()  # until the client hangs up
+        if b" /v1/drop " in request[0]:
+            return
+        writer.write(OK_HEAD + b"content-length: 2\r\n\r\n{}")
+        await writer.drain()
+
+
+async def test_failed_and_cancelled_requests_give_their_connection_back(kind: str) -> None:
+    """Every way a request can end before its response is handed over (cancelled while
+    connecting, sending or waiting for the head, a first-byte timeout, a connection dropped
+    unanswered, resent or not) releases or closes its connection: with a pool of one, a
+    request afterwards still gets a connection, and a working one."""
+    async with (
+        serving(by_path) as server,
+        opened(server.origin, kind, max_connections=1, connect=1.0, first_byte=0.05) as client,
+    ):
+        for turns in range(12):
+            pending = asyncio.ensure_future(send(client, body=b"x" * 300_000, target="/hang"))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            pending.cancel()
+            with pytest.raises((asyncio.CancelledError, UpstreamTimeout)):
+                await pending
+        for method in ("GET", "POST", "DELETE"):
+            with pytest.raises(UpstreamError):
+                await send(client, method, "/drop", b"{}" if method == "POST" else b"")
+        with pytest.raises(UpstreamTimeout):
+            await send(client, "GET", "/hang", b"")
+        for _ in range(2):
+            response = await send(client)  # a POST: a stale pooled connection would fail it
+            assert await response.read() == b"{}"
+            response.close()
+
+
 async def test_invalid_http_is_502(kind: str) -> None:
     handler = replying(b"NOT HTTP AT ALL\r\n\r\n", hold=1)
 
