@@ -25,8 +25,9 @@ from aiohttp.payload import BytesPayload
 from multidict import CIMultiDict
 from yarl import URL
 
-from proxy.errors import UpstreamError, UpstreamTimeout
+from proxy.errors import ConfigError, UpstreamError, UpstreamTimeout
 from proxy.transport import (
+    INVALID_PROXY,
     MAX_HEAD_LINE,
     MAX_HEADERS,
     Headers,
@@ -90,6 +91,16 @@ class PassThroughRequest(ClientRequest):
         self._skip_auto_headers = SKIPPED
 
 
+def proxy_url(proxy: str | None) -> URL | None:
+    """The proxy as aiohttp takes it; a malformed one refuses the start: no request could go."""
+    if not proxy:
+        return None
+    try:
+        return URL(proxy)
+    except ValueError:
+        raise ConfigError(INVALID_PROXY) from None  # not chained: the parser quotes the URL
+
+
 def broken(exc: BaseException) -> UpstreamError:
     """A failure while reading the body."""
     return UpstreamError(f"The upstream connection broke: {type(exc).__name__}.")
@@ -134,7 +145,7 @@ class AiohttpTransport:
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=config.settings.timeouts.connect, sock_read=None
         )
-        self._proxy = URL(config.proxy) if config.proxy else None
+        self._proxy = proxy_url(config.proxy)
 
     async def start(self) -> None:
         """Open the session and its connection pool."""

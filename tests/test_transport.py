@@ -633,6 +633,18 @@ def test_no_proxy_matches_whole_labels_only() -> None:
     assert bypassed("127.0.0.1", 8080, "localhost,127.0.0.1")
 
 
+@pytest.mark.parametrize(
+    "proxy", ["http://proxy:port", "http://[::1", "http://user:s3cret@proxy:99999"]
+)
+def test_a_malformed_proxy_is_a_config_error_at_start(kind: str, proxy: str) -> None:
+    """No request could go through it: refused at start, clearly, credentials unquoted."""
+    settings = UpstreamSettings(url="http://127.0.0.1:9/v1", client=kind)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="proxy") as caught:
+        UpstreamClient(settings, environ={"HTTP_PROXY": proxy})
+    assert "s3cret" not in caught.value.message
+    assert caught.value.__suppress_context__
+
+
 async def test_http_upstream_goes_through_http_proxy(kind: str) -> None:
     async with serving(keep_alive_json) as server, forward_proxy() as proxy:
         environ = {"HTTP_PROXY": proxy.url}
