@@ -6,7 +6,7 @@ proxy comes from ``TransportConfig.proxy`` (``proxy.transport.env_proxy``), not 
 
 A request goes through the session's connector, not ``ClientSession.request`` (adr/0178):
 ``exchange`` does the part of ``request`` memproxy uses (one pooled connection, the request,
-the response head, one retry of an idempotent request on a stale connection) and skips what it
+the response head, one resend of an idempotent request whose connection broke) and skips what it
 never uses (redirects, cookies, auth, traces, middlewares, per-request timeouts and headers
 merged three times), ~20 us of Python a request warm and more right after the memory stage.
 """
@@ -221,8 +221,9 @@ class AiohttpTransport:
         """Send one request on a pooled connection; the response once its head is read.
 
         ``ClientSession.request``'s steps that memproxy uses, in its order: connect (bounded by
-        ``timeouts.connect``), set the response parser's bounds, send, read the head; on a stale
-        pooled connection an idempotent request is sent again once, as aiohttp does.
+        ``timeouts.connect``), set the response parser's bounds, send, read the head; an
+        idempotent request whose connection breaks before the head is sent once more, as aiohttp
+        does (pooled or new: it does not tell them apart; a failed connect is not resent).
         """
         session, connector = self._session, self._connector
         if session is None or connector is None:
@@ -267,7 +268,7 @@ class AiohttpTransport:
                     connection.close()
                     raise
             except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-                # A pooled connection the upstream had closed: aiohttp's own retry.
+                # Mostly a pooled connection the upstream had closed: aiohttp's own retry.
                 if not retry:
                     raise
                 retry = False
