@@ -126,6 +126,13 @@ def check_wire(url: str, headers: Headers) -> None:
         raise UpstreamError(f"Refused to send header {name[:64]!r} upstream: not a valid field.")
 
 
+# Never with the URL or a parser's words about it: they may quote the proxy's credentials.
+INVALID_PROXY = (
+    "the upstream's proxy from the environment (HTTPS_PROXY, HTTP_PROXY or ALL_PROXY)"
+    " is not a valid URL"
+)
+
+
 def env_proxy(url: str, environ: Mapping[str, str]) -> str | None:
     """The proxy for ``url`` from ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` and ``NO_PROXY``.
 

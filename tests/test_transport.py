@@ -345,6 +345,83 @@ async def test_closed_before_headers_is_502(kind: str) -> None:
     assert caught.value.status == 502
 
 
+async def answered_once_then_dropped(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server
+) -> None:
+    """Answer a connection's first request; take its second and close unanswered (a pooled
+    connection the upstream dropped as it was reused)."""
+    if await server.read_request(reader) is not None:
+        writer.write(OK_HEAD + b"content-length: 2\r\n\r\nok")
+        await writer.drain()
+        await server.read_request(reader)
+
+
+@pytest.mark.parametrize(("method", "body"), [("GET", b""), ("POST", b"{}")])
+async def test_only_an_idempotent_request_is_resent_on_a_dropped_pooled_connection(
+    kind: str, method: str, body: bytes
+) -> None:
+    """As aiohttp's own client does: a GET goes again once on a new connection; a POST may
+    have been acted on, so it is a 502."""
+    async with (
+        serving(answered_once_then_dropped) as server,
+        opened(server.origin, kind) as client,
+    ):
+        first = await send(client, method, "/models", body)
+        assert await first.read() == b"ok"
+        first.close()
+        if method == "GET":
+            again = await send(client, method, "/models", body)
+            assert await again.read() == b"ok"
+            again.close()
+        else:
+            with pytest.raises(UpstreamError) as caught:
+                await send(client, method, "/models", body)
+            assert caught.value.status == 502
+    assert server.connections == (2 if method == "GET" else 1)
+    assert len(server.requests) == (3 if method == "GET" else 2)
+
+
+async def by_path(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server
+) -> None:
+    """``/hang``: never answered (held until the client hangs up); ``/drop``: closed
+    unanswered; anything else: a small JSON."""
+    while (request := await server.read_request(reader)) is not None:
+        if b" /v1/hang " in request[0]:
+            await reader.read()  # until the client hangs up
+        if b" /v1/drop " in request[0]:
+            return
+        writer.write(OK_HEAD + b"content-length: 2\r\n\r\n{}")
+        await writer.drain()
+
+
+async def test_failed_and_cancelled_requests_give_their_connection_back(kind: str) -> None:
+    """Every way a request can end before its response is handed over (cancelled while
+    connecting, sending or waiting for the head, a first-byte timeout, a connection dropped
+    unanswered, resent or not) releases or closes its connection: with a pool of one, a
+    request afterwards still gets a connection, and a working one."""
+    async with (
+        serving(by_path) as server,
+        opened(server.origin, kind, max_connections=1, connect=1.0, first_byte=0.05) as client,
+    ):
+        for turns in range(12):
+            pending = asyncio.ensure_future(send(client, body=b"x" * 300_000, target="/hang"))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            pending.cancel()
+            with pytest.raises((asyncio.CancelledError, UpstreamTimeout)):
+                await pending
+        for method in ("GET", "POST", "DELETE"):
+            with pytest.raises(UpstreamError):
+                await send(client, method, "/drop", b"{}" if method == "POST" else b"")
+        with pytest.raises(UpstreamTimeout):
+            await send(client, "GET", "/hang", b"")
+        for _ in range(2):
+            response = await send(client)  # a POST: a stale pooled connection would fail it
+            assert await response.read() == b"{}"
+            response.close()
+
+
 async def test_invalid_http_is_502(kind: str) -> None:
     handler = replying(b"NOT HTTP AT ALL\r\n\r\n", hold=1)
 
@@ -554,6 +631,18 @@ def test_no_proxy_matches_whole_labels_only() -> None:
     assert bypassed("api.corp.example", None, "corp.example, other")
     assert not bypassed("evilcorp.example", None, "corp.example")
     assert bypassed("127.0.0.1", 8080, "localhost,127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    "proxy", ["http://proxy:port", "http://[::1", "http://user:s3cret@proxy:99999"]
+)
+def test_a_malformed_proxy_is_a_config_error_at_start(kind: str, proxy: str) -> None:
+    """No request could go through it: refused at start, clearly, credentials unquoted."""
+    settings = UpstreamSettings(url="http://127.0.0.1:9/v1", client=kind)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="proxy") as caught:
+        UpstreamClient(settings, environ={"HTTP_PROXY": proxy})
+    assert "s3cret" not in caught.value.message
+    assert caught.value.__suppress_context__
 
 
 async def test_http_upstream_goes_through_http_proxy(kind: str) -> None:
