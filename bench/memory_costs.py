@@ -434,6 +434,18 @@ async def reopened_scope(text: str, size: int, embedder: StaticEmbedder, where: 
     return scope
 
 
+def served_pipeline(
+    store: EdgeStore, embedder: StaticEmbedder, text: str
+) -> tuple[Any, Any, Callable[[int], bytes]]:
+    """The bench's pipeline over ``store``, the bench key's tenant, and the question bodies of
+    ``text`` (request ``n``'s JSON body, unstreamed)."""
+    pipe = bench_pipeline.bench_pipeline(store, embedder)
+    tenant = bench_pipeline.TenantResolver(bench_pipeline.load_settings(env={})).for_key(
+        bench_pipeline.API_KEY
+    )
+    return pipe, tenant, bench_pipeline.question_bodies(text)(False)
+
+
 def profile(text: str, size: int, requests: int, out: Path | None) -> None:
     """cProfile ``Pipeline.prepare`` on ``requests`` new questions of ``text`` (tottime top 30),
     on a reopened, warmed store (``reopened_scope``)."""
@@ -443,11 +455,7 @@ def profile(text: str, size: int, requests: int, out: Path | None) -> None:
         with tempfile.TemporaryDirectory(prefix="memproxy-profile-") as tmp:
             scope = await reopened_scope(text, size, embedder, Path(tmp))
             try:
-                pipe = bench_pipeline.bench_pipeline(scope.store, embedder)
-                tenant = bench_pipeline.TenantResolver(
-                    bench_pipeline.load_settings(env={})
-                ).for_key(bench_pipeline.API_KEY)
-                build = bench_pipeline.question_bodies(text)(False)
+                pipe, tenant, build = served_pipeline(scope.store, embedder, text)
                 for n in range(50):  # warm-up
                     await pipe.prepare(tenant, {}, json.loads(build(n)), OPENAI_CHAT)
                 bodies = [json.loads(build(n)) for n in range(requests)]
@@ -495,11 +503,7 @@ def assemble_again(text: str, size: int, requests: int) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory(prefix="memproxy-again-") as tmp:
             scope = await reopened_scope(text, size, embedder, Path(tmp))
             try:
-                pipe = bench_pipeline.bench_pipeline(scope.store, embedder)
-                tenant = bench_pipeline.TenantResolver(
-                    bench_pipeline.load_settings(env={})
-                ).for_key(bench_pipeline.API_KEY)
-                build = bench_pipeline.question_bodies(text)(False)
+                pipe, tenant, build = served_pipeline(scope.store, embedder, text)
                 for n in range(requests):
                     await pipe.prepare(tenant, {}, json.loads(build(n)), OPENAI_CHAT)
             finally:
