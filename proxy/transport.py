@@ -154,7 +154,18 @@ def env_proxy(url: str, environ: Mapping[str, str]) -> str | None:
         return None
     if bypassed(parts.hostname or "", parts.port, proxies.get("no", "")):
         return None
+    if not valid_proxy(proxy):  # refused at start: no request could go through it
+        raise ConfigError(INVALID_PROXY) from None  # never the URL or its parser: credentials
     return proxy
+
+
+def valid_proxy(proxy: str) -> bool:
+    """Whether ``proxy`` names a host and, if any, a port that is a number in range."""
+    try:
+        parts = urlsplit(proxy)
+        return bool(parts.hostname) and (parts.port is None or parts.port >= 0)
+    except ValueError:  # an open bracket, a port not a number or out of range
+        return False
 
 
 def bypassed(host: str, port: int | None, no_proxy: str) -> bool:

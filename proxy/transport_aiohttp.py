@@ -25,9 +25,8 @@ from aiohttp.payload import BytesPayload
 from multidict import CIMultiDict
 from yarl import URL
 
-from proxy.errors import ConfigError, UpstreamError, UpstreamTimeout
+from proxy.errors import UpstreamError, UpstreamTimeout
 from proxy.transport import (
-    INVALID_PROXY,
     MAX_HEAD_LINE,
     MAX_HEADERS,
     Headers,
@@ -91,16 +90,6 @@ class PassThroughRequest(ClientRequest):
         self._skip_auto_headers = SKIPPED
 
 
-def proxy_url(proxy: str | None) -> URL | None:
-    """The proxy as aiohttp takes it; a malformed one refuses the start: no request could go."""
-    if not proxy:
-        return None
-    try:
-        return URL(proxy)
-    except ValueError:
-        raise ConfigError(INVALID_PROXY) from None  # not chained: the parser quotes the URL
-
-
 def broken(exc: BaseException) -> UpstreamError:
     """A failure while reading the body."""
     return UpstreamError(f"The upstream connection broke: {type(exc).__name__}.")
@@ -145,7 +134,8 @@ class AiohttpTransport:
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=config.settings.timeouts.connect, sock_read=None
         )
-        self._proxy = proxy_url(config.proxy)
+        # Parsed once (``env_proxy`` checked it), not per request as ``request`` does.
+        self._proxy = URL(config.proxy) if config.proxy else None
 
     async def start(self) -> None:
         """Open the session and its connection pool."""

@@ -19,11 +19,10 @@ from urllib.parse import urlsplit
 
 from starlette.types import Scope
 
-from proxy.errors import ConfigError, RequestError, UpstreamError, UpstreamTimeout
+from proxy.errors import RequestError, UpstreamError, UpstreamTimeout
 from proxy.request_target import forward_target
 from proxy.settings import UpstreamSettings
 from proxy.transport import (
-    INVALID_PROXY,
     Headers,
     Transport,
     TransportConfig,
@@ -261,10 +260,7 @@ class UpstreamClient:
         self._base_query = parts.query
         self.display_url = redact_url(settings.url)
         self.proxy = env_proxy(settings.url, os.environ if environ is None else environ)
-        try:
-            self.display_proxy = redact_url(self.proxy) if self.proxy else None
-        except ValueError:  # a bracket left open: urlsplit refuses it too
-            raise ConfigError(INVALID_PROXY) from None
+        self.display_proxy = redact_url(self.proxy) if self.proxy else None
         config = TransportConfig(settings=settings, proxy=self.proxy)
         self.transport = transport or TRANSPORTS[settings.client](config)
         # What the last exchange showed, for /readyz (which never calls the paid upstream):

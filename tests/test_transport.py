@@ -634,7 +634,7 @@ def test_no_proxy_matches_whole_labels_only() -> None:
 
 
 @pytest.mark.parametrize(
-    "proxy", ["http://proxy:port", "http://[::1", "http://user:s3cret@proxy:99999"]
+    "proxy", ["http://proxy:port", "http://[::1", "http://user:s3cret@proxy:99999", "http://:8080"]
 )
 def test_a_malformed_proxy_is_a_config_error_at_start(kind: str, proxy: str) -> None:
     """No request could go through it: refused at start, clearly, credentials unquoted."""
