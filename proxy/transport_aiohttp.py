@@ -218,6 +218,10 @@ class AiohttpTransport:
         session, connector = self._session, self._connector
         if session is None or connector is None:
             raise UpstreamError("The upstream client is not started.")
+        if connector.closed:
+            # The lifespan is closing the session (its connections are being let go): say so,
+            # rather than the connector's bare "Connector is closed" as an unreachable upstream.
+            raise UpstreamError("The upstream client is closed: memproxy is shutting down.")
         method = method.upper()
         retry = method in IDEMPOTENT_METHODS
         while True:

@@ -336,6 +336,24 @@ async def test_connect_refused_is_502(kind: str) -> None:
     )
 
 
+async def test_a_request_while_the_client_closes_is_502_saying_so(kind: str) -> None:
+    async with serving(keep_alive_json) as server:
+        client = UpstreamClient(
+            UpstreamSettings(url=server.origin + "/v1", client=kind),  # type: ignore[arg-type]
+            environ={},
+        )
+        await client.start()
+        assert await read_all(client)  # a pooled connection: closing waits for it to go
+        closing = asyncio.create_task(client.close())
+        await asyncio.sleep(0)
+        assert not closing.done()
+        with pytest.raises(UpstreamError) as caught:
+            await send(client)
+        await closing
+    assert caught.value.status == 502
+    assert caught.value.message == "The upstream client is closed: memproxy is shutting down."
+
+
 async def test_closed_before_headers_is_502(kind: str) -> None:
     handler = replying()
 

@@ -79,21 +79,30 @@ class TextMemo(Generic[R]):
         value = self.func(text)
         size = len(text)
         self.misses += 1
-        entries = self.entries
-        if size > self.text_chars or text in entries:
+        if size > self.text_chars:
             return value
-        entries[text] = value
+        # The event loop, the offloaded engine (``Offloader``) and the record cache's warm-up
+        # thread share the memo, and this module takes no lock (pure engine). So each change to
+        # ``entries`` is one dict call, atomic under the GIL, and only the thread whose call made
+        # it counts the characters: a check, then a store, counted a text twice when another
+        # thread stored it in between, and a count drifted up made every add evict everything.
+        # One race can still count twice (two threads storing one text whose value is a shared
+        # constant, e.g. the empty set of a text without words); a count that says more than an
+        # emptied memo holds starts again from 0.
+        entries = self.entries
+        if text in entries or entries.setdefault(text, value) is not value:
+            return value  # stored already, or by another thread meanwhile
         self.chars += size
-        # The engine may also run on a worker thread (``Offloader``) and take no lock (pure
-        # module): another writer between two steps only ends this eviction early or leaves
-        # ``chars`` a text off; the next miss evicts again.
-        try:
-            while len(entries) > self.maxsize or self.chars > self.max_chars:
+        while len(entries) > self.maxsize or self.chars > self.max_chars:
+            try:
                 oldest = next(iter(entries))
-                del entries[oldest]
+            except StopIteration:
+                self.chars = 0
+                break
+            except RuntimeError:  # changed by another thread: its add evicts
+                break
+            if entries.pop(oldest, None) is not None:  # not dropped by another thread first
                 self.chars -= len(oldest)
-        except (RuntimeError, KeyError, StopIteration):
-            pass
         return value
 
     def each(self, texts: Sequence[str]) -> list[R]:

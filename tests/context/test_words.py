@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Callable
 
 import pytest
 from hypothesis import example, given
@@ -186,3 +188,57 @@ def test_each_equals_one_call_a_text(texts: list[str]) -> None:
     assert info.hits + info.misses == len(texts)
     assert info.currsize <= 2
     assert memo.chars == sum(map(len, memo.entries)) <= 6
+
+
+class Stalling(str):
+    """A text whose hashing runs ``on_hash`` in the thread named "first": a way into the middle
+    of a memo's ``add``, which hashes the text as it stores it (and before, if it checks first)."""
+
+    on_hash: Callable[[int], None] = staticmethod(lambda count: None)
+    hashes = 0
+
+    def __hash__(self) -> int:
+        if threading.current_thread().name == "first":
+            type(self).hashes += 1
+            type(self).on_hash(type(self).hashes)
+        return str.__hash__(self)
+
+    def __eq__(self, other: object) -> bool:
+        return str.__eq__(self, other)
+
+
+@pytest.mark.parametrize("at_hash", [1, 2])
+def test_two_threads_missing_one_text_count_it_once(at_hash: int) -> None:
+    # The memo is shared by the event loop, the offloaded engine and the record cache's warm-up
+    # thread. A second thread adding the same text between the first's check and its store
+    # (an unlocked check-then-store hashes the text twice) counted it twice: drifted up, the
+    # count made every add evict everything. The second runs at the first's ``at_hash``-th
+    # hash of the text, or after it if the first hashes it fewer times.
+    memo = words.TextMemo(str.split, maxsize=10, max_chars=100)
+    text = Stalling("the same text")
+    Stalling.hashes = 0
+    second = threading.Thread(target=memo.add, args=(str(text),), name="second")
+
+    def on_hash(count: int) -> None:
+        if count == at_hash:
+            second.start()
+            second.join()
+
+    Stalling.on_hash = staticmethod(on_hash)
+    first = threading.Thread(target=memo.add, args=(text,), name="first")
+    first.start()
+    first.join()
+    if not second.is_alive() and second.ident is None:
+        second.start()
+    second.join()
+    assert list(memo.entries) == ["the same text"]
+    assert memo.chars == len("the same text")
+
+
+def test_a_count_that_drifted_up_restarts_once_the_memo_is_empty() -> None:
+    memo = words.TextMemo(str.split, maxsize=10, max_chars=20)
+    memo.chars = 500  # as if races had counted texts twice
+    memo.add("one two")
+    memo.add("three four")
+    assert list(memo.entries) == ["three four"]
+    assert memo.chars == len("three four")
