@@ -331,7 +331,11 @@ class EdgeStore:
         cache, merged, turns = self._records, self._counts.merged, self._turns
         kept, read_all = 0, False
         try:
-            if not cache.max_entries or self._reads.info().points_count > cache.max_entries:
+            if (
+                self._closed  # a rebuild submitted as the store closed (``_rebuild_turns``)
+                or not cache.max_entries
+                or self._reads.info().points_count > cache.max_entries
+            ):
                 return 0
             turns.start()  # the same read fills the dialog turns' index (edge_turns)
             offset: Any = None

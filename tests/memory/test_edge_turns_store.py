@@ -8,10 +8,12 @@ import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from proxy.errors import StoreError
+from proxy.memory import edge
 from proxy.memory.edge import EdgeStore
 from tests.memory.support import record, vectors_for
 from tests.memory.test_edge import (
@@ -121,6 +123,44 @@ async def test_closing_waits_for_a_rebuild_and_stops_it(
     await closing
     assert rebuild.result() == 0  # closed: no page read
     assert not store._turns.complete
+
+
+async def test_a_write_failing_during_a_rebuild_starts_another_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rebuild at a time: a write failing while one reads gives it up, and the first
+    write that succeeds after it ended starts the next."""
+    store, query = await dialog_store(tmp_path)
+    await store.warmed()
+    started, go = threading.Event(), threading.Event()
+    prepare = edge.prepare_profiles
+
+    def held(records: Any) -> int:  # after the index loaded the page, before the build ends
+        started.set()
+        go.wait(5)
+        return prepare(records)
+
+    monkeypatch.setattr(edge, "prepare_profiles", held)
+    try:
+        await failed_write(store, monkeypatch)
+        await a_note(store)
+        first = store._warming
+        await asyncio.to_thread(started.wait, 5)
+        await failed_write(store, monkeypatch)
+        await a_note(store, "n2")
+        assert store._warming is first
+        go.set()
+        await store.warmed()
+        assert not store._turns.complete
+        await a_note(store, "n3")
+        assert store._warming is not first
+        await store.warmed()
+        assert store._turns.complete
+        found, engine, built = await near_both_ways(store, query, monkeypatch)
+        assert (found, built) == (engine, [])
+    finally:
+        go.set()
+        await store.close()
 
 
 async def test_superseded_turns_leave_the_index(
