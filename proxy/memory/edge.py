@@ -71,16 +71,14 @@ from proxy.memory.edge_query import (
 )
 from proxy.memory.edge_shard import drop_stale_generations, open_shard, settle_generations
 from proxy.memory.edge_tenants import ShardTenants
-from proxy.memory.edge_turns import DialogTurns
+from proxy.memory.edge_turns import DialogTurns, listed_at
 from proxy.memory.edge_users import TenantUsers
 from proxy.memory.filters import DIALOG_SOURCE, scope_users, windows
 from proxy.memory.near import near_turns, ranked, turns_failed, turns_query
 from proxy.memory.points import (
     COUNT_FIELDS,
-    CREATED_TS_KEY,
     DENSE_VECTOR,
     RETRIEVAL_COUNT_KEY,
-    SOURCE_KEY,
     SPARSE_VECTOR,
     SUPERSEDED_KEY,
     TENANT_KEY,
@@ -333,7 +331,11 @@ class EdgeStore:
         cache, merged, turns = self._records, self._counts.merged, self._turns
         kept, read_all = 0, False
         try:
-            if not cache.max_entries or self._reads.info().points_count > cache.max_entries:
+            if (
+                self._closed  # a rebuild submitted as the store closed (``_rebuild_turns``)
+                or not cache.max_entries
+                or self._reads.info().points_count > cache.max_entries
+            ):
                 return 0
             turns.start()  # the same read fills the dialog turns' index (edge_turns)
             offset: Any = None
@@ -348,9 +350,9 @@ class EdgeStore:
                     for point in found
                 }
                 turns.load(
-                    (key, record.tenant, record.user, record.created_at.timestamp())
+                    (key, record.tenant, record.user, ts)
                     for key, record in page.items()
-                    if record.source == DIALOG_SOURCE
+                    if (ts := listed_at(record)) is not None
                 )
                 if cache.store(page, generation):
                     kept += len(page)
@@ -365,6 +367,20 @@ class EdgeStore:
         finally:
             turns.finish(read_all)
         return kept
+
+    def _rebuild_turns(self) -> None:
+        """After a write failed and gave the dialog turns' index up (``DialogTurns.abandon``),
+        build it again as the warm-up did (the record cache's pages come along): at the
+        first write that succeeds after it, so an engine failing its writes is not read in
+        full again each time, and once at a time. It runs as ``_warming``: ``close`` waits
+        for it (it stops after its page), and searches hop meanwhile as during the warm-up.
+        A store never warmed (``start_warm_up`` not called) is left to its warm-up."""
+        warming = self._warming
+        if warming is None or not warming.done() or self._closed:
+            return
+        if self._turns.take_rebuild():
+            with contextlib.suppress(RuntimeError):  # the store closed meanwhile: no rebuild
+                self._warming = self._executor.submit(self._warm_sync)
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         """Run a blocking shard call on the store's threads; the engine's failures are
@@ -434,10 +450,7 @@ class EdgeStore:
             vector = {DENSE_VECTOR: row, SPARSE_VECTOR: qe.SparseVector(indices, values)}
             payload = to_payload(full)
             points.append(qe.Point(self._ids.wire(pid), vector, payload))
-            dialog = payload[SOURCE_KEY] == DIALOG_SOURCE
-            turns.append(
-                (pid, record.tenant, record.user, payload[CREATED_TS_KEY] if dialog else None)
-            )
+            turns.append((pid, record.tenant, record.user, listed_at(full)))
         # Before the write is visible: a search from now on filters these tenants on liveness,
         # and on the user where another user's memory arrives.
         self._lifecycle.note(
@@ -457,6 +470,7 @@ class EdgeStore:
             self._turns.write(turns)
         self._counts.drop(written)  # the payload carries the record's own count again
         self._records.invalidate(written)
+        self._rebuild_turns()
         self._maintenance.after_write(len(points))
 
     async def refuse_collisions(self, records: Sequence[MemoryRecord]) -> None:
@@ -933,7 +947,13 @@ class EdgeStore:
                 return None
             # Before the write is visible, as ``add`` does: a superseded memory is dead.
             self._lifecycle.note([tenant])
-            self._maintenance.update(qe.UpdateOperation.set_payload([pid], {SUPERSEDED_KEY: by}))
+            with self._turn_writes:
+                self._maintenance.update(
+                    qe.UpdateOperation.set_payload([pid], {SUPERSEDED_KEY: by})
+                )
+                # Once visible (never before: a failed mark leaves the turn live), under the
+                # index's write lock as a delete: superseded is final (``edge_turns``).
+                self._turns.drop([key_of(pid)])
             self._records.invalidate([key_of(pid)])
             after = self._reads.retrieve([pid], True, False)
         return self._owned(after[0], tenant, memory_id)

@@ -7,17 +7,25 @@ more than this index does (docs/benchmarks.md, "The search stage, sixth pass"). 
 every dialog turn's time here and reads the windows with a bisection; the engine is asked only
 for the cosines of the turns the lookup keeps (adr/0162).
 
-An answer is a superset of the live turns in the windows: a turn expired or superseded stays
-listed until it is deleted, and the store's record lookup finds what it is now. A delete through
-a filter (``delete_user``, ``purge_expired``) reads the keys it deletes and drops them here:
-left listed, they would count against ``max_turns`` until the index gave up. What must never
-happen is a turn missing, so the index answers only once it is complete: filled from a full read
-of the shard (the record cache's warm-up) while every write and delete of the meantime is noted,
-and kept up to date by the store's writes after that. Until then, or for a store too large to
-warm up, ``near`` returns ``None`` and the store asks the engine. The index holds at most
-``max_turns`` turns (the store passes its record cache's size, the bound of the warm-up): a
-store that grows past it in one process gives the index up rather than grow without bound (~320
-bytes a turn).
+An answer is a superset of the live turns in the windows; the store's record lookup finds what
+each is now. What must never happen is a live turn missing. A superseded turn is not listed
+(``listed_at``): the store drops it when it marks it, a build skips it. Supersession is final
+for the point as written: the store marks a memory once and never clears the mark, and only a
+new upsert of the id (an import writing it again) brings it back, which the index notes as any
+write. An expired turn stays listed until it is deleted: expiry is relative to each search's
+``live_at`` (the retriever's clock, not the store's), so a turn expired now may be live for a
+search asking about an earlier time; ``purge_expired`` drops what it deletes. So does
+``delete_user``: a delete through a filter reads its keys first.
+
+The index answers only once it is complete: filled from a full read of the shard (the record
+cache's warm-up) while every write and delete of the meantime is noted, and kept up to date by
+the store's writes after that. Until then, or for a store too large to warm up, ``near``
+returns ``None`` and the store asks the engine. A write that fails after its turns were noted
+``abandon``s the index; the store's next successful upsert starts a new build
+(``take_rebuild``), as the warm-up does. The index holds at most ``max_turns`` turns (the store
+passes its record cache's size, the bound of the warm-up): a store that grows past it in one
+process gives the index up rather than grow without bound (~320 bytes a turn), and is not
+rebuilt (it would give up again).
 """
 
 from __future__ import annotations
@@ -27,8 +35,20 @@ import math
 import threading
 from collections.abc import Iterable, Sequence
 
+from proxy.context.records import MemoryRecord
+from proxy.memory.filters import DIALOG_SOURCE
+
 Line = list[tuple[float, int]]  # (created_ts, point key), sorted
 Turn = tuple[int, str, str, float]  # (point key, tenant, user, created_ts)
+
+
+def listed_at(record: MemoryRecord) -> float | None:
+    """The time the index lists ``record`` at: its creation time if it is a dialog turn not
+    superseded (final, see above), else ``None``. An empty mark is none, as the record read
+    back says (``points.from_payload``): the search would see that turn live."""
+    if record.source != DIALOG_SOURCE or record.superseded_by:
+        return None
+    return record.created_at.timestamp()
 
 
 class DialogTurns:
@@ -43,6 +63,8 @@ class DialogTurns:
         self._complete = False
         # Keys written or deleted while a build reads the shard: its page of them may be stale.
         self._written: set[int] = set()
+        # An ``abandon`` of a listing index: the next build is the store's to start (once).
+        self._rebuild = False
 
     @property
     def complete(self) -> bool:
@@ -60,7 +82,7 @@ class DialogTurns:
             self._lines.clear()
             self._where.clear()
             self._written.clear()
-            self._building, self._complete = True, False
+            self._building, self._complete, self._rebuild = True, False, False
 
     def load(self, turns: Iterable[Turn]) -> None:
         """Add the turns a build read, except those written or deleted since it started."""
@@ -83,9 +105,19 @@ class DialogTurns:
 
     def abandon(self) -> None:
         """Stop answering until the next build: a write failed after its turns were noted, so
-        the index may no longer list a turn the shard still holds where it holds it."""
+        the index may no longer list a turn the shard still holds where it holds it. A
+        listing index asks for a rebuild (``take_rebuild``); one given up already does not."""
         with self._lock:
+            self._rebuild = self._rebuild or self._building or self._complete
             self._give_up()
+
+    def take_rebuild(self) -> bool:
+        """Whether a build is due after an ``abandon``: ``True`` once, to the caller that then
+        starts it. A give-up past ``max_turns``, or a build that could not read the shard, asks
+        for none: another would end the same way."""
+        with self._lock:
+            due, self._rebuild = self._rebuild, False
+            return due
 
     def _give_up(self) -> None:
         """Forget everything and stop answering until the next build (lock held)."""
