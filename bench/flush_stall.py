@@ -15,11 +15,14 @@ each flush and times opening the copy: the WAL replay a crash there would cost a
 ``EdgeStore.add`` on an event loop whose ticker wakes every 5 ms, with the tree's own background
 flush policy on, into a store of ``--memories``: the loop's lag p50/p99/max, ticks over 100 ms
 and the flushes started. Each tree runs in a process of its own, interleaved over ``--rounds``.
+``--replica`` writes through a worker's ``ReplicaStore`` on that store (the primary) instead, as
+a worker under capture does; each row also gives the flushes of the close and its time.
 
     .venv/bin/python bench/flush_stall.py --smoke
     .venv/bin/python bench/flush_stall.py --memories 10000 --rounds 3 --reopen
     git -C /work/main archive <commit> | tar -x -C /tmp/memproxy-before
     .venv/bin/python bench/flush_stall.py --steady 60 --baseline-tree /tmp/memproxy-before
+    .venv/bin/python bench/flush_stall.py --steady 60 --replica --baseline-tree /tmp/memproxy-before
     .venv/bin/python bench/flush_stall.py --memories 10000 --baseline-tree /tmp/memproxy-before
 
 With ``--baseline-tree`` the flushes too run per tree in a process of its own, one round each,
@@ -125,6 +128,18 @@ async def steady(args: argparse.Namespace) -> dict[str, Any]:
         await store.optimize()
         await store.flush()
         maintenance = store._maintenance
+        if args.replica:  # that store is the primary: the writes go to a worker's replica
+            from proxy.memory.record_cache import DEFAULT_MAX_ENTRIES
+            from proxy.memory.replica import ReplicaStore
+
+            await store.close()
+            store = await ReplicaStore.open(  # type: ignore[assignment]
+                Path(scratch),
+                dimensions=embedder.dimensions,
+                hybrid=True,
+                record_cache_entries=DEFAULT_MAX_ENTRIES,
+            )
+            maintenance = store._replica._maintenance  # type: ignore[attr-defined]
         flushes = [0]
         plain = maintenance.flush
 
@@ -153,17 +168,24 @@ async def steady(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.sleep(args.tail)  # the writes have paused: a quiet flush may start
         stop.set()
         await ticking
-        maintenance.flush = plain  # type: ignore[method-assign]
+        background = flushes[0]
+        closing = time.perf_counter()
         await store.close()
+        closed_s = time.perf_counter() - closing
+        maintenance.flush = plain  # type: ignore[method-assign]
     return {
         "tree": str(Path(proxy.__file__).parents[1]),
         "writes": writes,
-        "background_flushes": flushes[0],
+        "background_flushes": background,
+        "close_flushes": flushes[0] - background,
+        "close_ms": closed_s * 1000,
         "lag_p50_ms": percentile(lags, 0.5),
         "lag_p99_ms": percentile(lags, 0.99),
         "lag_p999_ms": percentile(lags, 0.999),
         "lag_max_ms": max(lags),
+        "ticks_over_50ms": sum(lag > 50 for lag in lags),
         "ticks_over_100ms": sum(lag > 100 for lag in lags),
+        "lag_over_50ms_s": sum(lag for lag in lags if lag > 50) / 1000,  # the loop frozen
         "ticks": len(lags),
     }
 
@@ -273,6 +295,9 @@ def cli() -> None:
     parser.add_argument("--steady", type=float, help="seconds of steady writes per tree")
     parser.add_argument("--rate", type=float, default=100.0, help="steady writes a second")
     parser.add_argument("--tail", type=float, default=3.0, help="seconds after the writes")
+    parser.add_argument(
+        "--replica", action="store_true", help="--steady: write through a worker's replica"
+    )
     parser.add_argument("--baseline-tree", help="another checkout to compare with")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", help=argparse.SUPPRESS)
@@ -280,7 +305,9 @@ def cli() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.memories, args.rounds, args.writes, args.reopen = 300, 1, [0, 10], True
-        print(json.dumps(asyncio.run(steady(argparse.Namespace(**{**vars(args), "steady": 1})))))
+        for replica in (False, True):
+            smoke = argparse.Namespace(**{**vars(args), "steady": 1, "replica": replica})
+            print(json.dumps(asyncio.run(steady(smoke))))
     if args.steady:
         if args.worker:
             print(json.dumps(asyncio.run(steady(args))))

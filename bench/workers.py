@@ -41,6 +41,7 @@ on a 2-core machine.
     .venv/bin/python bench/workers.py --search-threads 1,2,8   # A/B each process's search pool
     .venv/bin/python bench/workers.py --variant-config counts.yaml  # A/B any setting
     .venv/bin/python bench/workers.py --baseline-tree /tmp/main-tree  # A/B another commit
+    .venv/bin/python bench/workers.py --capture       # every chat writes its turn
     .venv/bin/python bench/workers.py --smoke         # seconds, for CI
 """
 
@@ -583,6 +584,7 @@ def start_servers(
     servers: Sequence[Server],
     items: list[dict[str, Any]],
     info: dict[str, Any],
+    capture: bool = False,
 ) -> dict[str, ServerProcess]:
     """One memproxy per server with the bench's config and its variant's, each on its own copy
     of one data dir seeded with ``items`` through the memories API and then closed: all start
@@ -592,6 +594,8 @@ def start_servers(
     aftermath.)"""
     configs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-wc-")))
     base = yaml.safe_load(SERVER_CONFIG)
+    if capture:  # every chat writes its turn: each worker's replica takes the writes
+        base["memory"]["capture"] = "turn"
 
     def config_env(variant: Variant) -> dict[str, str]:
         path = configs / f"m{variant.name}.yaml"
@@ -655,6 +659,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=Path,
         help="also a 1- and an N-worker server run from this source tree (git archive): @base",
     )
+    parser.add_argument(
+        "--capture",
+        action="store_true",
+        help="every server captures each chat's turn (memory.capture: turn): steady writes",
+    )
     parser.add_argument("--smoke", action="store_true", help="a few seconds, for CI")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -666,10 +675,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     items, questions, data = memory_items(args.memories)
     cells: dict[str, list[Cell]] = {name: [] for name in names}
     info: dict[str, Any] = {"memories": args.memories, "data": data, "c": CONCURRENCY}
+    info["capture"] = args.capture
     info["variants"] = {v.name or "default": v.overrides for v in variant_list}
     with ExitStack() as stack:
         upstream = stack.enter_context(fake_upstream())
-        servers = start_servers(stack, upstream, specs, items, info)
+        servers = start_servers(stack, upstream, specs, items, info, args.capture)
         scripts = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-wl-")))
         # Warm-up: connections, lazy imports, caches of the fixed prompt.
         warm = wrk_script(questions, 1.0, scripts)

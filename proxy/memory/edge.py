@@ -11,8 +11,9 @@ count) still take a lock so two of them never interleave.
 
 Durability: updates go through the shard's write-ahead log. ``add`` returns once ``update`` has
 returned, i.e. the batch is in the WAL; that survives the process being killed (SIGKILL) and is
-replayed on the next open. Flushes (in the background while writes come in, and on close) and
-index builds are ``edge_maintenance.ShardMaintenance``'s. See adr/0011. Retrieval counts are not
+replayed on the next open. Flushes (in the background while writes come in, and on close; none
+in a worker's replica, whose files are deleted unread, adr/0179) and index builds are
+``edge_maintenance.ShardMaintenance``'s. See adr/0011. Retrieval counts are not
 payload updates: they live in ``edge_counts.RetrievalCounts`` beside the shard (adr/0103).
 
 A store that fits its record cache decodes every memory into it in the background after it
@@ -198,12 +199,20 @@ class EdgeStore:
         path: Path | None = None,
         unindexed: int = 0,
         ids: PointIds = U64_IDS,
+        persistent: bool = True,
     ) -> None:
         self.dimensions = dimensions
         self.hybrid = hybrid
         self.optimize_after = optimize_after
+        self.persistent = persistent
         self._executor = executor
-        self._maintenance = ShardMaintenance(shard, optimize_after, path=path, unindexed=unindexed)
+        self._maintenance = ShardMaintenance(
+            shard,
+            optimize_after,
+            path=path,
+            unindexed=unindexed,
+            background_flushes=persistent,
+        )
         self._reads = ShardReads(self._maintenance)  # every read: a swap never closes its shard
         self._closed = False
         self._rmw_lock = threading.Lock()
@@ -256,6 +265,7 @@ class EdgeStore:
         search_threads: int | None = None,
         warm_up: bool = True,
         point_ids: Scheme = NEW_STORES,
+        persistent: bool = True,
     ) -> EdgeStore:
         """Open (or create) the store under ``data_dir``; loading runs off the event loop.
 
@@ -266,7 +276,10 @@ class EdgeStore:
         (``edge_shard.shard_config``; the composition root picks it, adr/0131). ``warm_up``
         False leaves the record cache's warm-up to a later ``start_warm_up`` call.
         ``point_ids`` names the points of a store created here (``edge_ids``, adr/0139); an
-        existing store keeps its own.
+        existing store keeps its own. ``persistent`` False: the owner deletes the files after
+        ``close`` and never opens them again (a worker's replica, adr/0179), so nothing flushes
+        them but an explicit ``flush`` (no background flush, none at close) and the retrieval
+        counts stay in memory.
         """
         if dimensions <= 0:
             raise ConfigError(f"embedding dimensions must be positive, got {dimensions}")
@@ -287,6 +300,8 @@ class EdgeStore:
             counts = await loop.run_in_executor(
                 executor, RetrievalCounts.load, Path(data_dir) / COUNTS_FILE
             )
+            if not persistent:
+                counts.path = None  # read once, never saved: nothing reads the file again
         except BaseException:
             if shard is not None:  # its WAL lock too: until closed, no open here succeeds
                 with contextlib.suppress(Exception):
@@ -304,6 +319,7 @@ class EdgeStore:
             path=path,
             unindexed=unindexed,
             ids=ids,
+            persistent=persistent,
         )
         if warm_up:
             store.start_warm_up()
@@ -1082,8 +1098,8 @@ class EdgeStore:
         self._maintenance.flush()
 
     async def close(self) -> None:
-        """Flush, close the shard and stop the threads (once). A running background index
-        build's child process is killed and its copy dropped."""
+        """Flush (a ``persistent`` store), close the shard and stop the threads (once). A
+        running background index build's child process is killed and its copy dropped."""
         if self._closed:
             return
         self._closed = True
@@ -1093,7 +1109,8 @@ class EdgeStore:
 
     def _close_sync(self) -> None:
         self._maintenance.close()
-        self._counts.save()
-        self._maintenance.flush()
+        if self.persistent:  # else its files are deleted next, unread: a flush buys nothing
+            self._counts.save()
+            self._maintenance.flush()
         if not self._maintenance.when_idle(lambda: self._shard.close()):
             LOGGER.warning("closing the memory store during an index build: it ends on its own")

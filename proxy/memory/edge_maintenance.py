@@ -12,6 +12,8 @@ through it (its fsyncs: 0.03-0.26 s at 10k memories by the disk's load, however 
 persists), so flushes are rationed by writes rather than run every few seconds (adr/0160); a
 build (seconds to minutes) in a child process (adr/0153, ``edge_build``): the engine holds the
 GIL for the whole build, which on a thread here froze the event loop for 8-11 s at 10k memories.
+A store whose files are deleted unread (a worker's replica) starts no flush by itself at all
+(``background_flushes``, adr/0179).
 
 A background build copies the shard (writes wait for the copy), records every update from
 then on (``update``: every write of the store goes through it), and when the child is done
@@ -189,8 +191,12 @@ class ShardMaintenance:
         path: Path | None = None,
         unindexed: int = 0,
         flush_policy: FlushPolicy | None = None,
+        background_flushes: bool = True,
     ) -> None:
         self.optimize_after = optimize_after
+        # False: no flush starts by itself (a replica deleted at close, adr/0179); an explicit
+        # ``flush`` still runs.
+        self.background_flushes = background_flushes
         # Read at construction, not as a default argument: tests set the module's constants.
         self.flush_policy = flush_policy or FlushPolicy(
             FLUSH_AFTER_POINTS, FLUSH_QUIET_S, FLUSH_MAX_AGE_S, FLUSH_RETRY_S
@@ -293,7 +299,7 @@ class ShardMaintenance:
         """Whether a flush starts now (marked started); if not, and points wait, a quiet check
         is armed for when one may be due, unless a flush runs: its end checks (under
         ``_lock``)."""
-        if self._unflushed <= 0 or self._stopping.is_set():
+        if self._unflushed <= 0 or self._stopping.is_set() or not self.background_flushes:
             return False
         since = now - self._last_write
         age = now - self._first_unflushed

@@ -19,6 +19,8 @@ the workers start and after they stop (``absorb_log``), and while they run, when
 grown by ``store.log_fold_bytes`` (``fold_log``): it applies the new entries to the primary and
 cuts off the front of the log what every replica has applied, so the log stays about that size
 however long the server runs. The primary's lock keeps a replica from copying it half updated.
+A replica is never opened again (deleted at close, or by the next start's ``absorb_log``): the
+log and the primary hold every write, so it flushes nothing (adr/0179).
 """
 
 from __future__ import annotations
@@ -289,6 +291,9 @@ class ReplicaStore:
                 record_cache_entries=record_cache_entries,
                 search_threads=search_threads,
                 warm_up=False,  # after the log is applied: its writes would void the pages
+                # Deleted at close or by the next start's ``absorb_log``, never opened again:
+                # the log and the primary hold the writes, so no flush (adr/0179).
+                persistent=False,
             )
         except BaseException:
             if slot is not None:

@@ -1066,6 +1066,34 @@ async def test_closing_flushes_writes_no_background_flush_took(
     assert counting.flushes == 1
 
 
+@pytest.mark.parametrize(
+    ("persistent", "in_background", "at_close", "counts_saved"),
+    [(True, 1, 1, True), (False, 0, 0, False)],
+)
+async def test_a_store_whose_files_are_dropped_never_flushes_them(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    persistent: bool,
+    in_background: int,
+    at_close: int,
+    counts_saved: bool,
+) -> None:
+    """A worker's replica (``persistent=False``, adr/0179) is deleted at close, unread: no
+    background flush, none at close, no retrieval counts file; a store of its own flushes."""
+    monkeypatch.setattr(edge_maintenance, "FLUSH_AFTER_POINTS", 1)  # every write is due
+    store = await EdgeStore.open(tmp_path, dimensions=DIM, persistent=persistent)
+    counting = FlushCountingShard(store._shard)
+    monkeypatch.setattr(store, "_shard", counting)
+    records = [record(f"m{i}") for i in range(5)]
+    await store.add(records, vectors_for(records, DIM))
+    await store.increment_retrievals("t1", ["m0", "m1"])
+    await asyncio.to_thread(store._maintenance.settle)
+    assert counting.flushes == in_background
+    await store.close()
+    assert counting.flushes == in_background + at_close
+    assert (tmp_path / edge.COUNTS_FILE).exists() is counts_saved
+
+
 async def near_both_ways(
     store: EdgeStore, query: SearchQuery, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[edge.Found, edge.Found, list[bool]]:

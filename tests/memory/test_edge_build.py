@@ -632,3 +632,45 @@ async def test_close_during_a_copy_with_a_flush_and_a_write_waiting(
         assert await reopened.count("t1") == POINTS + (written is None)
     finally:
         await reopened.close()
+
+
+async def test_a_build_of_a_never_flushed_replica_swaps_in_with_every_write(
+    tmp_path: Path, held: type[HeldBuild], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's replica flushes nothing (adr/0179): the child copies a shard whose every
+    point is in its WAL only, replays it at its open, and the swap keeps every write."""
+    monkeypatch.setattr(edge_maintenance, "FLUSH_AFTER_POINTS", 1)  # every write is due
+    store = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=POINTS, persistent=False)
+    copied = CountingFlushes(store._shard)
+    store._shard = copied  # type: ignore[assignment]
+    built: list[CountingFlushes] = []
+    load = qe.EdgeShard.load
+
+    def loaded(path: str) -> CountingFlushes:
+        built.append(CountingFlushes(load(path)))
+        return built[-1]
+
+    monkeypatch.setattr(
+        edge_maintenance, "qe", SimpleNamespace(EdgeShard=SimpleNamespace(load=loaded))
+    )
+    try:
+        first = [record(f"m{i}", content=f"note {i}") for i in range(POINTS)]
+        await store.add(first, vectors_for(first, DIMS))
+        assert await asyncio.to_thread(held.copied.wait, SAFETY_S)
+        later = [record(f"late{i}", content=f"later note {i}") for i in range(150)]
+        for i in range(0, len(later), 10):
+            await store.add(later[i : i + 10], vectors_for(later[i : i + 10], DIMS))
+        assert await store.delete("t1", "m0")
+        assert await store.set_usefulness("t1", "m1", 0.9) is not None
+        assert await store.supersede("t1", "m2", "late0") is not None
+        held.release.set()
+        await build_ended(tmp_path)
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"  # swapped in
+        assert unindexed_points(store._shard) <= len(later)
+        await expect_every_write(store, len(later))
+        await asyncio.to_thread(store._maintenance.settle)
+        assert copied.flushes == 0  # the copy was of a shard never flushed
+        assert [shard.flushes for shard in built] == [0]  # nor are the replayed writes
+    finally:
+        monkeypatch.undo()
+        await store.close()

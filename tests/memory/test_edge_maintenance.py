@@ -363,3 +363,40 @@ def test_a_failed_explicit_flush_counts_its_points_as_unflushed_again() -> None:
     maintenance.settle()
     assert shard.flushes == 2
     maintenance.close()
+
+
+@pytest.mark.parametrize("due_by", ["points", "age", "pause"])
+@pytest.mark.parametrize(("background_flushes", "flushes"), [(True, 1), (False, 0)])
+def test_a_store_without_background_flushes_starts_none_by_points_age_or_pause(
+    due_by: str, background_flushes: bool, flushes: int
+) -> None:
+    """A replica's (adr/0179): however due a flush is, none starts by itself."""
+    shard = RecordingShard()
+    busy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=3600.0)
+    policy = {
+        "points": replace(busy, after_points=1),
+        "age": replace(busy, max_age_s=0.0),
+        "pause": busy,
+    }[due_by]
+    maintenance = ShardMaintenance(
+        shard,  # type: ignore[arg-type]
+        None,
+        flush_policy=policy,
+        background_flushes=background_flushes,
+    )
+    maintenance.after_write(5)
+    if due_by == "pause":
+        maintenance.flush_policy = replace(busy, quiet_s=0.0)
+        maintenance._on_quiet()  # the quiet check, run now rather than by its timer
+    maintenance.settle()
+    maintenance.close()
+    assert shard.flushes == flushes
+
+
+def test_an_explicit_flush_runs_without_background_flushes() -> None:
+    shard = RecordingShard()
+    maintenance = ShardMaintenance(shard, None, background_flushes=False)  # type: ignore[arg-type]
+    maintenance.after_write(5)
+    maintenance.flush()
+    maintenance.close()
+    assert shard.flushes == 1

@@ -22,7 +22,7 @@ import pytest
 from proxy.composition import open_store
 from proxy.context.records import MemoryRecord
 from proxy.errors import StoreError
-from proxy.memory import edge_ids
+from proxy.memory import edge_ids, edge_maintenance
 from proxy.memory import replica as replica_module
 from proxy.memory.duplicates import words_key
 from proxy.memory.edge import SHARD_DIR, EdgeStore
@@ -719,3 +719,38 @@ async def test_close_keeps_a_copy_an_index_build_still_uses(
     await idle.close()
     assert running.directory.exists()  # left to the next start's absorb_log
     assert not idle.directory.exists()
+
+
+class FlushCounting:
+    """A replica's shard, counting its flushes."""
+
+    def __init__(self, shard: Any) -> None:
+        self._shard, self.flushes = shard, 0
+
+    def flush(self) -> None:
+        self.flushes += 1
+        self._shard.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
+
+
+async def test_a_replica_under_writes_never_flushes_its_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its copy is deleted at close, unread: the log and the primary hold the writes, so a
+    flush (the GIL held 0.03-0.3 s) buys nothing (adr/0179)."""
+    monkeypatch.setattr(edge_maintenance, "FLUSH_AFTER_POINTS", 1)  # every write is due
+    store = await replica(tmp_path)
+    counting = FlushCounting(store._replica._shard)
+    monkeypatch.setattr(store._replica, "_shard", counting)
+    for i in range(3):
+        rows = [record(f"m{i}")]
+        await store.add(rows, vectors_for(rows, DIM))
+        await store.increment_retrievals("t1", [f"m{i}"])
+    assert await store.set_usefulness("t1", "m0", 0.9) is not None
+    await asyncio.to_thread(store._replica._maintenance.settle)
+    assert counting.flushes == 0
+    await store.close()
+    assert counting.flushes == 0
+    assert not store.directory.exists()
