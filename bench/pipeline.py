@@ -193,11 +193,11 @@ def end_to_end(
         databases = itertools.count()
         targets, bodies = [], {}
         server_cpu: dict[str, Callable[[], float]] = {}
-        # Every slot gets the same conditions (docs/benchmarks.md, "The slots' conditions"): its
-        # store seeded by a child process running its tree's code (this tree's too: seeded in the
-        # bench process, the main slot read slower than an identical --baseline-tree), all stores
-        # seeded before any server starts, every server run from its tree alike, and the load
-        # only once every server is idle.
+        # Every slot gets the same conditions (docs/benchmarks.md, "The pipeline benchmark's
+        # slots"): its store seeded by a child process running its tree's code (this tree's
+        # too, so the bench process stays a lean load generator), all stores seeded before any
+        # server starts (none warms while another seeds), every server run from its tree alike,
+        # and the load only once every server is idle.
         starting: list[tuple[str, str, bool, bool, ServerProcess]] = []
         for text in texts:
             for suffix, config, tree, with_off, captures in configs:

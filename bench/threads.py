@@ -160,7 +160,7 @@ def main() -> None:
     count, requests = (300, 30) if args.smoke else (args.memories, args.requests)
     with tempfile.TemporaryDirectory(prefix="mp-threads-") as data_dir:
         # Seeded by a child process, as bench/pipeline.py seeds every slot: the bench process
-        # stays a lean load generator (docs/benchmarks.md, "The slots' conditions").
+        # stays a lean load generator (docs/benchmarks.md, "The pipeline benchmark's slots").
         seed_from_tree(ROOT, Path(data_dir), "real", count)
         trace = Path(data_dir) / "trace.json"
         env = {"MEMPROXY_ACCESS_LOG": "false", "BENCH_THREAD_TRACE": str(trace)}
