@@ -53,7 +53,14 @@ if __package__ in (None, ""):
 
 from bench.lib import loadgen, realtext, stats
 from bench.lib.memories import synthetic_memories
-from bench.lib.servers import fake_upstream, memproxy, served_from, start_redis
+from bench.lib.servers import (
+    ROOT,
+    ServerProcess,
+    fake_upstream,
+    memproxy,
+    served_from,
+    start_redis,
+)
 from proxy.apis.openai_chat import OPENAI_CHAT
 from proxy.cache.local import LocalCache
 from proxy.cache.request_cache import RequestCache
@@ -186,24 +193,18 @@ def end_to_end(
         databases = itertools.count()
         targets, bodies = [], {}
         server_cpu: dict[str, Callable[[], float]] = {}
+        # Every slot gets the same conditions (docs/benchmarks.md, "The pipeline benchmark's
+        # slots"): its store seeded by a child process running its tree's code (this tree's
+        # too, so the bench process stays a lean load generator), all stores seeded before any
+        # server starts (none warms while another seeds), every server run from its tree alike,
+        # and the load only once every server is idle.
+        starting: list[tuple[str, str, bool, bool, ServerProcess]] = []
         for text in texts:
             for suffix, config, tree, with_off, captures in configs:
                 data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="mp-pipeline-"))
-
-                async def seed(where: str = data_dir, kind: str = text) -> float:
-                    store = await EdgeStore.open(where, dimensions=embedder.dimensions)
-                    try:
-                        return await seed_store(store, embedder, bench_tenant(), count, kind)
-                    finally:
-                        await store.close()
-
-                # Another tree seeds its own store: the shard layout and index build are part of
+                # Each tree seeds its own store: the shard layout and index build are part of
                 # what is compared.
-                took = (
-                    asyncio.run(seed())
-                    if tree is None
-                    else seed_from_tree(tree, Path(data_dir), text, count)
-                )
+                took = seed_from_tree(tree or ROOT, Path(data_dir), text, count)
                 print(f"seeded {count} {text} memories in {took:.1f} s", file=sys.stderr)
                 if captures:  # counted once the process has stopped (runs before the cleanup)
                     name = f"{text}{suffix}"
@@ -217,19 +218,23 @@ def end_to_end(
                 server = memproxy(fake.base_url + "/v1", Path(data_dir), extra_env=extra)
                 if tree is not None:
                     server = served_from(server, tree, f"memproxy{suffix}")
-                proxy = stack.enter_context(server)
-                auth = {"Authorization": f"Bearer {API_KEY}"}
-                modes = ("off", "on") if with_off else ("on",)
-                for mode in modes:
-                    name = f"{text}-{mode}{suffix if mode == 'on' or suffix == BASE else ''}"
-                    headers = {**auth, "X-Memory-Mode": "off"} if mode == "off" else auth
-                    if captures:
-                        headers = {**headers, "X-Memory-Capture": args.capture}
-                    targets.append(loadgen.Target(name, proxy.base_url, headers))
-                    bodies[name] = question_bodies(text)
-                    pid = proxy.pid
-                    if pid is not None:
-                        server_cpu[name] = lambda pid=pid: loadgen.process_cpu_s(pid)
+                starting.append((text, suffix, with_off, captures, server))
+        for text, suffix, with_off, captures, server in starting:
+            proxy = stack.enter_context(server)
+            auth = {"Authorization": f"Bearer {API_KEY}"}
+            modes = ("off", "on") if with_off else ("on",)
+            for mode in modes:
+                name = f"{text}-{mode}{suffix if mode == 'on' or suffix == BASE else ''}"
+                headers = {**auth, "X-Memory-Mode": "off"} if mode == "off" else auth
+                if captures:
+                    headers = {**headers, "X-Memory-Capture": args.capture}
+                targets.append(loadgen.Target(name, proxy.base_url, headers))
+                bodies[name] = question_bodies(text)
+                pid = proxy.pid
+                if pid is not None:
+                    server_cpu[name] = lambda pid=pid: loadgen.process_cpu_s(pid)
+        for read_cpu in server_cpu.values():  # e.g. a record cache still warming after open
+            loadgen.settled_cpu(read_cpu)
         results = loadgen.run_interleaved(
             targets,
             concurrencies=concurrencies,

@@ -22,7 +22,6 @@ driven by one client asking a new LoCoMo question per request. Reported:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import bisect
 import http.client
 import json
@@ -40,10 +39,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib import realtext
-from bench.lib.servers import fake_upstream, memproxy
-from bench.pipeline import API_KEY, MODEL, bench_tenant, seed_store
-from proxy.memory.edge import EdgeStore
-from proxy.memory.embedders import StaticEmbedder
+from bench.lib.servers import ROOT, fake_upstream, memproxy
+from bench.pipeline import API_KEY, MODEL, seed_from_tree
 
 WARM_UP = 50
 Event = list[Any]  # (kind, thread, label, start_ns, end_ns, cpu_ns)
@@ -161,17 +158,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1_500)
     args = parser.parse_args()
     count, requests = (300, 30) if args.smoke else (args.memories, args.requests)
-    embedder = StaticEmbedder()
     with tempfile.TemporaryDirectory(prefix="mp-threads-") as data_dir:
-
-        async def seed() -> None:
-            store = await EdgeStore.open(data_dir, dimensions=embedder.dimensions)
-            try:
-                await seed_store(store, embedder, bench_tenant(), count)
-            finally:
-                await store.close()
-
-        asyncio.run(seed())
+        # Seeded by a child process, as bench/pipeline.py seeds every slot: the bench process
+        # stays a lean load generator (docs/benchmarks.md, "The pipeline benchmark's slots").
+        seed_from_tree(ROOT, Path(data_dir), "real", count)
         trace = Path(data_dir) / "trace.json"
         env = {"MEMPROXY_ACCESS_LOG": "false", "BENCH_THREAD_TRACE": str(trace)}
         with fake_upstream() as fake:

@@ -195,11 +195,15 @@ def memproxy(
         **dict(extra_env or {}),
     )
     argv = [sys.executable, "-m", "proxy", "serve"]
-    return ServerProcess("memproxy", argv, port=port, ready_path="/healthz", env=env)
+    server = ServerProcess("memproxy", argv, port=port, ready_path="/healthz", env=env)
+    # Run as ``served_from`` runs another tree, so this tree's server and a baseline's start
+    # alike (the same working directory and import path, only the tree differs).
+    return served_from(server, ROOT, "memproxy")
 
 
 def served_from(server: ServerProcess, tree: Path, name: str) -> ServerProcess:
-    """``server`` run from another source tree (e.g. an older commit's ``git archive``)."""
+    """``server`` run from a source tree (e.g. an older commit's ``git archive``): its working
+    directory, and its import path alone."""
     server.name, server.cwd = name, tree.resolve()
     server.env["PYTHONPATH"] = str(server.cwd)
     return server

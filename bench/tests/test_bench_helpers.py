@@ -6,12 +6,13 @@ import json
 import math
 import zlib
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.lib import fake_upstream, loadgen, memories, stats
+from bench.lib import fake_upstream, loadgen, memories, servers, stats
 from bench.peers import litellm_proxy
 
 
@@ -208,3 +209,19 @@ def test_fake_upstream_gzip_stream_decodes_event_by_event() -> None:
     assert [decoder.decompress(piece) for piece in pieces[:-1]] == events
     assert decoder.decompress(pieces[-1]) == b""
     assert decoder.eof
+
+
+def test_memproxy_runs_from_its_tree_as_a_baseline_tree_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This tree's server and a ``--baseline-tree`` one start alike: the working directory and
+    the import path are the tree's alone, whatever the caller's ``PYTHONPATH`` holds."""
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    here = servers.memproxy("http://127.0.0.1:1/v1", tmp_path / "a", port=1)
+    tree = tmp_path / "tree"
+    there = servers.served_from(
+        servers.memproxy("http://127.0.0.1:1/v1", tmp_path / "b", port=2), tree, "memproxy@base"
+    )
+    assert (here.cwd, here.env["PYTHONPATH"]) == (servers.ROOT, str(servers.ROOT))
+    assert (there.cwd, there.env["PYTHONPATH"]) == (tree.resolve(), str(tree.resolve()))
+    assert set(here.env) == set(there.env)
