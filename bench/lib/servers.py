@@ -203,9 +203,13 @@ def memproxy(
 
 def served_from(server: ServerProcess, tree: Path, name: str) -> ServerProcess:
     """``server`` run from a source tree (e.g. an older commit's ``git archive``): its working
-    directory, and its import path alone."""
+    directory, and its import path alone; relative paths in its env made absolute."""
     server.name, server.cwd = name, tree.resolve()
     server.env["PYTHONPATH"] = str(server.cwd)
+    # Not run in the caller's directory: a relative config file or data dir is the caller's.
+    for variable in ("MEMPROXY_CONFIG", "MEMPROXY_DATA_DIR"):
+        if server.env.get(variable):
+            server.env[variable] = str(Path(server.env[variable]).absolute())
     return server
 
 

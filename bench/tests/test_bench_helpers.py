@@ -225,3 +225,21 @@ def test_memproxy_runs_from_its_tree_as_a_baseline_tree_does(
     assert (here.cwd, here.env["PYTHONPATH"]) == (servers.ROOT, str(servers.ROOT))
     assert (there.cwd, there.env["PYTHONPATH"]) == (tree.resolve(), str(tree.resolve()))
     assert set(here.env) == set(there.env)
+
+
+def test_a_server_run_from_a_tree_finds_the_callers_relative_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It runs in its tree, not in the caller's directory: a relative config file or data
+    directory (``bench/pipeline.py --variant-config counts.yaml``) is the caller's."""
+    monkeypatch.chdir(tmp_path)
+    config = {"MEMPROXY_CONFIG": "variant.yaml"}
+    here = servers.memproxy("http://127.0.0.1:1/v1", Path("data"), port=1, extra_env=config)
+    there = servers.served_from(
+        servers.memproxy("http://127.0.0.1:1/v1", Path("old"), port=2, extra_env=config),
+        tmp_path / "tree",
+        "memproxy@base",
+    )
+    for server, data in ((here, "data"), (there, "old")):
+        assert server.env["MEMPROXY_CONFIG"] == str(tmp_path / "variant.yaml")
+        assert server.env["MEMPROXY_DATA_DIR"] == str(tmp_path / data)

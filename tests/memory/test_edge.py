@@ -21,7 +21,7 @@ import qdrant_edge as qe
 from proxy.context.profiles import text_profile
 from proxy.context.records import Candidate
 from proxy.errors import StoreError
-from proxy.memory import edge, edge_maintenance
+from proxy.memory import edge, edge_counts, edge_maintenance
 from proxy.memory.edge import EdgeStore, candidate, is_engine_error
 from proxy.memory.edge_ids import Scheme
 from proxy.memory.edge_query import FEW_PARAMS, search_hits, turns_filter
@@ -1079,14 +1079,19 @@ async def test_a_store_whose_files_are_dropped_never_flushes_them(
     counts_saved: bool,
 ) -> None:
     """A worker's replica (``persistent=False``, adr/0179) is deleted at close, unread: no
-    background flush, none at close, no retrieval counts file; a store of its own flushes."""
+    background flush, none at close, no retrieval counts file (neither the periodic save nor
+    the one at close); a store of its own flushes."""
     monkeypatch.setattr(edge_maintenance, "FLUSH_AFTER_POINTS", 1)  # every write is due
+    monkeypatch.setattr(edge_counts, "SAVE_INTERVAL_S", 0.0)  # every count change is due
     store = await EdgeStore.open(tmp_path, dimensions=DIM, persistent=persistent)
     counting = FlushCountingShard(store._shard)
     monkeypatch.setattr(store, "_shard", counting)
     records = [record(f"m{i}") for i in range(5)]
     await store.add(records, vectors_for(records, DIM))
     await store.increment_retrievals("t1", ["m0", "m1"])
+    for saving in threading.enumerate():  # a periodic save runs on a thread of its own
+        if saving.name == "retrieval-counts":
+            await asyncio.to_thread(saving.join)
     await asyncio.to_thread(store._maintenance.settle)
     assert counting.flushes == in_background
     await store.close()

@@ -103,9 +103,14 @@ async def test_closing_waits_for_a_rebuild_and_stops_it(
     started, go = threading.Event(), threading.Event()
     warm = store._warm_sync
 
+    reads: list[str] = []
+
     def held() -> int:
         started.set()
         go.wait(5)
+        # From here on the shard is read only by this rebuild (the writes are done).
+        monkeypatch.setattr(store._reads, "info", lambda: reads.append("info"))
+        monkeypatch.setattr(store._reads, "scroll", lambda request: reads.append("scroll"))
         return warm()
 
     monkeypatch.setattr(store, "_warm_sync", held)
@@ -121,7 +126,8 @@ async def test_closing_waits_for_a_rebuild_and_stops_it(
     assert not closing.done()
     go.set()
     await closing
-    assert rebuild.result() == 0  # closed: no page read
+    assert rebuild.result() == 0  # closed: nothing read, not even the shard's size
+    assert reads == []
     assert not store._turns.complete
 
 
