@@ -97,7 +97,13 @@ BLOCKS_TTL_S = 3600
 
 COLLECTION = "memproxy"
 HYBRID = True  # dense + sparse (keyword) search
-RECORD_CACHE_ENTRIES = 20_000  # decoded records the embedded store keeps (~1 KB each)
+# Decoded records the embedded store keeps, ~1.8 KB each with the dialog turns' index (~230 MB
+# full): a one-tenant store of 100k real-text memories (82.5k points) fits and warms up, so its
+# searches read no payloads and its neighbour lookups use the index (adr/0182).
+RECORD_CACHE_ENTRIES = 131_072
+# Memory texts whose assembler profile (words, dedup signature, match bases) is memoised: ~5.4
+# KB a real-text memory, so it stays at the 20k it was before adr/0182 raised the record cache.
+TEXT_PROFILES_MEMOISED = 20_000
 # Several workers on the embedded store (adr/0120): the supervisor folds the shared write log
 # into the primary shard once it holds this many bytes the primary has not applied, checking
 # every LOG_FOLD_CHECK_S; the log stays about this size however long the server runs.

@@ -19,7 +19,9 @@ payload updates: they live in ``edge_counts.RetrievalCounts`` beside the shard (
 A store that fits its record cache decodes every memory into it in the background after it
 opens (``_warm_sync``): a restarted process then searches as one that has run for a while. Cold,
 a quarter of a 10k-memory search's records were payload reads, ~0.3-0.5 ms a search for its
-first few hundred searches (docs/benchmarks.md).
+first few hundred searches (docs/benchmarks.md). At 100k memories a search read ~37 payloads
+and asked the engine for the neighbour turns, its index unfilled: 5.1 against 2.2 ms warm
+(adr/0182).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import numpy as np
 import qdrant_edge as qe
 
 from proxy.context.profiles import prepare as prepare_profiles
+from proxy.context.profiles import text_profile
 from proxy.context.records import Candidate, MemoryRecord
 from proxy.defaults import HYBRID, INLINE_SEARCH_MAX_POINTS
 from proxy.errors import ConfigError, StoreError
@@ -340,19 +343,23 @@ class EdgeStore:
 
     def _warm_sync(self) -> int:
         """Decode every memory into the record cache if they all fit, a page at a time, and
-        profile their texts for the assembler; each page is kept only if no write came while
-        it was read (``RecordCache.store``). A store larger than the cache is left to the
-        searches: which records they need is theirs to say. A failure here costs speed only:
-        it is logged and the warm-up stops."""
+        profile their texts for the assembler if those fit their memo; each page is kept only
+        if no write came while it was read (``RecordCache.store``). A store larger than the
+        cache is left to the searches: which records they need is theirs to say. A failure
+        here costs speed only: it is logged and the warm-up stops."""
         cache, merged, turns = self._records, self._counts.merged, self._turns
         kept, read_all = 0, False
         try:
+            points = self._reads.info().points_count
             if (
                 self._closed  # a rebuild submitted as the store closed (``_rebuild_turns``)
                 or not cache.max_entries
-                or self._reads.info().points_count > cache.max_entries
+                or points > cache.max_entries
             ):
                 return 0
+            # The texts' profiles only if they all fit their memo (smaller than the record
+            # cache, adr/0182): a larger store's pages, in id order, would push each other out.
+            profile = points <= text_profile.maxsize
             turns.start()  # the same read fills the dialog turns' index (edge_turns)
             offset: Any = None
             while not self._closed:
@@ -374,7 +381,8 @@ class EdgeStore:
                     kept += len(page)
                 # What the assembler derives from each text, ahead of its first request: a
                 # question meets ~15 memories no earlier one did (proxy/context/profiles.py).
-                prepare_profiles(page.values())
+                if profile:
+                    prepare_profiles(page.values())
                 if offset is None:
                     read_all = True
                     break

@@ -22,6 +22,7 @@ from proxy.context.words import (
     text_words,
     unambiguous,
 )
+from proxy.defaults import RECORD_CACHE_ENTRIES, TEXT_PROFILES_MEMOISED
 from tests.context.support import block_tokens
 
 NOW = datetime(2026, 1, 15, tzinfo=UTC)
@@ -134,5 +135,7 @@ def test_prepared_records_are_profiled_before_their_first_request() -> None:
     assert {m.id for m in result.candidates if m.overlap > 0} == {"a", "b"}
 
 
-def test_the_profile_memo_holds_what_the_record_cache_holds() -> None:
-    assert text_profile.cache_info().maxsize == words.TEXTS_MEMOISED
+def test_the_profile_memo_holds_its_own_default_not_the_record_caches() -> None:
+    # adr/0182: a profile costs ~3x a decoded record; the record cache grew, this memo did not.
+    assert text_profile.cache_info().maxsize == words.TEXTS_MEMOISED == TEXT_PROFILES_MEMOISED
+    assert TEXT_PROFILES_MEMOISED < RECORD_CACHE_ENTRIES

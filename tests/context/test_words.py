@@ -24,7 +24,7 @@ from proxy.context.words import (
     weighted_overlap,
     word_runs,
 )
-from proxy.defaults import RECORD_CACHE_ENTRIES
+from proxy.defaults import TEXT_PROFILES_MEMOISED
 
 
 @pytest.mark.parametrize(
@@ -137,10 +137,10 @@ def test_dedup_words_takes_the_match_set_of_ascii_text_without_control_character
     assert dedup_words(text) == frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
 
 
-def test_memoised_word_sets_last_as_long_as_cached_records() -> None:
-    # adr/0127: room for every record the store keeps decoded (a 10k-memory user's texts no
-    # longer cycle through 8,192 entries).
-    assert words.text_words.cache_info().maxsize == RECORD_CACHE_ENTRIES
+def test_memoised_word_sets_have_room_for_a_10k_memory_store() -> None:
+    # adr/0127: a 10k-memory user's texts no longer cycle through 8,192 entries; adr/0182 keeps
+    # the memo at 20k when the record cache grew.
+    assert words.text_words.cache_info().maxsize == TEXT_PROFILES_MEMOISED == 20_000
 
 
 def test_a_text_longer_than_the_memo_bound_is_not_kept() -> None:

@@ -30,6 +30,7 @@ from proxy.memory.edge_turns import DialogTurns
 from proxy.memory.filters import DIALOG_SOURCE
 from proxy.memory.near import search_then_turns
 from proxy.memory.points import DENSE_VECTOR, EXPIRES_KEY, EXPIRES_TS_KEY
+from proxy.memory.record_cache import RecordCache
 from proxy.memory.store import SearchQuery, TurnsQuery
 from tests.fakes.ticker import loop_ticks
 from tests.memory.support import record, vector_for, vectors_for
@@ -641,6 +642,30 @@ async def test_the_warm_up_profiles_every_text_for_the_assembler(tmp_path: Path)
         assert {f"note {i}" for i in range(30)} <= set(text_profile.entries)
     finally:
         await store.close()
+
+
+async def test_the_warm_up_leaves_the_profiles_of_a_store_larger_than_their_memo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adr/0182: the record cache holds more memories than the profiles' memo; a store between
+    the two is decoded and indexed, but its texts are left to the requests that meet them
+    (pages in id order would push each other out of the memo)."""
+    text_profile.cache_clear()
+    monkeypatch.setattr(text_profile, "maxsize", 20)
+    store = await reopened(tmp_path, 30)
+    try:
+        assert await store.warmed() == 30
+        assert len(store._records) == 30
+        assert not {f"note {i}" for i in range(30)} & set(text_profile.entries)
+    finally:
+        await store.close()
+        text_profile.cache_clear()
+
+
+def test_the_record_cache_holds_a_100k_memory_store() -> None:
+    """adr/0182: a one-tenant store of 100k real-text memories (82.5k points) warms up: its
+    searches read no payloads and its neighbour lookups use the dialog turns' index."""
+    assert RecordCache().max_entries >= 100_000 > text_profile.maxsize
 
 
 async def test_a_store_larger_than_its_record_cache_is_left_to_the_searches(
