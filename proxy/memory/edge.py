@@ -350,12 +350,12 @@ class EdgeStore:
         cache, merged, turns = self._records, self._counts.merged, self._turns
         kept, read_all = 0, False
         try:
+            # A rebuild submitted as the store closed (``_rebuild_turns``) reads nothing, not
+            # even the shard's size.
+            if self._closed or not cache.max_entries:
+                return 0
             points = self._reads.info().points_count
-            if (
-                self._closed  # a rebuild submitted as the store closed (``_rebuild_turns``)
-                or not cache.max_entries
-                or points > cache.max_entries
-            ):
+            if points > cache.max_entries:
                 return 0
             # The texts' profiles only if they all fit their memo (smaller than the record
             # cache, adr/0182): a larger store's pages, in id order, would push each other out.
