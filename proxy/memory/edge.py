@@ -231,6 +231,10 @@ class EdgeStore:
         # earlier one while the shard holds the later, and a turn missing there is never found.
         self._turn_writes = threading.Lock()
         self._warming: Future[int] | None = None
+        # A rebuild (a store thread) checks ``_closed`` and notes its future as ``_warming``
+        # under this; ``close`` (the loop) marks the store closed under it: so a rebuild
+        # submitted as the store closes is the ``_warming`` that ``close`` waits for.
+        self._warm_lock = threading.Lock()
         self._ids = ids
         # What decides whether a search runs on the loop (``edge_inline``): the calls on the
         # store's threads (one token each), the shard's size as a hopped search last read it,
@@ -399,12 +403,13 @@ class EdgeStore:
         full again each time, and once at a time. It runs as ``_warming``: ``close`` waits
         for it (it stops after its page), and searches hop meanwhile as during the warm-up.
         A store never warmed (``start_warm_up`` not called) is left to its warm-up."""
-        warming = self._warming
-        if warming is None or not warming.done() or self._closed:
-            return
-        if self._turns.take_rebuild():
-            with contextlib.suppress(RuntimeError):  # the store closed meanwhile: no rebuild
-                self._warming = self._executor.submit(self._warm_sync)
+        with self._warm_lock:
+            warming = self._warming
+            if warming is None or not warming.done() or self._closed:
+                return
+            if self._turns.take_rebuild():
+                with contextlib.suppress(RuntimeError):  # the executor stopped: no rebuild
+                    self._warming = self._executor.submit(self._warm_sync)
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         """Run a blocking shard call on the store's threads; the engine's failures are
@@ -1110,7 +1115,8 @@ class EdgeStore:
         running background index build's child process is killed and its copy dropped."""
         if self._closed:
             return
-        self._closed = True
+        with self._warm_lock:  # held by a rebuild only while it is submitted (microseconds)
+            self._closed = True
         await self.warmed()  # stops after the page it is reading
         await self._run(self._close_sync)
         self._executor.shutdown(wait=True)

@@ -4,6 +4,7 @@ failed write, and superseded turns leaving it."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -129,6 +130,56 @@ async def test_closing_waits_for_a_rebuild_and_stops_it(
     assert rebuild.result() == 0  # closed: nothing read, not even the shard's size
     assert reads == []
     assert not store._turns.complete
+
+
+async def test_a_rebuild_submitted_as_the_store_closes_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``close`` marking the store closed between a rebuild's submit and its being noted as
+    ``_warming`` still waits for it: the shard is not closed under the rebuild's read."""
+    store, _ = await dialog_store(tmp_path)
+    await store.warmed()
+    loop = asyncio.get_running_loop()
+    order: list[str] = []
+    shard_closing = threading.Event()
+    warm, close_sync = store._warm_sync, store._close_sync
+    submit, scroll = store._executor.submit, store._reads.scroll
+    closing: list[concurrent.futures.Future[None]] = []
+
+    def warm_then_note() -> int:
+        try:
+            return warm()
+        finally:
+            order.append("rebuild ended")
+
+    def close_then_note() -> None:
+        order.append("shard closing")
+        shard_closing.set()
+        close_sync()
+
+    def slow_scroll(request: Any) -> Any:  # a page read that a close may overtake
+        shard_closing.wait(0.5)
+        return scroll(request)
+
+    def submit_then_close(func: Any, *args: Any) -> Any:
+        future = submit(func, *args)
+        if func is warm_then_note and not closing:  # the rebuild, before it is noted
+            closing.append(asyncio.run_coroutine_threadsafe(store.close(), loop))
+            for _ in range(30):  # close runs as far as it can meanwhile
+                if store._closed:
+                    break
+                threading.Event().wait(0.01)
+        return future
+
+    monkeypatch.setattr(store, "_warm_sync", warm_then_note)
+    monkeypatch.setattr(store, "_close_sync", close_then_note)
+    await failed_write(store, monkeypatch)
+    monkeypatch.setattr(store._reads, "scroll", slow_scroll)
+    monkeypatch.setattr(store._executor, "submit", submit_then_close)
+    await a_note(store)
+    assert closing
+    await asyncio.wrap_future(closing[0])
+    assert order == ["rebuild ended", "shard closing"]
 
 
 async def test_a_write_failing_during_a_rebuild_starts_another_after_it(
