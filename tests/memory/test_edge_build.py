@@ -21,6 +21,7 @@ from typing import ClassVar
 import pytest
 import qdrant_edge as qe
 
+from proxy.context.records import MemoryRecord
 from proxy.errors import StoreError
 from proxy.memory import edge_build, edge_maintenance
 from proxy.memory.edge import SHARD_DIR, EdgeStore
@@ -90,12 +91,7 @@ async def test_a_build_keeps_every_write_made_during_it(
 ) -> None:
     store = await build_started(tmp_path)
     try:
-        later = [record(f"late{i}", content=f"later note {i}") for i in range(150)]
-        for i in range(0, len(later), 10):  # more updates than the swap replays under its lock
-            await store.add(later[i : i + 10], vectors_for(later[i : i + 10], DIMS))
-        assert await store.delete("t1", "m0")
-        assert await store.set_usefulness("t1", "m1", 0.9) is not None
-        assert await store.supersede("t1", "m2", "late0") is not None
+        later = await write_during_the_build(store)
         held.release.set()
         await build_ended(tmp_path)
         assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"  # swapped in
@@ -110,6 +106,17 @@ async def test_a_build_keeps_every_write_made_during_it(
         await expect_every_write(reopened, len(later))
     finally:
         await reopened.close()
+
+
+async def write_during_the_build(store: EdgeStore) -> list[MemoryRecord]:
+    """Adds, a delete, a rating and a supersession while the build runs; the adds returned."""
+    later = [record(f"late{i}", content=f"later note {i}") for i in range(150)]
+    for i in range(0, len(later), 10):  # more updates than the swap replays under its lock
+        await store.add(later[i : i + 10], vectors_for(later[i : i + 10], DIMS))
+    assert await store.delete("t1", "m0")
+    assert await store.set_usefulness("t1", "m1", 0.9) is not None
+    assert await store.supersede("t1", "m2", "late0") is not None
+    return later
 
 
 async def expect_every_write(store: EdgeStore, later: int) -> None:
@@ -570,6 +577,21 @@ class CountingFlushes:
         return getattr(self._shard, name)
 
 
+def count_built_flushes(monkeypatch: pytest.MonkeyPatch) -> list[CountingFlushes]:
+    """Each shard the swap loads from here on, counting its flushes (in load order)."""
+    built: list[CountingFlushes] = []
+    load = qe.EdgeShard.load
+
+    def loaded(path: str) -> CountingFlushes:
+        built.append(CountingFlushes(load(path)))
+        return built[-1]
+
+    monkeypatch.setattr(
+        edge_maintenance, "qe", SimpleNamespace(EdgeShard=SimpleNamespace(load=loaded))
+    )
+    return built
+
+
 async def test_writes_replayed_into_the_new_shard_are_flushed_when_due(
     tmp_path: Path, held: type[HeldBuild], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -583,16 +605,7 @@ async def test_writes_replayed_into_the_new_shard_are_flushed_when_due(
         # The old shard persists them: the count of unflushed points is back to 0, but the
         # copy holds them only once replayed, in its WAL.
         await store.flush()
-        built: list[CountingFlushes] = []
-        load = qe.EdgeShard.load
-
-        def loaded(path: str) -> CountingFlushes:
-            built.append(CountingFlushes(load(path)))
-            return built[-1]
-
-        monkeypatch.setattr(
-            edge_maintenance, "qe", SimpleNamespace(EdgeShard=SimpleNamespace(load=loaded))
-        )
+        built = count_built_flushes(monkeypatch)
         maintenance.flush_policy = replace(never, max_age_s=0.0)  # any unflushed point is due
         held.release.set()
         await build_ended(tmp_path)
@@ -643,26 +656,12 @@ async def test_a_build_of_a_never_flushed_replica_swaps_in_with_every_write(
     store = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=POINTS, persistent=False)
     copied = CountingFlushes(store._shard)
     store._shard = copied  # type: ignore[assignment]
-    built: list[CountingFlushes] = []
-    load = qe.EdgeShard.load
-
-    def loaded(path: str) -> CountingFlushes:
-        built.append(CountingFlushes(load(path)))
-        return built[-1]
-
-    monkeypatch.setattr(
-        edge_maintenance, "qe", SimpleNamespace(EdgeShard=SimpleNamespace(load=loaded))
-    )
+    built = count_built_flushes(monkeypatch)
     try:
         first = [record(f"m{i}", content=f"note {i}") for i in range(POINTS)]
         await store.add(first, vectors_for(first, DIMS))
         assert await asyncio.to_thread(held.copied.wait, SAFETY_S)
-        later = [record(f"late{i}", content=f"later note {i}") for i in range(150)]
-        for i in range(0, len(later), 10):
-            await store.add(later[i : i + 10], vectors_for(later[i : i + 10], DIMS))
-        assert await store.delete("t1", "m0")
-        assert await store.set_usefulness("t1", "m1", 0.9) is not None
-        assert await store.supersede("t1", "m2", "late0") is not None
+        later = await write_during_the_build(store)
         held.release.set()
         await build_ended(tmp_path)
         assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"  # swapped in
