@@ -478,7 +478,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0, help="per cell and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--memories", type=int, default=10_000, help="end-to-end store size")
-    parser.add_argument("--sizes", default="1000,10000,100000", help="part 2 store sizes")
+    parser.add_argument(
+        "--sizes",
+        default="1000,10000,100000",
+        help='part 2 store sizes ("" for none: end to end only)',
+    )
     parser.add_argument("--requests", type=int, default=300, help="part 2 requests per size")
     parser.add_argument(
         "--top-k",
@@ -562,17 +566,18 @@ def main() -> None:
             print(line)
         for name, size in STORE_SIZES.items():
             print(f"INFO {name}: {size:,} memories in the store after the run")
-    columns = (
-        ["text", "memories", "top_k"]
-        + [
-            f"{stage}_{q}"
-            for stage in STAGES
-            for q in ("p50", "p99")
-            if f"{stage}_{q}" in stage_rows[0]
-        ]
-        + ["injected", "degraded"]
-    )
-    print(stats.format_table(stage_rows, columns))
+    if stage_rows:  # none with ``--sizes ""``: end to end only
+        columns = (
+            ["text", "memories", "top_k"]
+            + [
+                f"{stage}_{q}"
+                for stage in STAGES
+                for q in ("p50", "p99")
+                if f"{stage}_{q}" in stage_rows[0]
+            ]
+            + ["injected", "degraded"]
+        )
+        print(stats.format_table(stage_rows, columns))
     if args.json:
         print(json.dumps({"end_to_end": e2e_rows, "stages": stage_rows}, indent=2))
     if any(row["errors"] for row in e2e_rows):

@@ -110,6 +110,23 @@ async def test_a_small_idle_stores_search_runs_on_the_loop_with_the_same_results
         await store.close()
 
 
+async def test_a_100k_store_the_record_cache_holds_searches_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound covers every store the default record cache holds whole (adr/0185): a shard
+    read at 100k points searches on the loop's thread, as a 10k one does."""
+    store, query = await alone_store(tmp_path)
+    threads = record_threads(store, monkeypatch)
+    try:
+        await store.search_near("t1", query, 1, 90.0)  # hops, reads the size
+        store._points = 100_000  # as a hopped search reads a 100k-memory store's
+        await store.search_near("t1", query, 1, 90.0)
+        assert threads[0].startswith("edge-store")
+        assert threads[1] == threading.current_thread().name
+    finally:
+        await store.close()
+
+
 @pytest.mark.parametrize("lock", ["handles", "records", "turns", "counts"])
 async def test_a_lock_another_thread_holds_sends_the_search_to_a_store_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lock: str
