@@ -80,6 +80,11 @@ FLUSH_MAX_AGE_S = 30.0
 # ...but not sooner than this after a failed flush (a full disk): its points count as unflushed
 # again, so without a wait every write would start another flush that fails.
 FLUSH_RETRY_S = 10.0
+# A worker's replica flushes nothing (adr/0179), and only a flush or a build's swap drops the
+# WAL's closed 32 MB segments: past this many writes since its last copy, a replica starts a
+# background build to cut its WAL (adr/0184). A payload update takes 87 bytes (a vote: 350k
+# fill about one segment); adds start a build at ``OPTIMIZE_AFTER_POINTS`` long before.
+REPLICA_WAL_CUT_WRITES = 350_000
 COUNT_FLUSH_S = 5.0  # retrieval counts are summed and written this often (adr/0082)
 CACHE_TIMEOUT_MS = 10.0  # one cache call's deadline on the request path
 

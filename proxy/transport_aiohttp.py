@@ -46,6 +46,7 @@ READ_BUFSIZE = 2**16
 TIMEOUT_CEIL_S = 5.0
 # A request's timer: the session has no total timeout (``proxy/upstream.py`` applies them).
 NO_TIMER = TimerNoop()
+SHUTTING_DOWN = "The upstream client is closed: memproxy is shutting down."
 
 
 def header_text(value: bytes) -> str:
@@ -213,7 +214,8 @@ class AiohttpTransport:
         ``ClientSession.request``'s steps that memproxy uses, in its order: connect (bounded by
         ``timeouts.connect``), set the response parser's bounds, send, read the head; an
         idempotent request whose connection breaks before the head is sent once more, as aiohttp
-        does (pooled or new: it does not tell them apart; a failed connect is not resent).
+        does (pooled or new: it does not tell them apart; a failed connect is not resent), unless
+        the client is closing: a connection that breaks then is ``SHUTTING_DOWN``, never resent.
         """
         session, connector = self._session, self._connector
         if session is None or connector is None:
@@ -221,7 +223,7 @@ class AiohttpTransport:
         if connector.closed:
             # The lifespan is closing the session (its connections are being let go): say so,
             # rather than the connector's bare "Connector is closed" as an unreachable upstream.
-            raise UpstreamError("The upstream client is closed: memproxy is shutting down.")
+            raise UpstreamError(SHUTTING_DOWN)
         method = method.upper()
         retry = method in IDEMPOTENT_METHODS
         while True:
@@ -261,7 +263,11 @@ class AiohttpTransport:
                 except BaseException:
                     connection.close()
                     raise
-            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
+                if connector.closed:
+                    # Closing the connector closed this connection: no resend (it would open a
+                    # new connection only to be refused), and no unreachable upstream either.
+                    raise UpstreamError(SHUTTING_DOWN) from exc
                 # Mostly a pooled connection the upstream had closed: aiohttp's own retry.
                 if not retry:
                     raise

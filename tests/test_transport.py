@@ -31,6 +31,7 @@ from proxy.upstream import TRANSPORTS, UpstreamClient, UpstreamResponse
 from tests.fakes.scripted import (
     OK_HEAD,
     EndlessHead,
+    Handler,
     Server,
     forward_proxy,
     keep_alive_json,
@@ -397,6 +398,50 @@ async def test_only_an_idempotent_request_is_resent_on_a_dropped_pooled_connecti
             assert caught.value.status == 502
     assert server.connections == (2 if method == "GET" else 1)
     assert len(server.requests) == (3 if method == "GET" else 2)
+
+
+def answered_once_then_held(held: asyncio.Event) -> Handler:
+    """A handler answering a connection's first request and holding its second unanswered
+    (``held`` set once it is in) until the client hangs up: a request in flight at shutdown."""
+
+    async def handler(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: Server
+    ) -> None:
+        if await server.read_request(reader) is not None:
+            writer.write(OK_HEAD + b"content-length: 2\r\n\r\nok")
+            await writer.drain()
+            if await server.read_request(reader) is not None:
+                held.set()
+                await reader.read()
+
+    return handler
+
+
+@pytest.mark.parametrize(("method", "body"), [("GET", b""), ("POST", b"{}")])
+async def test_a_request_broken_by_the_client_closing_is_502_saying_so(
+    kind: str, method: str, body: bytes
+) -> None:
+    """Closing the client breaks a request in flight on a pooled connection: a GET is not
+    resent on a new connection, and neither it nor a POST reads as an unreachable upstream."""
+    held = asyncio.Event()
+    async with serving(answered_once_then_held(held)) as server:
+        client = UpstreamClient(
+            UpstreamSettings(url=server.origin + "/v1", client=kind),  # type: ignore[arg-type]
+            environ={},
+        )
+        await client.start()
+        first = await send(client, method, "/models", body)
+        assert await first.read() == b"ok"
+        first.close()
+        pending = asyncio.ensure_future(send(client, method, "/models", body))
+        await held.wait()
+        closing = asyncio.create_task(client.close())
+        with pytest.raises(UpstreamError) as caught:
+            await pending
+        await closing
+    assert caught.value.status == 502
+    assert caught.value.message == "The upstream client is closed: memproxy is shutting down."
+    assert server.connections == 1
 
 
 async def by_path(

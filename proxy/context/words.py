@@ -21,6 +21,7 @@ import string
 from collections import Counter
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
+from threading import Lock
 from typing import Generic, NamedTuple, TypeVar
 
 from proxy.defaults import TEXT_PROFILES_MEMOISED
@@ -63,6 +64,7 @@ class TextMemo(Generic[R]):
         self.max_chars = MEMO_CHARS if max_chars is None else max_chars
         self.text_chars = MEMO_TEXT_CHARS if text_chars is None else text_chars
         self.entries: dict[str, R] = {}
+        self._lock = Lock()
         self.chars = 0
         self.hits = 0
         self.misses = 0
@@ -82,26 +84,18 @@ class TextMemo(Generic[R]):
         if size > self.text_chars:
             return value
         # The event loop, the offloaded engine (``Offloader``) and the record cache's warm-up
-        # thread share the memo, and this module takes no lock (pure engine). So each change to
-        # ``entries`` is one dict call, atomic under the GIL, and only the thread whose call made
-        # it counts the characters: a check, then a store, counted a text twice when another
-        # thread stored it in between, and a count drifted up made every add evict everything.
-        # One race can still count twice (two threads storing one text whose value is a shared
-        # constant, e.g. the empty set of a text without words); a count that says more than an
-        # emptied memo holds starts again from 0.
-        entries = self.entries
-        if text in entries or entries.setdefault(text, value) is not value:
-            return value  # stored already, or by another thread meanwhile
-        self.chars += size
-        while len(entries) > self.maxsize or self.chars > self.max_chars:
-            try:
+        # thread share the memo. Lookups take no lock (one dict read each); a store does, with
+        # the count and the evictions it makes (adr/0183): unlocked, ``chars += size`` is a read,
+        # an add and a write, and another thread's update falling between them is lost.
+        with self._lock:
+            entries = self.entries
+            if text in entries:
+                return value  # stored by another thread meanwhile
+            entries[text] = value
+            self.chars += size
+            while len(entries) > self.maxsize or self.chars > self.max_chars:
                 oldest = next(iter(entries))
-            except StopIteration:
-                self.chars = 0
-                break
-            except RuntimeError:  # changed by another thread: its add evicts
-                break
-            if entries.pop(oldest, None) is not None:  # not dropped by another thread first
+                del entries[oldest]
                 self.chars -= len(oldest)
         return value
 
@@ -123,8 +117,9 @@ class TextMemo(Generic[R]):
 
     def cache_clear(self) -> None:
         """Forget every entry and the counters."""
-        self.entries.clear()
-        self.chars = self.hits = self.misses = 0
+        with self._lock:
+            self.entries.clear()
+            self.chars = self.hits = self.misses = 0
 
 
 WORD = re.compile(r"[^\W_]+")

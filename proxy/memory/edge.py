@@ -45,7 +45,7 @@ import qdrant_edge as qe
 from proxy.context.profiles import prepare as prepare_profiles
 from proxy.context.profiles import text_profile
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.defaults import HYBRID, INLINE_SEARCH_MAX_POINTS
+from proxy.defaults import HYBRID, INLINE_SEARCH_MAX_POINTS, REPLICA_WAL_CUT_WRITES
 from proxy.errors import ConfigError, StoreError
 from proxy.handoff import run_on
 from proxy.memory import lexical
@@ -215,6 +215,8 @@ class EdgeStore:
             path=path,
             unindexed=unindexed,
             background_flushes=persistent,
+            # No flush cuts a replica's WAL: a build's swap does (adr/0184).
+            wal_cut_after=None if persistent else REPLICA_WAL_CUT_WRITES,
         )
         self._reads = ShardReads(self._maintenance)  # every read: a swap never closes its shard
         self._closed = False

@@ -13,7 +13,8 @@ persists), so flushes are rationed by writes rather than run every few seconds (
 build (seconds to minutes) in a child process (adr/0153, ``edge_build``): the engine holds the
 GIL for the whole build, which on a thread here froze the event loop for 8-11 s at 10k memories.
 A store whose files are deleted unread (a worker's replica) starts no flush by itself at all
-(``background_flushes``, adr/0179).
+(``background_flushes``, adr/0179); its WAL keeps every segment until a build's swap, so it
+starts a build after ``wal_cut_after`` writes of any kind since its last copy (adr/0184).
 
 A background build copies the shard (writes wait for the copy), records every update from
 then on (``update``: every write of the store goes through it), and when the child is done
@@ -192,8 +193,11 @@ class ShardMaintenance:
         unindexed: int = 0,
         flush_policy: FlushPolicy | None = None,
         background_flushes: bool = True,
+        wal_cut_after: int | None = None,
     ) -> None:
         self.optimize_after = optimize_after
+        # Writes (updates of any kind) after which a build starts to cut the WAL; None: never.
+        self.wal_cut_after = wal_cut_after
         # False: no flush starts by itself (a replica deleted at close, adr/0179); an explicit
         # ``flush`` still runs.
         self.background_flushes = background_flushes
@@ -223,6 +227,7 @@ class ShardMaintenance:
         self._flushing = False
         self._unindexed = unindexed
         self._unflushed = 0  # points written since the last flush started
+        self._uncut = 0  # updates since the last build's copy (``wal_cut_after``)
         self._last_write = time.monotonic()
         self._first_unflushed = self._last_write  # when the oldest unflushed point came
         self._quiet: Timer | None = None  # checks for a pause in the writes
@@ -259,6 +264,21 @@ class ShardMaintenance:
                 self._recorded_points += points
                 if self._recorded_points > RECORD_LIMIT_POINTS:
                     self._abandon()
+        if self.wal_cut_after is not None:
+            self._count_uncut()
+
+    def _count_uncut(self) -> None:
+        """Note one more update in the WAL; start a build that cuts it once due. Payload
+        updates and deletes never reach ``after_write``'s count of unindexed points."""
+        assert self.wal_cut_after is not None
+        with self._lock:
+            self._uncut += 1
+            build = self._uncut >= self.wal_cut_after and not self._optimizing
+            build = build and time.monotonic() >= self._retry_at and not self._stopping.is_set()
+            if build:
+                self._optimizing = True
+        if build:
+            self._start_build()
 
     def _abandon(self) -> None:
         """Drop the record and kill the child (the caller holds the write lock)."""
@@ -433,6 +453,8 @@ class ShardMaintenance:
             with self._writes, self._files:
                 child.copy(COPY_TIMEOUT_S)
                 self._recorded, self._recorded_points, self._abandoned = [], 0, False
+                with self._lock:
+                    self._uncut = 0  # the built copy's WAL is cut; what comes next is replayed
             phases.append(time.monotonic())
             try:
                 child.built(BUILD_TIMEOUT_S + BUILD_TIMEOUT_PER_POINT_S * points)

@@ -43,6 +43,9 @@ FORBIDDEN_IMPORTS = frozenset(
         "urllib",
     }
 )
+# What an engine module may take from a forbidden module: a lock guards a memo shared by the
+# threads that run the engine (adr/0183) and starts none.
+ALLOWED_NAMES = frozenset({("threading", "Lock")})
 # The error hierarchy, and the one home of shared defaults (plain constants, no I/O).
 ALLOWED_PROXY = frozenset({"proxy.errors", "proxy.defaults"})
 # Calls that read the clock, the environment or files.
@@ -52,13 +55,15 @@ FORBIDDEN_CALLS = frozenset(
 
 
 def imports_of(tree: ast.AST) -> list[str]:
-    """Every module an AST imports (absolute names)."""
+    """Every module an AST imports (absolute names), but for the ``ALLOWED_NAMES`` it takes."""
     names: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
-            names.append(node.module)
+            module = node.module
+            if any((module, alias.name) not in ALLOWED_NAMES for alias in node.names):
+                names.append(module)
     return names
 
 

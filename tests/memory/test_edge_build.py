@@ -23,7 +23,7 @@ import qdrant_edge as qe
 
 from proxy.context.records import MemoryRecord
 from proxy.errors import StoreError
-from proxy.memory import edge_build, edge_maintenance
+from proxy.memory import edge, edge_build, edge_maintenance
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.edge_build import copy_sparse
 from proxy.memory.edge_maintenance import unindexed_points
@@ -672,4 +672,32 @@ async def test_a_build_of_a_never_flushed_replica_swaps_in_with_every_write(
         assert [shard.flushes for shard in built] == [0]  # nor are the replayed writes
     finally:
         monkeypatch.undo()
+        await store.close()
+
+
+async def test_a_replica_cuts_its_wal_with_a_build_after_so_many_writes(
+    tmp_path: Path, held: type[HeldBuild], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica never flushes and its votes add no unindexed points: past
+    ``REPLICA_WAL_CUT_WRITES`` writes since its last copy a build starts, whose flushed copy
+    swaps in with a cut WAL (adr/0184); the writes after the copy count toward the next."""
+    monkeypatch.setattr(edge, "REPLICA_WAL_CUT_WRITES", 12)
+    store = await EdgeStore.open(tmp_path, dimensions=DIMS, optimize_after=None, persistent=False)
+    try:
+        first = [record(f"m{i}", content=f"note {i}") for i in range(10)]
+        await store.add(first, vectors_for(first, DIMS))  # one write
+        for i in range(11):
+            assert await store.set_usefulness("t1", f"m{i % 10}", 0.5) is not None
+        assert await asyncio.to_thread(held.copied.wait, SAFETY_S)
+        for i in range(3):
+            assert await store.set_usefulness("t1", f"m{i}", 0.9) is not None
+        held.release.set()
+        await build_ended(tmp_path)
+        assert os.readlink(tmp_path / SHARD_DIR) == f"{SHARD_DIR}.g1"  # swapped in
+        assert len(held.started) == 1
+        assert store._maintenance._uncut == 3
+        useful = await store.get("t1", "m2")
+        assert useful is not None
+        assert useful.usefulness == 0.9
+    finally:
         await store.close()

@@ -400,3 +400,33 @@ def test_an_explicit_flush_runs_without_background_flushes() -> None:
     maintenance.flush()
     maintenance.close()
     assert shard.flushes == 1
+
+
+@pytest.mark.parametrize(
+    ("wal_cut_after", "updates", "builds"),
+    [
+        (None, 50, 0),  # a store of its own: its flushes cut the WAL
+        (10, 9, 0),
+        (10, 10, 1),
+        (10, 25, 1),  # one build however far past the count
+    ],
+)
+def test_a_replica_starts_a_build_after_so_many_updates(
+    wal_cut_after: int | None, updates: int, builds: int
+) -> None:
+    """A replica flushes nothing and its payload updates and deletes add no unindexed points:
+    only a build's swap cuts its WAL, so updates of any kind start one (adr/0184)."""
+    shard = RecordingShard()
+    shard.release.clear()  # a build started runs until every update is in
+    maintenance = ShardMaintenance(
+        shard,  # type: ignore[arg-type]
+        None,
+        background_flushes=False,
+        wal_cut_after=wal_cut_after,
+    )
+    for n in range(updates):
+        maintenance.update(n)  # type: ignore[arg-type]
+    shard.release.set()
+    maintenance.close()
+    assert shard.builds == builds
+    assert shard.flushes == 0
