@@ -10,6 +10,7 @@ directory: its files, their apparent and allocated sizes, and the bytes its segm
 to each one's last non-zero byte), and the replica's shard generation (a build's swap makes a
 new one: ``REPLICA_WAL_CUT_WRITES`` writes start one, adr/0184).
 
+    .venv/bin/python bench/replica_wal.py --smoke      # seconds, for CI
     .venv/bin/python bench/replica_wal.py --memories 10000 --writes 100000 --rounds 5
 """
 
@@ -143,7 +144,11 @@ def cli() -> None:
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--writes", type=int, default=100_000, help="payload updates a round")
     parser.add_argument("--rounds", type=int, default=5)
-    asyncio.run(main(parser.parse_args()))
+    parser.add_argument("--smoke", action="store_true", help="tiny run for CI")
+    args = parser.parse_args()
+    if args.smoke:
+        args.memories, args.writes, args.rounds = 300, 500, 1
+    asyncio.run(main(args))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ trees interleaved over ``--rounds``:
 Best of a few passes each (ns a text). The machine is shared: compare trees within one run.
 
     git -C /work/main archive main | tar -x -C /tmp/memproxy-before
+    .venv/bin/python bench/text_memo.py --smoke                         # CI
     .venv/bin/python bench/text_memo.py --baseline-tree /tmp/memproxy-before
 """
 
@@ -74,7 +75,10 @@ def main() -> None:
     parser.add_argument("--baseline-tree", help="a tree to compare with, interleaved")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help="tiny run for CI")
     args = parser.parse_args()
+    if args.smoke:
+        args.texts, args.entries, args.rounds = 300, 100, 1
     if args.worker:
         print(json.dumps(measure(args)))
         return
