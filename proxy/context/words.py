@@ -311,7 +311,8 @@ def split_dedup_words(text: str, match_words: frozenset[str] | None = None) -> f
     ``match_words``: the text's ``split_text_words``, if the caller has it.
     """
     if text.isascii():
-        if ASCII_DEDUP_ONLY.search(text) is None:
+        # Those characters are controls: a printable text (most) has none, known in one C pass.
+        if text.isprintable() or ASCII_DEDUP_ONLY.search(text) is None:
             return text_words(text) if match_words is None else match_words
         return frozenset(text.encode().translate(ASCII_FOLD).decode().split())
     return frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
@@ -362,23 +363,33 @@ def query_forms(
 
 # A word's bases (``match_bases``): the word less one suffix ``query_forms`` adds, never empty.
 # -ing, -ed and -s end a word in different letters, so a word has at most one of them, and -es
-# besides when it ends in -s.
-ONE_SUFFIX = re.compile(r"\b(\S+)(?:ing|ed|s)\b")
-ES_SUFFIX = re.compile(r"\b(\S+)es\b")
+# besides when it ends in -s. The patterns read the words spelt backwards, each after a space:
+# there a suffix is a literal just after a space and the base is the rest of the word, so a
+# match is one pass over the word. Forwards (``\b(\S+)(?:ing|ed|s)\b``) each word was matched
+# whole and given back letter by letter to look for a suffix: 10.4 us of a real text's ~18.5 us
+# profile, 4.4 us backwards, for each text a request meets for the first time.
+BACKWARDS_SUFFIX = re.compile(r" (?:s|de|gni)(\S+)")
+BACKWARDS_ES = re.compile(r" se(\S+)")
 
 
 def match_bases(words: frozenset[str]) -> frozenset[str]:
     """Every query word some text word is a form of: each of ``words`` and, stemmed matching,
     each one less one of the suffixes ``query_forms`` adds (-ing, -ed, -es, -s), when some
-    letter is left.
+    letter is left. ``words`` have no whitespace (``word_runs``' have none).
 
     ``w in match_bases(words)`` exactly when ``w + e in words`` for an ending ``e`` of
     ``MATCH_SUFFIXES``: with query words no form of which is another's (``unambiguous``), the
     words a text finds are ``query_words & match_bases(text_words(text))``, one set operation
-    in C probing the few query words instead of their forms (``profiles.py``).
+    in C probing the few query words instead of their forms (``profiles.py``). Without a
+    suffix to strip it is ``words`` itself, not a copy.
     """
-    joined = " ".join(words)
-    return words.union(ONE_SUFFIX.findall(joined), ES_SUFFIX.findall(joined))
+    backwards = " " + " ".join(words)[::-1]
+    found = BACKWARDS_SUFFIX.findall(backwards)
+    if not found:  # a word ending in -es ends in -s too
+        return words
+    if " se" in backwards:
+        found += BACKWARDS_ES.findall(backwards)
+    return words.union(" ".join(found)[::-1].split())
 
 
 def unambiguous(query_words: frozenset[str], forms: frozenset[str], *, stemmed: bool) -> bool:

@@ -137,6 +137,12 @@ def test_dedup_words_takes_the_match_set_of_ascii_text_without_control_character
     assert dedup_words(text) == frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
 
 
+def test_the_characters_only_dedup_keeps_in_a_word_are_never_printable() -> None:
+    # ``split_dedup_words`` takes a printable ASCII text's match set without searching for them.
+    assert words.ASCII_DEDUP_ONLY_CHARS
+    assert not any(c.isprintable() for c in words.ASCII_DEDUP_ONLY_CHARS)
+
+
 def test_memoised_word_sets_have_room_for_a_10k_memory_store() -> None:
     # adr/0127: a 10k-memory user's texts no longer cycle through 8,192 entries; adr/0182 keeps
     # the memo at 20k when the record cache grew.
