@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 
 import pytest
@@ -184,6 +185,17 @@ def test_the_oldest_texts_leave_when_the_characters_run_out() -> None:
     memo = words.TextMemo(words.split_text_words, maxsize=1)
     memo.each(["one", "two"])
     assert list(memo.entries) == ["two"]
+
+
+def test_the_oldest_text_leaves_in_one_step() -> None:
+    # A plain dict's first entry is found by scanning past every entry removed before it: ~8-15
+    # us an add once the memo is full, as it is at 100k memories for each text a request meets
+    # first. An ``OrderedDict`` hands its oldest entry out at once (``popitem(last=False)``).
+    memo = words.TextMemo(words.split_text_words, maxsize=2)
+    assert isinstance(memo.entries, OrderedDict)
+    memo.each(["one", "two", "three", "two", "four"])
+    assert list(memo.entries) == ["three", "four"]
+    assert memo.chars == len("three") + len("four")
 
 
 @given(st.lists(st.sampled_from(["a b", "b c", "c", "d e f", "é f"]), max_size=12))
