@@ -18,6 +18,9 @@ Two worker processes, one per tree, each importing its own tree's engine:
    met them; every call is one sample. Outputs compared per call: block, injected ids and the
    explain figures. ``--cpu`` times each worker's thread CPU instead of the wall clock (on a
    shared machine, what others' load does not stretch); ``--only retrieved`` times that alone.
+   ``--prepared`` profiles every memory text of the calls before each pass, as the embedded
+   store's warm-up does for a store its memos hold (``profiles.prepare``): what a request of
+   a 10k-memory store costs, where the emptied memos stand for a store larger than them.
 
     git archive <commit> | tar -x -C /tmp/engine-before
     .venv/bin/python bench/context_pair.py --baseline-tree /tmp/engine-before
@@ -418,11 +421,21 @@ def retrieved_digests(engine: Engine, calls: list[Callable[[Any], Any]]) -> dict
     return out
 
 
+def prepare_texts(calls: list[Callable[[Any], Any]]) -> None:
+    """Profile the memory texts of ``calls`` as the embedded store's warm-up does."""
+    from proxy.context.profiles import prepare
+
+    prepare(candidate.record for call in calls for candidate in call.keywords["pool"])  # type: ignore[attr-defined]
+
+
 def replay(
-    engine: Engine, calls: list[Callable[[Any], Any]], clock: Callable[[], float]
+    engine: Engine, calls: list[Callable[[Any], Any]], clock: Callable[[], float], prepared: bool
 ) -> list[float]:
-    """Every call in request order on emptied memos and a new line memo: seconds per call."""
+    """Every call in request order on emptied memos (their texts profiled first when
+    ``prepared``) and a new line memo: seconds per call."""
     forget_memos()
+    if prepared:
+        prepare_texts(calls)
     tokens = engine.assemble_kwargs("o200k_base", True)["tokens"]
     samples = []
     for call in calls:
@@ -432,7 +445,7 @@ def replay(
     return samples
 
 
-def worker(tree: Path, cases: int, retrieved: Path | None, cpu: bool) -> None:
+def worker(tree: Path, cases: int, retrieved: Path | None, cpu: bool, prepared: bool) -> None:
     """Serve one tree: print output digests, then time ``name count`` requests from stdin."""
     sys.path.insert(0, str(tree))
     engine = Engine()
@@ -450,7 +463,7 @@ def worker(tree: Path, cases: int, retrieved: Path | None, cpu: bool) -> None:
         name, count = line.rsplit(" ", 1)
         samples = []
         if name == RETRIEVED:  # one pass over the calls is one batch; a sample per call
-            samples = replay(engine, calls, clock)
+            samples = replay(engine, calls, clock, prepared)
         else:
             action = actions[name]
             for _ in range(int(count)):
@@ -482,6 +495,11 @@ def main() -> None:
     parser.add_argument(
         "--cpu", action="store_true", help="time the workers' CPU, not the wall (a busy machine)"
     )
+    parser.add_argument(
+        "--prepared",
+        action="store_true",
+        help="replay with the calls' texts profiled first (a store within the memos)",
+    )
     parser.add_argument("--only", default="", help="time only the measures whose name has this")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument(
@@ -491,7 +509,7 @@ def main() -> None:
     if args.smoke:
         args.rounds, args.batch, args.cases = 2, 3, 6
     if args.worker:
-        worker(args.worker, args.cases, args.calls, args.cpu)
+        worker(args.worker, args.cases, args.calls, args.cpu, args.prepared)
         return
     env = {**os.environ, "PYTHONHASHSEED": HASH_SEED}
     trees = {"baseline": args.baseline_tree.resolve(), "this": ROOT}
@@ -506,6 +524,7 @@ def main() -> None:
         argv += ["--cases", str(args.cases)]
         argv += ["--calls", str(calls_file)] if calls_file is not None else []
         argv += ["--cpu"] if args.cpu else []
+        argv += ["--prepared"] if args.prepared else []
         workers[label] = subprocess.Popen(
             argv, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )

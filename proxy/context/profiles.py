@@ -8,9 +8,10 @@ kept together in one memo, so a request looks a text up once.
 
 A question brings memories no earlier one did: on a 10k-memory store of real text, ~15 of a
 request's 50-70 candidates were met for the first time even after 400 requests (7,089 of
-the 10,000 met by then), each costing ~20 us to profile on the request path. ``prepare``
-profiles records ahead of their first request; the embedded store calls it on the records it
-decodes while warming its record cache, so a store that fits that cache and this memo
+the 10,000 met by then), each costing ~20 us to profile on the request path (~12 since the
+match bases are found backwards, docs/benchmarks.md). ``prepare`` profiles records ahead of
+their first request; the embedded store calls it on the records it decodes while warming its
+record cache, so a store that fits that cache and this memo
 (``words.TEXTS_MEMOISED``, smaller than the record cache: adr/0182) has every text profiled
 before it is searched.
 """

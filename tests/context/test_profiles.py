@@ -62,6 +62,26 @@ def test_a_word_is_a_base_exactly_when_one_of_its_forms_is_a_text_word(
     assert (word in match_bases(text)) == any(word + end in text for end in MATCH_SUFFIXES)
 
 
+@given(
+    st.frozensets(
+        st.text(st.sampled_from("sedging") | st.characters(), min_size=1, max_size=7).filter(
+            lambda w: w.split() == [w]  # no whitespace, as ``word_runs``' words
+        ),
+        max_size=12,
+    )
+)
+def test_match_bases_strip_each_suffix_from_any_words(text: frozenset[str]) -> None:
+    # Backwards, a suffix follows a space whatever the word's characters; the old forward
+    # ``\b...\b`` pattern gave no base for a word starting with punctuation ("-s").
+    stripped = {w[: -len(end)] for w in text for end in MATCH_SUFFIXES[1:] if w.endswith(end)}
+    assert match_bases(text) == text | (stripped - {""})
+
+
+def test_match_bases_without_a_suffix_are_the_words_themselves() -> None:
+    found = frozenset({"park", "beach", "went"})
+    assert match_bases(found) is found  # no copy kept beside the words
+
+
 @pytest.mark.parametrize(
     ("text", "bases"),
     [
@@ -70,6 +90,7 @@ def test_a_word_is_a_base_exactly_when_one_of_its_forms_is_a_text_word(
         ("testing tested", {"testing", "test", "tested"}),
         ("s es ing ed", {"s", "es", "e", "ing", "ed"}),  # never an empty base
         ("class", {"class", "clas"}),  # forms add -s blindly, so the base strips it blindly
+        ("-s :ed", {"-s", "-", ":ed", ":"}),  # any characters but whitespace
     ],
 )
 def test_match_bases_table(text: str, bases: set[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import string
 import sys
 from datetime import UTC, datetime, timedelta
 
@@ -25,6 +26,7 @@ from proxy.context.render import (
     render_block,
     render_rows,
     render_within,
+    word_end,
 )
 from proxy.context.tokens import STORED_ENCODINGS
 from proxy.tokenizer import TiktokenTokenizer, count_all, count_tokens, tiktoken_tokenizer
@@ -167,12 +169,11 @@ def test_render_within_counts_with_the_given_block_tokens(encoding: str) -> None
     block, rendered, trimmed = render_within(
         records, counts, [1.0, 1.0, 1.0], [10, 10, 10], [0, 1, 2], 10_000, tokens
     )
-    # The one label once; clean lines come from their stored counts (only their last words are
-    # encoded, with and without the newline), never encoded whole.
+    # The one label once; clean lines come from their stored counts, never encoded whole: only
+    # their last words' endings are, with and without the newline, and the three lines (a digit
+    # without punctuation after it) have one ending (``word_end``).
     assert calls.count("[learnings]\n") == 1
-    assert sorted(c for c in calls if c != "[learnings]\n") == sorted(
-        [f" {i}\n" for i in range(3)] + [f" {i}" for i in range(3)]
-    )
+    assert sorted(c for c in calls if c != "[learnings]\n") == [" a", " a\n"]
     assert trimmed == set()
     assert rendered == count_tokens(block, encoding)
 
@@ -253,6 +254,46 @@ def test_a_line_counted_by_parts_is_its_exact_count(
 def test_a_clean_content_is_its_own_sanitised_line(content: str) -> None:
     if is_clean(content):
         assert line_text(content) == content
+
+
+ASCII_PUNCTUATION = string.punctuation
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.text(max_size=8).map(lambda t: "".join(t.split())),
+    st.sampled_from("aZ09q"),
+    st.text(alphabet=st.sampled_from(ASCII_PUNCTUATION), max_size=4),
+    st.sampled_from(STORED_ENCODINGS),
+)
+def test_a_last_word_adds_to_a_newline_what_its_ending_adds(
+    start: str, alnum: str, punctuation: str, encoding: str
+) -> None:
+    # ``word_end``'s claim (module notes): after an ASCII letter or digit, the newline's tokens
+    # depend on the trailing punctuation alone, whatever comes before it.
+    word = start + alnum + punctuation
+    end = word_end(word)
+    assert end == "a" + punctuation
+
+    def added(w: str) -> int:
+        return count_tokens(f" {w}\n", encoding) - count_tokens(f" {w}", encoding)
+
+    assert added(word) == added(end)
+
+
+@pytest.mark.parametrize(
+    ("word", "end"),
+    [
+        ("park.", "a."),
+        ("2023", "a"),
+        ("it's.)", "a.)"),
+        ("...", "..."),  # no letter or digit before the punctuation: the word itself
+        ("café.", "café."),  # a non-ASCII letter before it: the word itself
+        ("fin\u2026", "fin\u2026"),  # typographic punctuation is not stripped
+    ],
+)
+def test_word_end_table(word: str, end: str) -> None:
+    assert word_end(word) == end
 
 
 def test_the_only_printable_whitespace_is_the_space() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
+from collections import OrderedDict
 
 import pytest
 from hypothesis import example, given
@@ -137,6 +138,12 @@ def test_dedup_words_takes_the_match_set_of_ascii_text_without_control_character
     assert dedup_words(text) == frozenset(text.casefold().translate(PUNCTUATION_TO_SPACE).split())
 
 
+def test_the_characters_only_dedup_keeps_in_a_word_are_never_printable() -> None:
+    # ``split_dedup_words`` takes a printable ASCII text's match set without searching for them.
+    assert words.ASCII_DEDUP_ONLY_CHARS
+    assert not any(c.isprintable() for c in words.ASCII_DEDUP_ONLY_CHARS)
+
+
 def test_memoised_word_sets_have_room_for_a_10k_memory_store() -> None:
     # adr/0127: a 10k-memory user's texts no longer cycle through 8,192 entries; adr/0182 keeps
     # the memo at 20k when the record cache grew.
@@ -178,6 +185,17 @@ def test_the_oldest_texts_leave_when_the_characters_run_out() -> None:
     memo = words.TextMemo(words.split_text_words, maxsize=1)
     memo.each(["one", "two"])
     assert list(memo.entries) == ["two"]
+
+
+def test_the_oldest_text_leaves_in_one_step() -> None:
+    # A plain dict's first entry is found by scanning past every entry removed before it: ~8-15
+    # us an add once the memo is full, as it is at 100k memories for each text a request meets
+    # first. An ``OrderedDict`` hands its oldest entry out at once (``popitem(last=False)``).
+    memo = words.TextMemo(words.split_text_words, maxsize=2)
+    assert isinstance(memo.entries, OrderedDict)
+    memo.each(["one", "two", "three", "two", "four"])
+    assert list(memo.entries) == ["three", "four"]
+    assert memo.chars == len("three") + len("four")
 
 
 @given(st.lists(st.sampled_from(["a b", "b c", "c", "d e f", "é f"]), max_size=12))
