@@ -45,6 +45,7 @@ from proxy.context.records import Candidate, MemoryRecord
 from proxy.defaults import LOG_COUNT_IDS_PER_APPLY, LOG_FOLD_CHECK_S
 from proxy.errors import ConfigError, StoreError
 from proxy.memory.edge import SHARD_DIR, EdgeStore
+from proxy.memory.edge_build import copy_shard
 from proxy.memory.edge_counts import COUNTS_FILE
 from proxy.memory.edge_maintenance import building
 from proxy.memory.edge_shard import CONFIG_FILE
@@ -615,7 +616,8 @@ def _copy_primary(data: Path, directory: Path, log: WriteLog) -> tuple[int, int]
     try:
         primary = data / SHARD_DIR
         if (primary / CONFIG_FILE).exists():
-            shutil.copytree(primary, directory / SHARD_DIR)
+            # Sparse: the WAL's 32 MB segments are mostly holes (a plain copy wrote every zero).
+            copy_shard(primary, directory / SHARD_DIR)
         # Retrieval counts live beside the shard, not in it (adr/0103): copy them along.
         if (data / COUNTS_FILE).exists():
             shutil.copy2(data / COUNTS_FILE, directory / COUNTS_FILE)

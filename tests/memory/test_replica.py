@@ -438,6 +438,26 @@ async def test_a_replica_opened_later_replays_the_log(tmp_path: Path) -> None:
         await later.close()
 
 
+def allocated(directory: Path) -> int:
+    """Bytes the files under ``directory`` take on disk (holes take none)."""
+    return sum(path.stat().st_blocks * 512 for path in directory.rglob("*") if path.is_file())
+
+
+async def test_a_replica_copies_the_primary_without_its_holes(tmp_path: Path) -> None:
+    """The WAL's segments are 32 MB files of mostly holes: the copy keeps them holes."""
+    primary = await EdgeStore.open(tmp_path, dimensions=DIM)
+    memory = record("m1")
+    await primary.add([memory], vectors_for([memory]))
+    await primary.close()
+    copied = await replica(tmp_path)
+    try:
+        shard = allocated(tmp_path / SHARD_DIR)
+        assert allocated(copied.directory / SHARD_DIR) <= shard + 1024 * 1024
+        assert await copied.get("t1", "m1") is not None
+    finally:
+        await copied.close()
+
+
 async def test_absorb_moves_the_log_into_the_primary(tmp_path: Path) -> None:
     writer = await replica(tmp_path)
     memories = [record("m1"), record("m2")]
