@@ -9,7 +9,9 @@ Dedup compares other sets (``dedup_words``: split at whitespace and punctuation 
 
 ASCII text, the common case, is split with one byte-table translation in C instead of the
 regex; each table is derived from the general rule it stands for, so the two cannot drift apart,
-and property tests compare them on arbitrary text. Pure functions, no state.
+and property tests compare them on arbitrary text. Pure functions but for the memos
+(``TextMemo``), which the engine's threads share: a store takes the memo's lock, a lookup
+none (adr/0183).
 """
 
 from __future__ import annotations
