@@ -262,3 +262,53 @@ def test_threads_adding_at_once_leave_the_count_exact_and_the_bounds_kept() -> N
             assert len(memo.entries) <= 50
     finally:
         sys.setswitchinterval(interval)
+
+
+SAFETY_S = 60  # a bound on a wait that ends at once, never a measured time
+
+
+class AnnouncedLock:
+    """A lock that sets ``waiting`` when the thread named "second" comes to take it."""
+
+    def __init__(self, waiting: threading.Event) -> None:
+        self.lock = threading.Lock()
+        self.waiting = waiting
+
+    def __enter__(self) -> None:
+        if threading.current_thread().name == "second":
+            self.waiting.set()
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_a_store_waits_for_another_threads_count_and_evictions() -> None:
+    # Deterministic where the stress test above is not: the second thread's whole add runs
+    # inside the first's ``chars -= len(oldest)``, after the count's read and before its write.
+    # Unlocked, its update was lost (the count said 3 where "three" takes 5); locked, it comes
+    # to the memo's lock, waits, and adds once the first is done.
+    progressed = threading.Event()  # the second add is done, or waits for the memo's lock
+    memo = words.TextMemo(str.split, maxsize=1, max_chars=100)
+    memo._lock = AnnouncedLock(progressed)  # type: ignore[assignment]
+
+    def second_add() -> None:
+        memo.add("three")
+        progressed.set()
+
+    second = threading.Thread(target=second_add, name="second")
+
+    class Evicted(str):
+        def __len__(self) -> int:
+            if threading.current_thread().name == "first" and second.ident is None:
+                second.start()
+                progressed.wait(SAFETY_S)
+            return str.__len__(self)
+
+    memo.add(Evicted("one"))
+    first = threading.Thread(target=memo.add, args=("two",), name="first")
+    first.start()
+    first.join()
+    second.join()
+    assert list(memo.entries) == ["three"]
+    assert memo.chars == len("three")
