@@ -7,7 +7,10 @@ from collections import Counter
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
+import pytest
+
 from proxy.metrics import Metrics
+from proxy.pipeline import counters
 from proxy.pipeline.counters import MAX_PENDING, RetrievalCounter
 
 
@@ -93,3 +96,43 @@ async def test_repeats_of_one_id_do_not_force_an_early_flush() -> None:
     later.cancel()
     assert store.counts[("t", "hot")] == MAX_PENDING + 10
     assert len(store.counts) == MAX_PENDING + 1
+
+
+async def test_ids_are_summed_in_batches_not_per_add(monkeypatch: pytest.MonkeyPatch) -> None:
+    sums: list[int] = []
+
+    class SpyCounter(Counter[str]):
+        def update(self, *args: Any, **kwargs: Any) -> None:
+            if args and args[0] is not None:  # not the constructor's empty update
+                sums.append(1)
+            super().update(*args, **kwargs)
+
+    monkeypatch.setattr(counters, "Counter", SpyCounter)
+    monkeypatch.setattr(counters, "MAX_PENDING", 30)
+    store = CountingStore()
+    counter = RetrievalCounter(store, lambda coro: coro.close(), delay_s=60)
+    for n in range(11):
+        counter.add("t", [f"m{n}", "a", "b", "c", "d"])
+    # Summed only when the distinct pairs could have reached 30: at 30 loose ids (6 adds), then
+    # at 10 summed pairs and 20 loose ids (4 adds more).
+    assert len(sums) == 2  # not once an add
+    await counter.flush()  # the 11th add's ids, still loose, are summed by the flush
+    assert store.counts == {("t", f"m{n}"): 1 for n in range(11)} | {("t", i): 11 for i in "abcd"}
+
+
+async def test_loose_ids_reaching_the_distinct_bound_flush_early(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(counters, "MAX_PENDING", 10)  # reached by loose ids: no sum before
+    store, spawn = CountingStore(), Spawner()
+    counter = RetrievalCounter(store, spawn, delay_s=60)
+    counter.add("t", [f"m{i}" for i in range(6)])
+    counter.add("u", ["m0", "m1", "m2", "m0"])  # 9 distinct pairs, 10 ids
+    assert len(spawn.tasks) == 1  # the window's timer only
+    counter.add("u", ["m3"])  # the 10th distinct pair
+    later, *early = spawn.tasks
+    assert len(early) == 1
+    await asyncio.gather(*early)
+    later.cancel()
+    assert sum(store.counts.values()) == 11
+    assert store.counts[("u", "m0")] == 2
