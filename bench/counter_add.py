@@ -9,6 +9,7 @@ as a request's search and assembly leave the caches. Reported per call: the call
 counts must come out the same in both trees.
 
     .venv/bin/python bench/counter_add.py --baseline-tree /tmp/base-main
+    .venv/bin/python bench/counter_add.py --smoke     # seconds, for CI
 """
 
 from __future__ import annotations
@@ -98,7 +99,10 @@ def main() -> None:
     parser.add_argument("--baseline-tree", type=Path, help="another commit's source tree")
     parser.add_argument("--requests", type=int, default=3_000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--smoke", action="store_true", help="seconds, for CI")
     args = parser.parse_args()
+    if args.smoke:
+        args.requests = 50
     modules = {"this": counters}
     if args.baseline_tree is not None:
         modules["baseline"] = load(args.baseline_tree)
