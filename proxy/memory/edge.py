@@ -755,13 +755,14 @@ class EdgeStore:
             record = records.get(key)
             if record is None:  # deleted by a filter: the index still lists it
                 continue
-            ts = record.created_at.timestamp()
-            if (
-                record.user != user
-                or record.source != DIALOG_SOURCE
-                or not any(low <= ts <= high for low, high in spans)
-            ):
+            if record.user != user or record.source != DIALOG_SOURCE:
                 return None  # a write raced the index
+            ts = record.created_at.timestamp()
+            for low, high in spans:
+                if low <= ts <= high:
+                    break
+            else:
+                return None  # likewise
             if record.live(at):
                 near.append(candidate(record, 0.0))  # adjacency reads times, not cosines
                 key_of_id[record.id] = key
@@ -842,7 +843,7 @@ class EdgeStore:
         dense: qe.Query | None = None,
     ) -> builtins.list[Candidate]:
         with self._maintenance.reading() as shard:
-            hits = search_hits(
+            keys, cosine = search_hits(
                 shard,
                 tenant,
                 query,
@@ -853,21 +854,31 @@ class EdgeStore:
                 tenants=tenants,
                 dense=dense,
             )
-        return self._candidates(tenant, hits, scoped=tenants)
+        return self._candidates(tenant, keys, cosine, scoped=tenants)
 
     def _candidates(
-        self, tenant: str, hits: builtins.list[tuple[int, float]], *, scoped: bool = True
+        self,
+        tenant: str,
+        keys: builtins.list[int],
+        cosine: dict[int, float],
+        *,
+        scoped: bool = True,
     ) -> builtins.list[Candidate]:
-        """(point key, cosine) pairs as candidates with their records; ``scoped`` False: the
-        hits of a query without the tenant condition, whose records the caller checks."""
-        records = self._records_of(tenant, [key for key, _ in hits], scoped=scoped)
-        # A hit deleted between the search and the payload read is simply gone. Stored vectors
-        # are normalised, so a cosine is nearly always in range already: clipped only if not.
-        return [
-            candidate(records[key], score if 0.0 <= score <= 1.0 else clip_similarity(score))
-            for key, score in hits
-            if key in records
-        ]
+        """The points ``keys`` as candidates with their records and ``cosine``s (0.0 for a
+        key without one); ``scoped`` False: the hits of a query without the tenant condition,
+        whose records the caller checks."""
+        records = self._records_of(tenant, keys, scoped=scoped)
+        record_of, score_of = records.get, cosine.get
+        made: builtins.list[Candidate] = []
+        add = made.append
+        for key in keys:
+            # A hit deleted between the search and the payload read is simply gone.
+            record = record_of(key)
+            if record is not None:
+                score = score_of(key, 0.0)
+                # Stored vectors are normalised, so a cosine is nearly always in range already.
+                add(candidate(record, score if 0.0 <= score <= 1.0 else clip_similarity(score)))
+        return made
 
     def _records_of(
         self, tenant: str, keys: builtins.list[int], *, scoped: bool = True
@@ -1048,7 +1059,8 @@ class EdgeStore:
                 params=FEW_PARAMS,
             )
         )
-        return self._candidates(tenant, list(self._ids.scored(found).items()), scoped=tenants)
+        cosine = self._ids.scored(found)
+        return self._candidates(tenant, list(cosine), cosine, scoped=tenants)
 
     async def purge_expired(self, before: datetime) -> int:
         """Delete every memory expired at or before ``before``; return how many."""

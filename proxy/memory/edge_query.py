@@ -3,7 +3,7 @@
 A search asks the shard for ids and scores only. Payloads cost more to return from a query than
 the search itself (50 payloads: +0.7 ms at 10k memories) and the store serves most of them
 from its ``RecordCache``. A hybrid search runs the dense and the BM25 branch as two plain
-queries and fuses them in Python (``fusion.fuse_ranks``); the dense branch already carries the
+queries and fuses them in Python (``fusion.fused_keys``); the dense branch already carries the
 cosine of its hits, so only lexical-only hits need a second, id-filtered dense query for theirs.
 Measured at 10k memories: 0.8 ms against 2.3 ms for one fused query with payloads plus the
 rescoring query (adr/0082).
@@ -36,7 +36,7 @@ from proxy.memory.filters import (
     turn_conditions,
     windows,
 )
-from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K, fuse_ranks
+from proxy.memory.fusion import HYBRID_OVERSAMPLE, RRF_K, fused_keys
 from proxy.memory.points import (
     CREATED_TS_KEY,
     DENSE_VECTOR,
@@ -48,7 +48,9 @@ from proxy.memory.points import (
 )
 from proxy.memory.store import RepeatKey, SearchQuery, TurnsQuery
 
-Hit = tuple[int, float]  # (point key: ``key_of``, dense cosine)
+# A search's point keys (``key_of``) best first, and their dense cosines: a key without one
+# (deleted between the branch query and its rescoring) scores 0.0.
+Hits = tuple[list[int], dict[int, float]]
 # The shard keeps int8 copies of the dense vectors (edge_shard.shard_config). Rescoring 3x top_k of
 # them with the originals keeps cosines exact and, on an exact scan, results too (top-50 recall
 # 1.000 at 10k memories; 0.926 without oversampling, and Qdrant does not rescore by default).
@@ -183,8 +185,9 @@ def search_hits(
     users: bool = True,
     tenants: bool = True,
     dense: qe.Query | None = None,
-) -> list[Hit]:
-    """Return the best ``query.top_k`` (point key, cosine) pairs of the query's scope, best first.
+) -> Hits:
+    """Return the keys of the best ``query.top_k`` points of the query's scope, best first,
+    and their cosines.
 
     Dense only, or (``hybrid`` and the text has terms) dense and BM25 fused by RRF; with
     ``query.lexical`` the BM25 branch's hits the fused cut leaves out follow, in BM25 order
@@ -205,7 +208,8 @@ def search_hits(
                 params=DENSE_PARAMS,
             )
         )
-        return list(ids.scored(found).items())
+        cosine = ids.scored(found)
+        return list(cosine), cosine
     branch = query.top_k * HYBRID_OVERSAMPLE
     lexical_query = qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_VECTOR)
     # Both requests built first: the two engine calls run back to back. Not on two threads:
@@ -220,8 +224,7 @@ def search_hits(
     lexical_found: list[Any] = shard.query(lexical_request)
     cosine = ids.scored(dense_found)
     lexical_ids = ids.keyed(lexical_found)
-    fused = fuse_ranks([list(cosine), list(lexical_ids)], k=RRF_K, limit=query.top_k)
-    keys = [key for key, _ in fused]
+    keys = fused_keys(cosine, lexical_ids, k=RRF_K, limit=query.top_k)
     if query.lexical:
         kept = set(keys)
         keys.extend(key for key in lexical_ids if key not in kept)
@@ -238,4 +241,4 @@ def search_hits(
             )
         )
         cosine.update(ids.scored(rescored))
-    return [(key, cosine.get(key, 0.0)) for key in keys]
+    return keys, cosine

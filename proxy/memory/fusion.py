@@ -10,7 +10,8 @@ result is deterministic and a dense hit wins a tie with a lexical one.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import functools
+from collections.abc import Collection, Hashable, Sequence
 from operator import itemgetter
 from typing import TypeVar
 
@@ -36,7 +37,7 @@ def fuse_ranks(rankings: Sequence[Sequence[K]], *, k: int, limit: int) -> list[t
     scores: dict[K, float] = {}
     get = scores.get
     for ranking in rankings:
-        shares = [1.0 / (k + rank) for rank in range(len(ranking))]
+        shares: Sequence[float] = rank_shares(k, len(ranking))
         if len(set(ranking)) < len(ranking):
             # A repeat keeps its first share; later keys keep their own ranks.
             ranking, shares = unrepeated(ranking, shares)
@@ -54,7 +55,33 @@ def fuse_ranks(rankings: Sequence[Sequence[K]], *, k: int, limit: int) -> list[t
     return ordered[: max(0, limit)]
 
 
-def unrepeated(ranking: Sequence[K], shares: list[float]) -> tuple[list[K], list[float]]:
+def fused_keys(first: Collection[K], second: Collection[K], *, k: int, limit: int) -> list[K]:
+    """The keys of ``fuse_ranks([first, second], k=k, limit=limit)``, for two rankings that
+    repeat no key (a hybrid search's branches, keyed by point: dicts' keys). The same sums in
+    the same order, so the same keys in the same order (``test_fusion``); it skips the repeat
+    checks and the scores' pairs, ~4 us a search."""
+    if k < 1:
+        raise ConfigError(f"the RRF constant must be >= 1, got {k}")
+    scores = dict(zip(first, rank_shares(k, len(first)), strict=True))
+    get = scores.get
+    scores.update(
+        {
+            key: get(key, 0.0) + share
+            for key, share in zip(second, rank_shares(k, len(second)), strict=True)
+        }
+    )
+    ordered = sorted(scores.items(), key=SCORE, reverse=True)
+    return [key for key, _ in ordered[: max(0, limit)]]
+
+
+@functools.lru_cache(maxsize=256)
+def rank_shares(k: int, length: int) -> tuple[float, ...]:
+    """Each rank's share ``1 / (k + rank)`` for a ranking of ``length`` keys: a search's
+    branches have the same few lengths, so these are computed once."""
+    return tuple(1.0 / (k + rank) for rank in range(length))
+
+
+def unrepeated(ranking: Sequence[K], shares: Sequence[float]) -> tuple[list[K], list[float]]:
     """``ranking`` and its ``shares`` without the later occurrences of a repeated key."""
     seen: set[K] = set()
     keys: list[K] = []

@@ -241,17 +241,21 @@ class Shard:
         else:
             self.reading = keys[-1]
 
-    def live_turns(self, tenant: str, user: str) -> list[int]:
-        """Brute force: the keys of the user's live dialog turns, in time order (then key)."""
+    def live_turns(
+        self, tenant: str, user: str, low: float = -math.inf, high: float = math.inf
+    ) -> list[int]:
+        """Brute force: the keys of the user's live dialog turns created from ``low`` to
+        ``high``, in time order (then key)."""
         return [
             key
-            for _, key in sorted(
+            for ts, key in sorted(
                 (memory.created_at.timestamp(), key)
                 for key, memory in self.points.items()
                 if (memory.tenant, memory.user) == (tenant, user)
                 and memory.source == DIALOG_SOURCE
                 and memory.live(AT)
             )
+            if low <= ts <= high
         ]
 
 
@@ -307,6 +311,13 @@ def test_after_any_writes_the_index_lists_exactly_the_live_turns(
             for tenant, user in OWNERS:
                 everything = [(-math.inf, math.inf)]
                 assert shard.index.near(tenant, user, everything) == shard.live_turns(tenant, user)
+                # A window's bounds fall on a turn's time, between two, or past the ends.
+                for first, last in ((-1, 0), (1, 3), (2.5, 4.5), (5, 6)):
+                    low = (AT + timedelta(minutes=first)).timestamp()
+                    high = (AT + timedelta(minutes=last)).timestamp()
+                    assert shard.index.near(tenant, user, [(low, high)]) == shard.live_turns(
+                        tenant, user, low, high
+                    )
     while shard.reading is not None:
         shard.read_page()
     shard.rebuild()

@@ -13,7 +13,7 @@ from proxy.errors import ConfigError
 from proxy.memory import lexical
 from proxy.memory.edge import EdgeStore
 from proxy.memory.edge_query import scope_filter
-from proxy.memory.fusion import RRF_K, fuse_ranks
+from proxy.memory.fusion import RRF_K, fuse_ranks, fused_keys
 from proxy.memory.points import DENSE_VECTOR, SPARSE_VECTOR
 from proxy.memory.store import SearchQuery
 from tests.memory.support import record, vector_for, vectors_for
@@ -121,3 +121,21 @@ def test_fusion_equals_the_per_key_sums_exactly(rankings: list[list[int]], limit
     """Same keys, same order, same floats (repeats within a ranking included): a search's
     results must not move when fusion gets faster."""
     assert fuse_ranks(rankings, k=K, limit=limit) == fused_one_key_at_a_time(rankings, K)[:limit]
+
+
+unique_ranking = st.lists(st.integers(0, 30), max_size=45, unique=True)
+
+
+@given(unique_ranking, unique_ranking, st.integers(0, 50))
+def test_fused_keys_are_the_keys_of_fuse_ranks(
+    dense: list[int], lexical: list[int], limit: int
+) -> None:
+    """A hybrid search's two branches (keys without repeats, as dicts' keys): the same keys
+    in the same order, ties included, as the general fusion."""
+    expected = [key for key, _ in fuse_ranks([dense, lexical], k=K, limit=limit)]
+    assert fused_keys(dict.fromkeys(dense), dict.fromkeys(lexical), k=K, limit=limit) == expected
+
+
+def test_fused_keys_take_a_positive_constant_only() -> None:
+    with pytest.raises(ConfigError):
+        fused_keys(["a"], ["b"], k=0, limit=1)
