@@ -11,7 +11,9 @@ static embedder, the in-process cache, default deadlines) in front of the bench'
 upstream: every request asks a different question (no cache hits), half of the cells with
 ``X-Memory-Mode: off``. Reports the latency the memory path adds (p50, p99) at concurrency 1,
 the memory-on share of memory-off throughput at concurrency 50, and the memory-on answers'
-``Server-Timing`` stages (p50) at concurrency 1.
+``Server-Timing`` stages (p50) at concurrency 1. With 2 CPUs or more the load generator and the
+fake upstream run on the lower half of them and every server on the upper half (``--no-pin``:
+wherever the OS puts them), so every server, whichever slot it has, meets the same conditions.
 
 Part 2, in process: ``Pipeline.prepare`` alone at 1k, 10k and 100k memories (``--sizes``),
 latency per stage read from its ``Server-Timing`` header (budget, query, cache, embed, search,
