@@ -11,7 +11,9 @@ static embedder, the in-process cache, default deadlines) in front of the bench'
 upstream: every request asks a different question (no cache hits), half of the cells with
 ``X-Memory-Mode: off``. Reports the latency the memory path adds (p50, p99) at concurrency 1,
 the memory-on share of memory-off throughput at concurrency 50, and the memory-on answers'
-``Server-Timing`` stages (p50) at concurrency 1.
+``Server-Timing`` stages (p50) at concurrency 1. With 2 CPUs or more the load generator and the
+fake upstream run on the lower half of them and every server on the upper half (``--no-pin``:
+wherever the OS puts them), so every server, whichever slot it has, meets the same conditions.
 
 Part 2, in process: ``Pipeline.prepare`` alone at 1k, 10k and 100k memories (``--sizes``),
 latency per stage read from its ``Server-Timing`` header (budget, query, cache, embed, search,
@@ -56,8 +58,10 @@ from bench.lib.memories import synthetic_memories
 from bench.lib.servers import (
     ROOT,
     ServerProcess,
+    cpu_sides,
     fake_upstream,
     memproxy,
+    pin,
     served_from,
     start_redis,
 )
@@ -175,13 +179,18 @@ def end_to_end(
         configs.append((BASE, None, args.baseline_tree, True, False))
         if capture:
             configs.append((CAPTURE + BASE, None, args.baseline_tree, False, True))
+    # The load generator (this process), the fake upstream and Redis on one side of the CPUs,
+    # every memproxy server on the other: the same placement for every slot (docs/benchmarks.md,
+    # "The pipeline benchmark's slots").
+    sides = None if args.no_pin else cpu_sides(os.sched_getaffinity(0))
+    load_cpus, server_cpus = sides if sides is not None else (None, None)
     with contextlib.ExitStack() as stack:
         # Capturing, every answer differs (as a model's do: stored, not a repeat) and comes
         # gzipped, as OpenAI sends it: what capture reads back.
         upstream = (
-            fake_upstream(chunks=args.answer_words, compress=True, echo=True)
+            fake_upstream(chunks=args.answer_words, compress=True, echo=True, cpus=load_cpus)
             if capture
-            else fake_upstream()
+            else fake_upstream(cpus=load_cpus)
         )
         fake = stack.enter_context(upstream)
         redis_url = None
@@ -190,6 +199,8 @@ def end_to_end(
             redis, redis_url = start_redis(Path(redis_dir))
             stack.callback(redis.wait)
             stack.callback(redis.kill)
+            if load_cpus is not None:
+                pin(redis.pid, load_cpus)
         databases = itertools.count()
         targets, bodies = [], {}
         server_cpu: dict[str, Callable[[], float]] = {}
@@ -215,10 +226,15 @@ def end_to_end(
                     extra["MEMPROXY_REDIS_URL"] = f"{redis_url.removesuffix('/0')}/{database}"
                 if config is not None:
                     extra["MEMPROXY_CONFIG"] = str(config)
-                server = memproxy(fake.base_url + "/v1", Path(data_dir), extra_env=extra)
+                server = memproxy(
+                    fake.base_url + "/v1", Path(data_dir), extra_env=extra, cpus=server_cpus
+                )
                 if tree is not None:
                     server = served_from(server, tree, f"memproxy{suffix}")
                 starting.append((text, suffix, with_off, captures, server))
+        if load_cpus is not None:  # after the seeding, which builds indexes on every CPU
+            stack.callback(pin, os.getpid(), os.sched_getaffinity(0))
+            pin(os.getpid(), load_cpus)
         for text, suffix, with_off, captures, server in starting:
             proxy = stack.enter_context(server)
             auth = {"Authorization": f"Bearer {API_KEY}"}
@@ -529,6 +545,12 @@ def main() -> None:
         help="with --capture: fixed words after the echoed question in each fake answer",
     )
     parser.add_argument("--stream", action="store_true", help="end to end: also streamed cells")
+    parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="end to end: leave every process where the OS puts it (by default the load "
+        "generator and the fake upstream run on one half of the CPUs, every server on the other)",
+    )
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

@@ -6,6 +6,7 @@ still ends everything it started (and nothing else).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -15,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -54,6 +55,7 @@ class ServerProcess:
         env: Mapping[str, str] | None = None,
         cwd: Path = ROOT,
         log_dir: Path | None = None,
+        cpus: Collection[int] | None = None,
     ) -> None:
         self.name = name
         self.argv = list(argv)
@@ -62,6 +64,8 @@ class ServerProcess:
         self.env = dict(os.environ if env is None else env)
         self.cwd = cwd
         self.log_path = (log_dir or Path("/tmp")) / f"bench-{name}-{port}.log"
+        # The CPUs the process (its threads and children) may run on; None: wherever the OS puts it.
+        self.cpus = None if cpus is None else frozenset(cpus)
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -87,7 +91,14 @@ class ServerProcess:
             start_new_session=True,
         )
         log.close()
+        if self.cpus is not None:
+            # Set before the interpreter has started any thread (it is still importing), so
+            # every thread and child it makes inherits it; ``pin`` again once ready for any
+            # thread that came first.
+            pin(self._proc.pid, self.cpus)
         self.wait_ready(timeout)
+        if self.cpus is not None:
+            pin(self._proc.pid, self.cpus)
         return self
 
     def wait_ready(self, timeout: float) -> None:
@@ -136,6 +147,29 @@ class ServerProcess:
         self.stop()
 
 
+def cpu_sides(cpus: Collection[int]) -> tuple[frozenset[int], frozenset[int]] | None:
+    """Split ``cpus`` into the load side (the load generator, the fake upstream) and the servers'
+    side, the latter the upper half; ``None`` below 2 CPUs (nothing to split).
+
+    Left to the scheduler, each server of an interleaved run settles on a core of its own
+    relative to the load generator and the upstream, for stretches of the run, and every stage it
+    times moves with that placement (docs/benchmarks.md, "The pipeline benchmark's slots"): pinned,
+    every server meets the same conditions, whichever slot it has.
+    """
+    ordered = sorted(cpus)
+    if len(ordered) < 2:
+        return None
+    half = len(ordered) // 2
+    return frozenset(ordered[:half]), frozenset(ordered[half:])
+
+
+def pin(pid: int, cpus: Collection[int]) -> None:
+    """Let every thread of process ``pid`` run only on ``cpus`` (new threads inherit it)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError):  # the thread ended meanwhile
+            os.sched_setaffinity(int(task.name), cpus)
+
+
 def python_env(**extra: str) -> dict[str, str]:
     """Return the current environment with the repository importable and ``extra`` set."""
     env = dict(os.environ)
@@ -152,6 +186,7 @@ def fake_upstream(
     compress: bool = False,
     echo: bool = False,
     name: str = "fake-upstream",
+    cpus: Collection[int] | None = None,
 ) -> ServerProcess:
     """Return (not started) the bench's lean fake OpenAI upstream on ``port``.
 
@@ -173,7 +208,8 @@ def fake_upstream(
         argv.append("--compress")
     if echo:
         argv.append("--echo")
-    return ServerProcess(name, argv, port=port, ready_path="/healthz", env=python_env())
+    env = python_env()
+    return ServerProcess(name, argv, port=port, ready_path="/healthz", env=env, cpus=cpus)
 
 
 def memproxy(
@@ -183,8 +219,10 @@ def memproxy(
     port: int | None = None,
     workers: int = 1,
     extra_env: Mapping[str, str] | None = None,
+    cpus: Collection[int] | None = None,
 ) -> ServerProcess:
-    """Return (not started) ``python -m proxy serve`` configured only through the contract env."""
+    """Return (not started) ``python -m proxy serve`` configured only through the contract env;
+    ``cpus``: the CPUs it may run on."""
     port = port or free_port()
     env = python_env(
         MEMPROXY_HOST="127.0.0.1",
@@ -195,7 +233,7 @@ def memproxy(
         **dict(extra_env or {}),
     )
     argv = [sys.executable, "-m", "proxy", "serve"]
-    server = ServerProcess("memproxy", argv, port=port, ready_path="/healthz", env=env)
+    server = ServerProcess("memproxy", argv, port=port, ready_path="/healthz", env=env, cpus=cpus)
     # Run as ``served_from`` runs another tree, so this tree's server and a baseline's start
     # alike (the same working directory and import path, only the tree differs).
     return served_from(server, ROOT, "memproxy")

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 import zlib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -243,3 +246,55 @@ def test_a_server_run_from_a_tree_finds_the_callers_relative_paths(
     for server, data in ((here, "data"), (there, "old")):
         assert server.env["MEMPROXY_CONFIG"] == str(tmp_path / "variant.yaml")
         assert server.env["MEMPROXY_DATA_DIR"] == str(tmp_path / data)
+
+
+@pytest.mark.parametrize(
+    ("cpus", "expected"),
+    [
+        ({0, 1}, ({0}, {1})),
+        ({3, 1}, ({1}, {3})),
+        ({0, 1, 2, 3, 4}, ({0, 1}, {2, 3, 4})),
+        ({0}, None),
+        (set(), None),
+    ],
+)
+def test_cpu_sides_give_the_servers_the_upper_half(
+    cpus: set[int], expected: tuple[set[int], set[int]] | None
+) -> None:
+    assert servers.cpu_sides(cpus) == expected
+
+
+def allowed_cpus(pid: int) -> set[frozenset[int]]:
+    """The CPU sets of every thread of ``pid``."""
+    return {
+        frozenset(os.sched_getaffinity(int(t.name))) for t in Path(f"/proc/{pid}/task").iterdir()
+    }
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to pin to one")
+def test_a_server_given_cpus_runs_only_on_them() -> None:
+    """Every thread of a server started with ``cpus`` (the fake upstream here) is pinned to
+    them, not only the one that was running when it was pinned; one without runs anywhere."""
+    one = frozenset({max(os.sched_getaffinity(0))})
+    with servers.fake_upstream(cpus=one) as pinned, servers.fake_upstream() as free:
+        assert pinned.pid is not None
+        assert free.pid is not None
+        assert allowed_cpus(pinned.pid) == {one}
+        assert allowed_cpus(free.pid) == {frozenset(os.sched_getaffinity(0))}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to pin to one")
+def test_pin_moves_every_thread_of_a_running_process() -> None:
+    code = "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); "
+    code += "print(flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"\n"
+        one = frozenset({min(os.sched_getaffinity(0))})
+        servers.pin(proc.pid, one)
+        assert len(list(Path(f"/proc/{proc.pid}/task").iterdir())) == 2
+        assert allowed_cpus(proc.pid) == {one}
+    finally:
+        proc.kill()
+        proc.wait()
