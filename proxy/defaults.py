@@ -109,6 +109,25 @@ RECORD_CACHE_ENTRIES = 131_072
 # Memory texts whose assembler profile (words, dedup signature, match bases) is memoised: ~5.4
 # KB a real-text memory, so it stays at the 20k it was before adr/0182 raised the record cache.
 TEXT_PROFILES_MEMOISED = 20_000
+# The words' memo (``words.TextMemo``) keeps word sets per memory text, TEXT_PROFILES_MEMOISED
+# texts: candidates recur across requests, and on real text computing them was ~0.3 ms of a
+# 10k-memory request's assemble (docs/benchmarks.md). As many as the store kept decoded records by
+# default until adr/0182 raised that bound for the records alone (their profiles take three times
+# their memory); 8,192 left a 10k-memory user's texts cycling through the memo (adr/0127). A real
+# memory's sets and signature take ~3 KB (~60 MB when full); a text of distinct words takes ~12
+# bytes a character (ASCII; ~27 non-ASCII), so the kept texts hold at most ``TEXT_MEMO_CHARS``
+# characters: ~0.5 GB (ASCII) to ~1.1 GB when full, where 20k texts of 8,000 characters reached 4.5
+# GB. That was 20k texts of at most 2,000 characters each until adr/0149; a bound on the sum also
+# keeps real stores' long summaries (up to ~2,600 characters, ~0.1 ms each to split again).
+TEXT_MEMO_CHARS = TEXT_PROFILES_MEMOISED * 2_000
+TEXT_MEMO_TEXT_CHARS = 8_000  # a longer text would push out hundreds of short ones: not kept
+# The static embedder's memo of word pieces (~100 bytes each) beyond the vocabulary's whole words,
+# which are known from the start; emptied back to those when full.
+WORD_PIECES_KEPT = 65_536
+# Word pieces come from the memo for texts up to this size (a question); a longer text (a memory
+# being written) goes to the tokenizer whole: its unseen words cost a tokenizer call each from
+# the memo, ~3x the whole text's call, and its long words would fill the memo.
+WORD_PIECES_MEMO_TEXT_CHARS = 1_000
 # Several workers on the embedded store (adr/0120): the supervisor folds the shared write log
 # into the primary shard once it holds this many bytes the primary has not applied, checking
 # every LOG_FOLD_CHECK_S; the log stays about this size however long the server runs.
