@@ -69,10 +69,12 @@ FORGET_SCAN_PAGE = 512
 MAX_CONTENT_CHARS = 8_000  # longest memory content the memories API accepts
 # The embedded shard's background flush (adr/0160): qdrant-edge holds the GIL through a flush,
 # 0.03-0.26 s at 10k memories by the disk's load (its fsyncs) whether 1 or 1,000 points were
-# written since the last, so flushes are rationed by points written, not by time. A crash
-# replays the unflushed points at open (30k unflushed: 2.4 s, flushed: 0.07 s): bounded.
+# written since the last, so flushes are rationed by points written (added, updated or deleted,
+# adr/0188), not by time. A crash replays the unflushed points at open (30k unflushed: 2.4 s,
+# flushed: 0.07 s): bounded.
 FLUSH_AFTER_POINTS = 2_000
-# ...or once writes have paused this long (no request is writing: likely none in flight)...
+# ...or once writes that added points have paused this long (no request is writing: likely none
+# in flight; votes and deletes alone wait for their age, adr/0188)...
 FLUSH_QUIET_S = 2.0
 # ...or once the oldest unflushed write is this old: the WAL is not fsynced until a flush, so
 # this bounds what a machine crash (not a process crash) can lose (was ~5 s, adr/0011).

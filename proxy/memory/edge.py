@@ -492,7 +492,9 @@ class EdgeStore:
         with self._turn_writes:
             self._turns.write(turns)
             try:
-                self._maintenance.update(qe.UpdateOperation.upsert_points(points), len(points))
+                self._maintenance.update(
+                    qe.UpdateOperation.upsert_points(points), len(points), added=True
+                )
             except BaseException:
                 # Noted before the write: the index may have moved turns the shard kept.
                 self._turns.abandon()
