@@ -36,6 +36,16 @@ MEMORY_MAX_TOKENS = 4_500  # cap on injected memory tokens (the synthesizer seed
 # median 881 block tokens instead of 969, for 9-13 % less of the served memory stage at 10k
 # memories; 30 lost 0.9 points. The bench scripts measure at this default.
 MEMORY_TOP_K = 40
+# The memories API's search and list when the caller names no size (their bounds: memory/inputs).
+API_TOP_K = 10
+API_PAGE = 20
+# A memory's fields when its writer gives none (the record, the API, the seed's scorer).
+DEFAULT_SOURCE = "learnings"
+DEFAULT_CONFIDENCE = 0.8
+DEFAULT_USEFULNESS = 0.5
+# Two memories whose word sets are more than this similar (Jaccard) are one: the assembler and
+# the synthesizer keep the better scored (context/dedup.py).
+DUPLICATE_JACCARD = 0.8
 # The adaptive budget (adr/0110): ``adaptive`` charges every injected token a price, ``fill``
 # packs as much value as the budget holds (the behaviour before issue 16).
 BudgetRule = Literal["adaptive", "fill"]
@@ -87,10 +97,26 @@ FLUSH_RETRY_S = 10.0
 # background build to cut its WAL (adr/0184). A payload update takes 87 bytes (a vote: 350k
 # fill about one segment); adds start a build at ``OPTIMIZE_AFTER_POINTS`` long before.
 REPLICA_WAL_CUT_WRITES = 350_000
+# Unindexed points that start the embedded shard's background build: above its indexing
+# threshold (2,000 memories of 256 dimensions, ``memory/edge_shard.py``), so a build always finds
+# a segment to index, and small enough that the exact scan of the rest stays cheap next to the
+# graph (10k unindexed: search 1.41 ms, indexed 0.84 ms).
+OPTIMIZE_AFTER_POINTS = 5_000
 COUNT_FLUSH_S = 5.0  # retrieval counts are summed and written this often (adr/0082)
 CACHE_TIMEOUT_MS = 10.0  # one cache call's deadline on the request path
 
 CACHE_LOCAL_MAX_ENTRIES = 10_000
+CACHE_LOCAL_MAX_BYTES = 64 * MIB
+# The shared cache's connections. Backstops only: the per-call deadline (CACHE_TIMEOUT_MS) is
+# what bounds a request (it covers connecting too).
+CACHE_CONNECT_TIMEOUT_MS = 1000.0
+CACHE_MAX_CONNECTIONS = 64
+# Its circuit breaker (proxy/cache/breaker.py) opens after this many consecutive failures
+# spread over at least CACHE_BREAKER_MIN_FAILURE_SPAN_S, and probes again after the cool-down.
+CACHE_BREAKER_FAILURES = 5
+CACHE_BREAKER_COOLDOWN_S = 5.0
+CACHE_BREAKER_MIN_FAILURE_SPAN_S = 0.5
+CACHE_NEAR_ENTRIES = 256  # decoded search results a process keeps in front of the cache
 # Embeddings and token counts of a text never change for a given model, so they live long.
 EMBEDDING_TTL_S = 7 * DAY_S
 TOKENS_TTL_S = 7 * DAY_S

@@ -35,10 +35,10 @@ from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
 from proxy.context.words import TextMemo, split_dedup_words
+from proxy.defaults import DUPLICATE_JACCARD as DUPLICATE_JACCARD  # re-exported
 from proxy.defaults import TEXT_PROFILES_MEMOISED
 from proxy.errors import ConfigError
 
-DUPLICATE_JACCARD = 0.8
 BITS = 256  # a few bits per word of a long summary: collisions stay rare, an AND stays cheap
 MASK = BITS - 1
 

@@ -57,11 +57,6 @@ from proxy.defaults import FLUSH_AFTER_POINTS, FLUSH_MAX_AGE_S, FLUSH_QUIET_S, F
 from proxy.memory.edge_build import BuildFailed, ChildBuild
 from proxy.memory.edge_shard import current_generation, generation_dir, switch_generation
 
-# Unindexed points that start a background build: above the shard's indexing threshold (2,000
-# memories of 256 dimensions, ``edge_shard``), so a build always finds a segment to index, and
-# small enough that the exact scan of the rest stays cheap next to the graph (10k unindexed:
-# search 1.41 ms, indexed 0.84 ms).
-OPTIMIZE_AFTER_POINTS = 5_000
 CLOSE_WAIT_S = 2.0
 # A child over this long in its copy step is killed and the writes it held back go on (the
 # store serves unindexed and tries again later): the copy took 0.15 s at 10k memories, so
