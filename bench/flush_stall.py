@@ -17,12 +17,14 @@ flush policy on, into a store of ``--memories``: the loop's lag p50/p99/max, tic
 and the flushes started. Each tree runs in a process of its own, interleaved over ``--rounds``.
 ``--replica`` writes through a worker's ``ReplicaStore`` on that store (the primary) instead, as
 a worker under capture does; each row also gives the flushes of the close and its time.
+``--votes`` sets a memory's usefulness instead of adding one (feedback: a payload-only update).
 
     .venv/bin/python bench/flush_stall.py --smoke
     .venv/bin/python bench/flush_stall.py --memories 10000 --rounds 3 --reopen
     git -C /work/main archive <commit> | tar -x -C /tmp/memproxy-before
     .venv/bin/python bench/flush_stall.py --steady 60 --baseline-tree /tmp/memproxy-before
     .venv/bin/python bench/flush_stall.py --steady 60 --replica --baseline-tree /tmp/memproxy-before
+    .venv/bin/python bench/flush_stall.py --steady 60 --votes --rate 2 --baseline-tree /tmp/before
     .venv/bin/python bench/flush_stall.py --memories 10000 --baseline-tree /tmp/memproxy-before
 
 With ``--baseline-tree`` the flushes too run per tree in a process of its own, one round each,
@@ -163,6 +165,9 @@ async def steady(args: argparse.Namespace) -> dict[str, Any]:
         for n in range(writes):
             at = start + n / args.rate
             await asyncio.sleep(max(0.0, at - loop.time()))
+            if args.votes:  # a feedback vote: a payload-only update (adr/0188)
+                await store.set_usefulness("t", f"m{(n * 7919) % args.memories}", 0.5 + n % 2 / 4)
+                continue
             i = args.memories + n
             await store.add(records[i : i + 1], vectors[i : i + 1])
         await asyncio.sleep(args.tail)  # the writes have paused: a quiet flush may start
@@ -298,6 +303,9 @@ def cli() -> None:
     parser.add_argument(
         "--replica", action="store_true", help="--steady: write through a worker's replica"
     )
+    parser.add_argument(
+        "--votes", action="store_true", help="--steady: vote (set usefulness) instead of adding"
+    )
     parser.add_argument("--baseline-tree", help="another checkout to compare with")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", help=argparse.SUPPRESS)
@@ -305,8 +313,10 @@ def cli() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.memories, args.rounds, args.writes, args.reopen = 300, 1, [0, 10], True
-        for replica in (False, True):
-            smoke = argparse.Namespace(**{**vars(args), "steady": 1, "replica": replica})
+        for replica, votes in ((False, False), (True, False), (False, True)):
+            smoke = argparse.Namespace(
+                **{**vars(args), "steady": 1, "replica": replica, "votes": votes}
+            )
             print(json.dumps(asyncio.run(steady(smoke))))
     if args.steady:
         if args.worker:

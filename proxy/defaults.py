@@ -36,6 +36,16 @@ MEMORY_MAX_TOKENS = 4_500  # cap on injected memory tokens (the synthesizer seed
 # median 881 block tokens instead of 969, for 9-13 % less of the served memory stage at 10k
 # memories; 30 lost 0.9 points. The bench scripts measure at this default.
 MEMORY_TOP_K = 40
+# The memories API's search and list when the caller names no size (their bounds: memory/inputs).
+API_TOP_K = 10
+API_PAGE = 20
+# A memory's fields when its writer gives none (the record, the API, the seed's scorer).
+DEFAULT_SOURCE = "learnings"
+DEFAULT_CONFIDENCE = 0.8
+DEFAULT_USEFULNESS = 0.5
+# Two memories whose word sets are more than this similar (Jaccard) are one: the assembler and
+# the synthesizer keep the better scored (context/dedup.py).
+DUPLICATE_JACCARD = 0.8
 # The adaptive budget (adr/0110): ``adaptive`` charges every injected token a price, ``fill``
 # packs as much value as the budget holds (the behaviour before issue 16).
 BudgetRule = Literal["adaptive", "fill"]
@@ -69,10 +79,12 @@ FORGET_SCAN_PAGE = 512
 MAX_CONTENT_CHARS = 8_000  # longest memory content the memories API accepts
 # The embedded shard's background flush (adr/0160): qdrant-edge holds the GIL through a flush,
 # 0.03-0.26 s at 10k memories by the disk's load (its fsyncs) whether 1 or 1,000 points were
-# written since the last, so flushes are rationed by points written, not by time. A crash
-# replays the unflushed points at open (30k unflushed: 2.4 s, flushed: 0.07 s): bounded.
+# written since the last, so flushes are rationed by points written (added, updated or deleted,
+# adr/0188), not by time. A crash replays the unflushed points at open (30k unflushed: 2.4 s,
+# flushed: 0.07 s): bounded.
 FLUSH_AFTER_POINTS = 2_000
-# ...or once writes have paused this long (no request is writing: likely none in flight)...
+# ...or once writes that added points have paused this long (no request is writing: likely none
+# in flight; votes and deletes alone wait for their age, adr/0188)...
 FLUSH_QUIET_S = 2.0
 # ...or once the oldest unflushed write is this old: the WAL is not fsynced until a flush, so
 # this bounds what a machine crash (not a process crash) can lose (was ~5 s, adr/0011).
@@ -85,10 +97,26 @@ FLUSH_RETRY_S = 10.0
 # background build to cut its WAL (adr/0184). A payload update takes 87 bytes (a vote: 350k
 # fill about one segment); adds start a build at ``OPTIMIZE_AFTER_POINTS`` long before.
 REPLICA_WAL_CUT_WRITES = 350_000
+# Unindexed points that start the embedded shard's background build: above its indexing
+# threshold (2,000 memories of 256 dimensions, ``memory/edge_shard.py``), so a build always finds
+# a segment to index, and small enough that the exact scan of the rest stays cheap next to the
+# graph (10k unindexed: search 1.41 ms, indexed 0.84 ms).
+OPTIMIZE_AFTER_POINTS = 5_000
 COUNT_FLUSH_S = 5.0  # retrieval counts are summed and written this often (adr/0082)
 CACHE_TIMEOUT_MS = 10.0  # one cache call's deadline on the request path
 
 CACHE_LOCAL_MAX_ENTRIES = 10_000
+CACHE_LOCAL_MAX_BYTES = 64 * MIB
+# The shared cache's connections. Backstops only: the per-call deadline (CACHE_TIMEOUT_MS) is
+# what bounds a request (it covers connecting too).
+CACHE_CONNECT_TIMEOUT_MS = 1000.0
+CACHE_MAX_CONNECTIONS = 64
+# Its circuit breaker (proxy/cache/breaker.py) opens after this many consecutive failures
+# spread over at least CACHE_BREAKER_MIN_FAILURE_SPAN_S, and probes again after the cool-down.
+CACHE_BREAKER_FAILURES = 5
+CACHE_BREAKER_COOLDOWN_S = 5.0
+CACHE_BREAKER_MIN_FAILURE_SPAN_S = 0.5
+CACHE_NEAR_ENTRIES = 256  # decoded search results a process keeps in front of the cache
 # Embeddings and token counts of a text never change for a given model, so they live long.
 EMBEDDING_TTL_S = 7 * DAY_S
 TOKENS_TTL_S = 7 * DAY_S
@@ -109,6 +137,25 @@ RECORD_CACHE_ENTRIES = 131_072
 # Memory texts whose assembler profile (words, dedup signature, match bases) is memoised: ~5.4
 # KB a real-text memory, so it stays at the 20k it was before adr/0182 raised the record cache.
 TEXT_PROFILES_MEMOISED = 20_000
+# The words' memo (``words.TextMemo``) keeps word sets per memory text, TEXT_PROFILES_MEMOISED
+# texts: candidates recur across requests, and on real text computing them was ~0.3 ms of a
+# 10k-memory request's assemble (docs/benchmarks.md). As many as the store kept decoded records by
+# default until adr/0182 raised that bound for the records alone (their profiles take three times
+# their memory); 8,192 left a 10k-memory user's texts cycling through the memo (adr/0127). A real
+# memory's sets and signature take ~3 KB (~60 MB when full); a text of distinct words takes ~12
+# bytes a character (ASCII; ~27 non-ASCII), so the kept texts hold at most ``TEXT_MEMO_CHARS``
+# characters: ~0.5 GB (ASCII) to ~1.1 GB when full, where 20k texts of 8,000 characters reached 4.5
+# GB. That was 20k texts of at most 2,000 characters each until adr/0149; a bound on the sum also
+# keeps real stores' long summaries (up to ~2,600 characters, ~0.1 ms each to split again).
+TEXT_MEMO_CHARS = TEXT_PROFILES_MEMOISED * 2_000
+TEXT_MEMO_TEXT_CHARS = 8_000  # a longer text would push out hundreds of short ones: not kept
+# The static embedder's memo of word pieces (~100 bytes each) beyond the vocabulary's whole words,
+# which are known from the start; emptied back to those when full.
+WORD_PIECES_KEPT = 65_536
+# Word pieces come from the memo for texts up to this size (a question); a longer text (a memory
+# being written) goes to the tokenizer whole: its unseen words cost a tokenizer call each from
+# the memo, ~3x the whole text's call, and its long words would fill the memo.
+WORD_PIECES_MEMO_TEXT_CHARS = 1_000
 # Several workers on the embedded store (adr/0120): the supervisor folds the shared write log
 # into the primary shard once it holds this many bytes the primary has not applied, checking
 # every LOG_FOLD_CHECK_S; the log stays about this size however long the server runs.

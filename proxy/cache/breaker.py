@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-DEFAULT_FAILURE_THRESHOLD = 5
-DEFAULT_COOLDOWN_S = 5.0
-DEFAULT_MIN_FAILURE_SPAN_S = 0.5
+from proxy.defaults import CACHE_BREAKER_COOLDOWN_S as DEFAULT_COOLDOWN_S
+from proxy.defaults import CACHE_BREAKER_FAILURES as DEFAULT_FAILURE_THRESHOLD
+from proxy.defaults import CACHE_BREAKER_MIN_FAILURE_SPAN_S as DEFAULT_MIN_FAILURE_SPAN_S
 
 State = Literal["closed", "open", "half_open"]
 

@@ -5,20 +5,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from proxy.cache.breaker import (
-    DEFAULT_COOLDOWN_S,
-    DEFAULT_FAILURE_THRESHOLD,
-    DEFAULT_MIN_FAILURE_SPAN_S,
-    CircuitBreaker,
-)
-from proxy.cache.local import DEFAULT_MAX_BYTES, LocalCache
+from proxy.cache.breaker import CircuitBreaker
+from proxy.cache.local import LocalCache
 from proxy.cache.protocol import Cache, ErrorHook
-from proxy.cache.redis_cache import (
-    DEFAULT_CONNECT_TIMEOUT_MS,
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_TIMEOUT_MS,
-    RedisCache,
-    connect,
+from proxy.cache.redis_cache import DEFAULT_TIMEOUT_MS, RedisCache, connect
+from proxy.defaults import (
+    CACHE_BREAKER_COOLDOWN_S,
+    CACHE_BREAKER_FAILURES,
+    CACHE_BREAKER_MIN_FAILURE_SPAN_S,
+    CACHE_CONNECT_TIMEOUT_MS,
+    CACHE_LOCAL_MAX_BYTES,
+    CACHE_MAX_CONNECTIONS,
 )
 from proxy.errors import ConfigError
 
@@ -27,13 +24,13 @@ def create_cache(
     redis_url: str | None,
     local_max_entries: int,
     *,
-    local_max_bytes: int = DEFAULT_MAX_BYTES,
+    local_max_bytes: int = CACHE_LOCAL_MAX_BYTES,
     timeout_ms: float = DEFAULT_TIMEOUT_MS,
-    connect_timeout_ms: float = DEFAULT_CONNECT_TIMEOUT_MS,
-    max_connections: int = DEFAULT_MAX_CONNECTIONS,
-    breaker_failures: int = DEFAULT_FAILURE_THRESHOLD,
-    breaker_cooldown_s: float = DEFAULT_COOLDOWN_S,
-    breaker_min_failure_span_s: float = DEFAULT_MIN_FAILURE_SPAN_S,
+    connect_timeout_ms: float = CACHE_CONNECT_TIMEOUT_MS,
+    max_connections: int = CACHE_MAX_CONNECTIONS,
+    breaker_failures: int = CACHE_BREAKER_FAILURES,
+    breaker_cooldown_s: float = CACHE_BREAKER_COOLDOWN_S,
+    breaker_min_failure_span_s: float = CACHE_BREAKER_MIN_FAILURE_SPAN_S,
     on_error: ErrorHook | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Cache:

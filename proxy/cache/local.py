@@ -10,9 +10,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
+from proxy.defaults import CACHE_LOCAL_MAX_BYTES as DEFAULT_MAX_BYTES
 from proxy.defaults import CACHE_LOCAL_MAX_ENTRIES as DEFAULT_MAX_ENTRIES
 
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 # Counters carry no TTL; they expire never (only LRU eviction removes them).
 NO_EXPIRY = float("inf")
 

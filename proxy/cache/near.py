@@ -14,9 +14,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-T = TypeVar("T")
+from proxy.defaults import CACHE_NEAR_ENTRIES as DEFAULT_NEAR_ENTRIES
 
-DEFAULT_NEAR_ENTRIES = 256
+T = TypeVar("T")
 
 
 class NearCache(Generic[T]):

@@ -22,12 +22,11 @@ from redis.exceptions import ResponseError
 from proxy.cache.breaker import CircuitBreaker
 from proxy.cache.outcome import record_unserved
 from proxy.cache.protocol import REASON_CIRCUIT_OPEN, REASON_ERROR, REASON_TIMEOUT, ErrorHook
+from proxy.defaults import CACHE_CONNECT_TIMEOUT_MS as DEFAULT_CONNECT_TIMEOUT_MS
+from proxy.defaults import CACHE_MAX_CONNECTIONS as DEFAULT_MAX_CONNECTIONS
 from proxy.defaults import CACHE_TIMEOUT_MS
 
 DEFAULT_TIMEOUT_MS = CACHE_TIMEOUT_MS
-# Backstops only: the per-call deadline is what bounds a request (it covers connecting too).
-DEFAULT_CONNECT_TIMEOUT_MS = 1000.0
-DEFAULT_MAX_CONNECTIONS = 64
 
 T = TypeVar("T")
 

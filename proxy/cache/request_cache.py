@@ -34,9 +34,10 @@ import numpy as np
 
 from proxy.cache import codec, keys
 from proxy.cache.generations import Generations, GenerationSource
-from proxy.cache.near import DEFAULT_NEAR_ENTRIES, NearCache
+from proxy.cache.near import NearCache
 from proxy.cache.protocol import Cache, NamedEmbedder, RetrievalKey
 from proxy.context.records import Candidate
+from proxy.defaults import CACHE_NEAR_ENTRIES
 from proxy.defaults import EMBEDDING_TTL_S as DEFAULT_EMBEDDING_TTL_S
 from proxy.defaults import RETRIEVAL_TTL_S as DEFAULT_RETRIEVAL_TTL_S
 from proxy.defaults import TOKENS_TTL_S as DEFAULT_TOKEN_COUNT_TTL_S
@@ -84,7 +85,7 @@ class RequestCache:
         write_behind: bool = False,
         on_lookup: LookupHook | None = None,
         generations: GenerationSource | None = None,
-        near_entries: int = DEFAULT_NEAR_ENTRIES,
+        near_entries: int = CACHE_NEAR_ENTRIES,
         near_token_entries: int = DEFAULT_NEAR_TOKEN_ENTRIES,
         shared_retrievals: bool = True,
         wall_clock: Callable[[], float] = time.time,

@@ -34,10 +34,11 @@ import functools
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 
-from proxy.context.words import TEXTS_MEMOISED, TextMemo, split_dedup_words
+from proxy.context.words import TextMemo, split_dedup_words
+from proxy.defaults import DUPLICATE_JACCARD as DUPLICATE_JACCARD  # re-exported
+from proxy.defaults import TEXT_PROFILES_MEMOISED
 from proxy.errors import ConfigError
 
-DUPLICATE_JACCARD = 0.8
 BITS = 256  # a few bits per word of a long summary: collisions stay rare, an AND stays cheap
 MASK = BITS - 1
 
@@ -63,7 +64,7 @@ def word_signature(words: frozenset[str]) -> Signature:
 
 
 # ``word_signature`` memoised (``dedup_words`` hands out one set per text, a set keeps its hash).
-signature = functools.lru_cache(maxsize=TEXTS_MEMOISED)(word_signature)
+signature = functools.lru_cache(maxsize=TEXT_PROFILES_MEMOISED)(word_signature)
 
 
 def split_signature(text: str) -> Signature:

@@ -12,7 +12,7 @@ the 10,000 met by then), each costing ~20 us to profile on the request path (~12
 match bases are found backwards, docs/benchmarks.md). ``prepare`` profiles records ahead of
 their first request; the embedded store calls it on the records it decodes while warming its
 record cache, so a store that fits that cache and this memo
-(``words.TEXTS_MEMOISED``, smaller than the record cache: adr/0182) has every text profiled
+(``TEXT_PROFILES_MEMOISED``, smaller than the record cache: adr/0182) has every text profiled
 before it is searched.
 """
 

@@ -11,11 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from proxy.context.tokens import Count
+from proxy.defaults import DEFAULT_CONFIDENCE as DEFAULT_CONFIDENCE  # re-exported, as the next
+from proxy.defaults import DEFAULT_SOURCE as DEFAULT_SOURCE
+from proxy.defaults import DEFAULT_USEFULNESS as DEFAULT_USEFULNESS
 from proxy.defaults import SOURCES as SOURCES  # re-exported: the engine's source names
-
-DEFAULT_SOURCE = "learnings"
-DEFAULT_CONFIDENCE = 0.8
-DEFAULT_USEFULNESS = 0.5
 
 
 @dataclass(frozen=True, slots=True)

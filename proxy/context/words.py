@@ -26,7 +26,9 @@ from collections.abc import Set as AbstractSet
 from threading import Lock
 from typing import Generic, NamedTuple, TypeVar
 
-from proxy.defaults import TEXT_PROFILES_MEMOISED
+from proxy.defaults import TEXT_MEMO_CHARS as MEMO_CHARS
+from proxy.defaults import TEXT_MEMO_TEXT_CHARS as MEMO_TEXT_CHARS
+from proxy.defaults import TEXT_PROFILES_MEMOISED as TEXTS_MEMOISED
 
 R = TypeVar("R")
 
@@ -129,19 +131,6 @@ class TextMemo(Generic[R]):
 
 
 WORD = re.compile(r"[^\W_]+")
-# Word sets kept per memory text: candidates recur across requests, and on real text computing them
-# was ~0.3 ms of a 10k-memory request's assemble (docs/benchmarks.md). As many as the store kept
-# decoded records by default until adr/0182 raised that bound for the records alone (their profiles
-# take three times their memory); 8,192 left a 10k-memory user's texts cycling through the memo
-# (adr/0127). A real memory's sets and signature take ~3 KB (~60 MB when full); a text of distinct
-# words takes ~12 bytes a character (ASCII; ~27 non-ASCII), so the kept texts hold at most
-# ``MEMO_CHARS`` characters: ~0.5 GB (ASCII) to ~1.1 GB when full, where 20k texts of 8,000
-# characters reached 4.5 GB. That was 20k texts of at most 2,000 characters each until adr/0149; a
-# bound on the sum also keeps real stores' long summaries (up to ~2,600 characters, ~0.1 ms each to
-# split again).
-TEXTS_MEMOISED = TEXT_PROFILES_MEMOISED
-MEMO_CHARS = TEXTS_MEMOISED * 2_000
-MEMO_TEXT_CHARS = 8_000  # a longer text would push out hundreds of short ones: not kept
 # A stem of 3+ letters, then one suffix, at the end of a space-separated word.
 STEM = re.compile(r"\b([^\W_]{3,}?)(?:ing|ed|es|(?<!s)s)\b")
 # Function words carry no topic; dropping them keeps "how do I ..." from matching everything.

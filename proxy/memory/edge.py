@@ -45,7 +45,12 @@ import qdrant_edge as qe
 from proxy.context.profiles import prepare as prepare_profiles
 from proxy.context.profiles import text_profile
 from proxy.context.records import Candidate, MemoryRecord
-from proxy.defaults import HYBRID, INLINE_SEARCH_MAX_POINTS, REPLICA_WAL_CUT_WRITES
+from proxy.defaults import (
+    HYBRID,
+    INLINE_SEARCH_MAX_POINTS,
+    OPTIMIZE_AFTER_POINTS,
+    REPLICA_WAL_CUT_WRITES,
+)
 from proxy.errors import ConfigError, StoreError
 from proxy.handoff import run_on
 from proxy.memory import lexical
@@ -54,7 +59,6 @@ from proxy.memory.edge_ids import NEW_STORES, U64_IDS, PointIds, Scheme, ids_at
 from proxy.memory.edge_inline import Lock, StoreState, free, inline
 from proxy.memory.edge_lifecycle import LifecycleTenants
 from proxy.memory.edge_maintenance import (
-    OPTIMIZE_AFTER_POINTS,
     ShardMaintenance,
     ShardReads,
     unindexed_points,
@@ -492,7 +496,9 @@ class EdgeStore:
         with self._turn_writes:
             self._turns.write(turns)
             try:
-                self._maintenance.update(qe.UpdateOperation.upsert_points(points), len(points))
+                self._maintenance.update(
+                    qe.UpdateOperation.upsert_points(points), len(points), added=True
+                )
             except BaseException:
                 # Noted before the write: the index may have moved turns the shard kept.
                 self._turns.abandon()

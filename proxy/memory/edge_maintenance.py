@@ -1,20 +1,22 @@
 """Background upkeep of the embedded shard: periodic flushes and index builds.
 
 Edge has no background optimizer of its own. ``ShardMaintenance`` starts a flush once
-``FLUSH_AFTER_POINTS`` points were written since the last, once writes have paused for
-``FLUSH_QUIET_S`` or once the oldest unflushed one is ``FLUSH_MAX_AGE_S`` old (``FlushPolicy``;
-a crash replays the unflushed points at open, and replaced payload blocks are reclaimed only by
-a flush; the points of a failed flush count again, and the next waits ``FLUSH_RETRY_S``), and
-an HNSW build once ``optimize_after`` points are outside the graph. Neither may
-hold up the write that triggered it or the searches, which keep running meanwhile on the
-unindexed segments (adr/0011): a flush runs on its own thread, but the engine holds the GIL
-through it (its fsyncs: 0.03-0.26 s at 10k memories by the disk's load, however few points it
-persists), so flushes are rationed by writes rather than run every few seconds (adr/0160); a
-build (seconds to minutes) in a child process (adr/0153, ``edge_build``): the engine holds the
-GIL for the whole build, which on a thread here froze the event loop for 8-11 s at 10k memories.
-A store whose files are deleted unread (a worker's replica) starts no flush by itself at all
-(``background_flushes``, adr/0179); its WAL keeps every segment until a build's swap, so it
-starts a build after ``wal_cut_after`` writes of any kind since its last copy (adr/0184).
+``FLUSH_AFTER_POINTS`` points were written since the last (added, updated in place or deleted:
+the WAL replays each at open), once writes that added points have paused for ``FLUSH_QUIET_S``
+(votes and deletes alone wait for their age, adr/0188) or once the oldest unflushed one is
+``FLUSH_MAX_AGE_S`` old (``FlushPolicy``; a crash replays the unflushed points at open, and
+replaced payload blocks are reclaimed only by a flush; the points of a failed flush count
+again, and the next waits ``FLUSH_RETRY_S``), and an HNSW build once ``optimize_after`` points
+are outside the graph. Neither may hold up the write that triggered it or the searches, which
+keep running meanwhile on the unindexed segments (adr/0011): a flush runs on its own thread,
+but the engine holds the GIL through it (its fsyncs: 0.03-0.26 s at 10k memories by the disk's
+load, however few points it persists), so flushes are rationed by writes rather than run every
+few seconds (adr/0160); a build (seconds to minutes) in a child process (adr/0153,
+``edge_build``): the engine holds the GIL for the whole build, which on a thread here froze the
+event loop for 8-11 s at 10k memories. A store whose files are deleted unread (a worker's
+replica) starts no flush by itself at all (``background_flushes``, adr/0179); its WAL keeps
+every segment until a build's swap, so it starts a build after ``wal_cut_after`` writes of any
+kind since its last copy (adr/0184).
 
 A background build copies the shard (writes wait for the copy), records every update from
 then on (``update``: every write of the store goes through it), and when the child is done
@@ -55,11 +57,6 @@ from proxy.defaults import FLUSH_AFTER_POINTS, FLUSH_MAX_AGE_S, FLUSH_QUIET_S, F
 from proxy.memory.edge_build import BuildFailed, ChildBuild
 from proxy.memory.edge_shard import current_generation, generation_dir, switch_generation
 
-# Unindexed points that start a background build: above the shard's indexing threshold (2,000
-# memories of 256 dimensions, ``edge_shard``), so a build always finds a segment to index, and
-# small enough that the exact scan of the rest stays cheap next to the graph (10k unindexed:
-# search 1.41 ms, indexed 0.84 ms).
-OPTIMIZE_AFTER_POINTS = 5_000
 CLOSE_WAIT_S = 2.0
 # A child over this long in its copy step is killed and the writes it held back go on (the
 # store serves unindexed and tries again later): the copy took 0.15 s at 10k memories, so
@@ -135,15 +132,17 @@ class FlushPolicy:
     max_age_s: float = FLUSH_MAX_AGE_S
     retry_s: float = FLUSH_RETRY_S  # after a failed flush, none starts before this long
 
-    def due(self, unflushed: int, since_write_s: float, age_s: float) -> bool:
+    def due(
+        self, unflushed: int, since_write_s: float, age_s: float, *, pause: bool = True
+    ) -> bool:
         """Whether to flush ``unflushed`` points written since the last flush, the newest
         ``since_write_s`` ago and the oldest ``age_s`` ago: enough of them, any once writes
-        have paused, or any once the oldest is old enough."""
+        have paused (if ``pause``: some were added), or any once the oldest is old enough."""
         if unflushed <= 0:
             return False
         return (
             unflushed >= self.after_points
-            or since_write_s >= self.quiet_s
+            or (pause and since_write_s >= self.quiet_s)
             or age_s >= self.max_age_s
         )
 
@@ -226,7 +225,8 @@ class ShardMaintenance:
         self._optimizing = False
         self._flushing = False
         self._unindexed = unindexed
-        self._unflushed = 0  # points written since the last flush started
+        self._unflushed = 0  # points written (of any update) since the last flush started
+        self._added_unflushed = False  # some of them were added: a pause flushes them
         self._uncut = 0  # updates since the last build's copy (``wal_cut_after``)
         self._last_write = time.monotonic()
         self._first_unflushed = self._last_write  # when the oldest unflushed point came
@@ -254,9 +254,12 @@ class ShardMaintenance:
                 else:
                     self._handles.notify_all()
 
-    def update(self, operation: qe.UpdateOperation, points: int = 1) -> None:
-        """Apply ``operation`` (of ``points`` points) to the shard; a background build
-        replays it into its copy, or is abandoned if that record grows too large."""
+    def update(
+        self, operation: qe.UpdateOperation, points: int = 1, *, added: bool = False
+    ) -> None:
+        """Apply ``operation`` (of ``points`` points; ``added``: new ones) to the shard; a
+        background build replays it into its copy, or is abandoned if that record grows too
+        large. Then start a flush or a build cutting the WAL if one is due."""
         with self._writes:
             self.shard.update(operation)
             if self._recorded is not None:
@@ -264,19 +267,28 @@ class ShardMaintenance:
                 self._recorded_points += points
                 if self._recorded_points > RECORD_LIMIT_POINTS:
                     self._abandon()
-        if self.wal_cut_after is not None:
-            self._count_uncut()
+        self._after_update(points, added)
 
-    def _count_uncut(self) -> None:
-        """Note one more update in the WAL; start a build that cuts it once due. Payload
-        updates and deletes never reach ``after_write``'s count of unindexed points."""
-        assert self.wal_cut_after is not None
+    def _after_update(self, points: int, added: bool) -> None:
+        """Note ``points`` more written to the WAL, whatever the update (an add, a payload
+        update such as a vote, a delete): each is replayed at open until a flush and lost
+        with the WAL's unsynced pages in a machine crash, so each counts towards one by
+        points and age; a pause flushes only added points (adr/0188). And one more update
+        towards a build that cuts a replica's WAL (payload updates and deletes never reach
+        ``after_write``'s count of unindexed points)."""
         with self._lock:
-            self._uncut += 1
-            build = self._uncut >= self.wal_cut_after and not self._optimizing
-            build = build and time.monotonic() >= self._retry_at and not self._stopping.is_set()
-            if build:
-                self._optimizing = True
+            now = time.monotonic()
+            self._last_write = now
+            flush = self._count_unflushed(points, now, now, added=added)
+            build = False
+            if self.wal_cut_after is not None:
+                self._uncut += 1
+                build = self._uncut >= self.wal_cut_after and not self._optimizing
+                build = build and now >= self._retry_at and not self._stopping.is_set()
+                if build:
+                    self._optimizing = True
+        if flush:
+            self._submit_flush()
         if build:
             self._start_build()
 
@@ -290,29 +302,26 @@ class ShardMaintenance:
             child.kill()  # the build's thread gets ``BuildFailed``
 
     def after_write(self, points: int) -> None:
-        """Note ``points`` new points; start a flush or an index build when one is due."""
+        """Note ``points`` new points outside the graph (``update`` counted them for a
+        flush); start an index build when one is due."""
         with self._lock:
             self._unindexed += points
-            now = time.monotonic()
-            self._last_write = now
-            flush = self._count_unflushed(points, now, now)
             threshold = self.optimize_after
             build = threshold is not None and self._unindexed >= threshold and not self._optimizing
-            build = build and now >= self._retry_at and not self._stopping.is_set()
+            build = build and time.monotonic() >= self._retry_at and not self._stopping.is_set()
             if build:
                 self._unindexed = 0
                 self._optimizing = True
-        if flush:
-            self._submit_flush()
         if build:
             self._start_build()
 
-    def _count_unflushed(self, points: int, oldest: float, now: float) -> bool:
-        """Note ``points`` unflushed, the oldest written at ``oldest``; whether a flush starts
-        now (else a quiet check is armed). Under ``_lock``."""
+    def _count_unflushed(self, points: int, oldest: float, now: float, *, added: bool) -> bool:
+        """Note ``points`` unflushed (``added``: new ones), the oldest written at ``oldest``;
+        whether a flush starts now (else a check is armed). Under ``_lock``."""
         if self._unflushed == 0 or oldest < self._first_unflushed:
             self._first_unflushed = oldest
         self._unflushed += points
+        self._added_unflushed = self._added_unflushed or added
         return self._check_flush(now)
 
     def _check_flush(self, now: float) -> bool:
@@ -321,16 +330,19 @@ class ShardMaintenance:
         ``_lock``)."""
         if self._unflushed <= 0 or self._stopping.is_set() or not self.background_flushes:
             return False
+        policy, pause = self.flush_policy, self._added_unflushed
         since = now - self._last_write
         age = now - self._first_unflushed
-        due = self.flush_policy.due(self._unflushed, since, age)
+        due = policy.due(self._unflushed, since, age, pause=pause)
         if self._start_flush_if(due and now >= self._flush_retry_at):
             return True
         if not self._flushing:
-            # A pause may make one due, or the end of a failed flush's wait.
-            self._watch_quiet(
-                max(self.flush_policy.quiet_s - since, self._flush_retry_at - now, 0.05)
-            )
+            # A pause may make one due (added points only), their age, or the end of a
+            # failed flush's wait: votes alone wake no sooner than their age (adr/0188).
+            wake = policy.max_age_s - age
+            if pause:
+                wake = min(wake, policy.quiet_s - since)
+            self._watch_quiet(max(wake, self._flush_retry_at - now, 0.05))
         return False
 
     def _submit_flush(self) -> None:
@@ -379,8 +391,8 @@ class ShardMaintenance:
         the swap holds this lock too, so the handle flushed is the current one). If it fails,
         the points it was to persist count as unflushed again."""
         with self._lock:
-            taken, oldest = self._unflushed, self._first_unflushed
-            self._unflushed = 0
+            taken, oldest, added = self._unflushed, self._first_unflushed, self._added_unflushed
+            self._unflushed, self._added_unflushed = 0, False
         try:
             with self._files:
                 self.shard.flush()
@@ -389,6 +401,7 @@ class ShardMaintenance:
                 if taken and (self._unflushed == 0 or oldest < self._first_unflushed):
                     self._first_unflushed = oldest
                 self._unflushed += taken
+                self._added_unflushed = self._added_unflushed or added
             raise
 
     def _flush_sync(self) -> None:
@@ -478,7 +491,7 @@ class ShardMaintenance:
             # crash).
             with self._lock:
                 flush = replayed > 0 and self._count_unflushed(
-                    replayed, phases[1], time.monotonic()
+                    replayed, phases[1], time.monotonic(), added=True
                 )
             if flush:
                 self._submit_flush()

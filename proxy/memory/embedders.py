@@ -30,6 +30,8 @@ import httpx
 import numpy as np
 
 from proxy.defaults import UPSTREAM_URL as DEFAULT_OPENAI_URL
+from proxy.defaults import WORD_PIECES_KEPT as WORDS_KEPT
+from proxy.defaults import WORD_PIECES_MEMO_TEXT_CHARS as MEMO_TEXT_CHARS
 from proxy.errors import ConfigError, EmbedderError
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -56,13 +58,6 @@ ASCII_DELETED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 # alone (every printable ASCII character that is neither is punctuation to BERT); whitespace
 # splits.
 ASCII_PRE_TOKEN = re.compile(r"[a-z0-9]+|[^\sa-z0-9]")
-# Memoised word pieces (~100 bytes each) beyond the vocabulary's whole words, which are known
-# from the start; emptied back to those when full.
-WORDS_KEPT = 65_536
-# Word pieces come from the memo for texts up to this size (a question); a longer text (a memory
-# being written) goes to the tokenizer whole: its unseen words cost a tokenizer call each from
-# the memo, ~3x the whole text's call, and its long words would fill the memo.
-MEMO_TEXT_CHARS = 1_000
 # A batch this small (a captured turn: the user's message and the answer) is embedded a text at a
 # time on the one-text path: model2vec's batch ``encode`` cost 0.37 ms for such a pair on the
 # event loop, the one-text path 0.08 ms, and each row gets the bits the text has alone (as a

@@ -57,6 +57,8 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from proxy.context.records import DEFAULT_CONFIDENCE, DEFAULT_SOURCE, DEFAULT_USEFULNESS, SOURCES
+from proxy.defaults import API_PAGE as DEFAULT_PAGE
+from proxy.defaults import API_TOP_K as DEFAULT_TOP_K
 
 MAX_ID_CHARS = 256
 # Ids travel unescaped as one path segment of /v1/memories/{id}: URL-safe ASCII only.
@@ -86,9 +88,7 @@ MAX_METADATA_DEPTH = 32
 # Most memories one write may carry: keeps a request's embedding and WAL append bounded
 # (about 0.2 s for 1,000 memories with the static embedder; adr/0071).
 MAX_BATCH_MEMORIES = 1000
-DEFAULT_TOP_K = 10
 MAX_TOP_K = 200
-DEFAULT_PAGE = 20
 MAX_PAGE = 100
 # A query-string integer: ASCII digits only (str.isdigit() also accepts "³", which int() refuses).
 QUERY_INTEGER_RE = re.compile(r"-?[0-9]{1,9}")

@@ -45,14 +45,12 @@ from proxy.cache.blocks import TurnBlocks
 from proxy.cache.protocol import MemoryCache
 from proxy.context.records import Candidate, MemoryRecord, index_text
 from proxy.context.tokens import O200K
-from proxy.defaults import FORGET_SCAN_PAGE, MAX_CONTENT_CHARS
+from proxy.defaults import API_PAGE, API_TOP_K, FORGET_SCAN_PAGE, MAX_CONTENT_CHARS
 from proxy.errors import BackendError, EmbedderError, NotFound, RequestError
 from proxy.memory.duplicates import normal_form, same_memory, words_key
 from proxy.memory.embedders import Embedder
 from proxy.memory.filters import DIALOG_SOURCE
 from proxy.memory.inputs import (
-    DEFAULT_PAGE,
-    DEFAULT_TOP_K,
     MAX_TOP_K,
     MemoryInput,
     SetUsefulness,
@@ -478,7 +476,7 @@ class MemoryService:
         *,
         user: str | None = None,
         source: str | None = None,
-        limit: int = DEFAULT_PAGE,
+        limit: int = API_PAGE,
         after: str | None = None,
     ) -> Page:
         """One page of the tenant's memories (stable order); pass ``last_id`` as ``after``."""
@@ -490,7 +488,7 @@ class MemoryService:
         query: str,
         *,
         user: str = "",
-        top_k: int = DEFAULT_TOP_K,
+        top_k: int = API_TOP_K,
         sources: Sequence[str] | None = None,
     ) -> builtins.list[Candidate]:
         """The ``top_k`` memories of ``user`` plus tenant-shared ones most similar to ``query``,

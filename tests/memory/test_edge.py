@@ -1091,6 +1091,37 @@ async def test_closing_flushes_writes_no_background_flush_took(
     assert counting.flushes == 1
 
 
+@pytest.mark.parametrize("write", ["vote", "supersede", "delete", "delete_user"])
+async def test_votes_and_deletes_alone_start_a_background_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """A store that takes no add, only votes or deletes, still flushes them in the background,
+    by their age (adr/0188): else each waits in the WAL for the next add or the close."""
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    records = [record(f"m{i}") for i in range(3)]
+    await store.add(records, vectors_for(records, DIM))
+    await store.flush()
+    maintenance = store._maintenance
+    monkeypatch.setattr(
+        maintenance, "flush_policy", replace(maintenance.flush_policy, max_age_s=0.0)
+    )
+    counting = FlushCountingShard(store._shard)
+    monkeypatch.setattr(store, "_shard", counting)
+    try:
+        if write == "vote":
+            assert await store.set_usefulness("t1", "m0", 0.9) is not None
+        elif write == "supersede":
+            assert await store.supersede("t1", "m0", "m1") is not None
+        elif write == "delete":
+            assert await store.delete("t1", "m0")
+        else:
+            assert await store.delete_user("t1", "u1") == 3
+        await asyncio.to_thread(maintenance.settle)
+        assert counting.flushes == 1
+    finally:
+        await store.close()
+
+
 @pytest.mark.parametrize(
     ("persistent", "in_background", "at_close", "counts_saved"),
     [(True, 1, 1, True), (False, 0, 0, False)],

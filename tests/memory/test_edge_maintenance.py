@@ -38,6 +38,12 @@ class RecordingShard:
         return True
 
 
+def added(maintenance: ShardMaintenance, points: int) -> None:
+    """What ``EdgeStore.add`` tells its maintenance about a batch of ``points`` new points."""
+    maintenance.update(f"upsert {points}", points, added=True)  # type: ignore[arg-type]
+    maintenance.after_write(points)
+
+
 @pytest.mark.parametrize(
     ("optimize_after", "writes", "builds"),
     [
@@ -90,7 +96,7 @@ def test_writes_start_a_flush_at_the_point_count(writes: list[int], flushes: int
     policy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=3600.0)
     maintenance = ShardMaintenance(shard, None, flush_policy=policy)  # type: ignore[arg-type]
     for points in writes:
-        maintenance.after_write(points)
+        added(maintenance, points)
     maintenance.close()  # waits for a running flush; a pending quiet check is dropped
     assert shard.flushes == flushes
 
@@ -100,7 +106,7 @@ def test_a_pause_in_the_writes_starts_a_flush(quiet_s: float, flushes: int) -> N
     shard = RecordingShard()
     busy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=3600.0)
     maintenance = ShardMaintenance(shard, None, flush_policy=busy)  # type: ignore[arg-type]
-    maintenance.after_write(1)  # not due: the write itself starts no flush
+    added(maintenance, 1)  # not due: the write itself starts no flush
     maintenance.flush_policy = replace(busy, quiet_s=quiet_s)
     maintenance._on_quiet()  # the quiet check, run now rather than by its timer
     maintenance.settle()
@@ -115,7 +121,7 @@ def test_a_write_flushes_once_the_oldest_unflushed_is_old_enough(
     shard = RecordingShard()
     policy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=max_age_s)
     maintenance = ShardMaintenance(shard, None, flush_policy=policy)  # type: ignore[arg-type]
-    maintenance.after_write(1)
+    added(maintenance, 1)
     maintenance.close()
     assert shard.flushes == flushes
 
@@ -124,9 +130,9 @@ def test_a_flush_resets_the_count_of_unflushed_points() -> None:
     shard = RecordingShard()
     policy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=3600.0)
     maintenance = ShardMaintenance(shard, None, flush_policy=policy)  # type: ignore[arg-type]
-    maintenance.after_write(60)
+    added(maintenance, 60)
     maintenance.flush()  # an explicit flush (the API's, or a close's) persisted those
-    maintenance.after_write(60)
+    added(maintenance, 60)
     maintenance.close()
     assert shard.flushes == 1
 
@@ -244,7 +250,7 @@ def test_a_write_racing_close_starts_no_flush_and_does_not_fail() -> None:
     policy = edge_maintenance.FlushPolicy(after_points=1, quiet_s=3600.0, max_age_s=3600.0)
     maintenance = ShardMaintenance(shard, None, flush_policy=policy)  # type: ignore[arg-type]
     maintenance.close()
-    maintenance.after_write(5)  # a write still under way on another thread: the close flushes
+    added(maintenance, 5)  # a write still under way on another thread: the close flushes
     assert shard.flushes == 0
     assert maintenance._quiet is None
 
@@ -309,11 +315,11 @@ def test_a_quiet_check_is_not_re_armed_while_a_flush_runs(
     shard.go.clear()
     busy = edge_maintenance.FlushPolicy(after_points=10, quiet_s=3600.0, max_age_s=3600.0)
     maintenance, timers = held_maintenance(shard, busy)
-    maintenance.after_write(5)  # not due: a quiet check is armed
-    maintenance.after_write(5)  # due by points: a flush, held in the engine
+    added(maintenance, 5)  # not due: a quiet check is armed
+    added(maintenance, 5)  # due by points: a flush, held in the engine
     assert shard.in_flush.wait(SAFETY_S)
     maintenance.flush_policy = replace(busy, quiet_s=0.0)  # from now on, writes have paused
-    maintenance.after_write(1)  # during the flush: its end is what checks for it
+    added(maintenance, 1)  # during the flush: its end is what checks for it
     for _ in range(quiet_checks_during_flush):
         timers.fire_last()
     assert len(timers.armed) == timers_armed
@@ -342,11 +348,11 @@ def test_a_failed_flush_counts_its_points_as_unflushed_again(
         after_points=100, quiet_s=3600.0, max_age_s=3600.0, retry_s=retry_s
     )
     maintenance, _ = held_maintenance(shard, policy)
-    maintenance.after_write(100)
+    added(maintenance, 100)
     maintenance.settle()  # the failed flush
     maintenance.settle()  # and the one its end started, if any
     for points in writes_after:
-        maintenance.after_write(points)
+        added(maintenance, points)
     maintenance.settle()
     assert (shard.flushes, maintenance._unflushed) == (flushes, unflushed)
     maintenance.close()
@@ -356,10 +362,10 @@ def test_a_failed_explicit_flush_counts_its_points_as_unflushed_again() -> None:
     shard = HeldFlushShard(failures=1)
     policy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=3600.0)
     maintenance, _ = held_maintenance(shard, policy)
-    maintenance.after_write(60)
+    added(maintenance, 60)
     with pytest.raises(OSError, match="disk full"):
         maintenance.flush()
-    maintenance.after_write(40)  # 100 unflushed: due by points
+    added(maintenance, 40)  # 100 unflushed: due by points
     maintenance.settle()
     assert shard.flushes == 2
     maintenance.close()
@@ -384,7 +390,7 @@ def test_a_store_without_background_flushes_starts_none_by_points_age_or_pause(
         flush_policy=policy,
         background_flushes=background_flushes,
     )
-    maintenance.after_write(5)
+    added(maintenance, 5)
     if due_by == "pause":
         maintenance.flush_policy = replace(busy, quiet_s=0.0)
         maintenance._on_quiet()  # the quiet check, run now rather than by its timer
@@ -396,7 +402,7 @@ def test_a_store_without_background_flushes_starts_none_by_points_age_or_pause(
 def test_an_explicit_flush_runs_without_background_flushes() -> None:
     shard = RecordingShard()
     maintenance = ShardMaintenance(shard, None, background_flushes=False)  # type: ignore[arg-type]
-    maintenance.after_write(5)
+    added(maintenance, 5)
     maintenance.flush()
     maintenance.close()
     assert shard.flushes == 1
@@ -430,3 +436,52 @@ def test_a_replica_starts_a_build_after_so_many_updates(
     maintenance.close()
     assert shard.builds == builds
     assert shard.flushes == 0
+
+
+@pytest.mark.parametrize(
+    ("due_by", "updates", "flushes"),
+    [
+        ("points", 99, 0),
+        ("points", 100, 1),  # as many as added points would need
+        ("age", 1, 1),
+        ("pause", 1, 0),  # a pause flushes added points only: a vote waits for its age
+    ],
+)
+def test_updates_in_place_start_a_flush_by_points_or_age(
+    due_by: str, updates: int, flushes: int
+) -> None:
+    """A store that only takes votes (payload updates) or deletes: the WAL replays each at
+    open until a flush and a machine crash loses them, so they count towards one by points
+    and age; not by a pause, which would flush after every lone vote (adr/0188)."""
+    shard = RecordingShard()
+    busy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=3600.0)
+    policy = replace(busy, max_age_s=0.0) if due_by == "age" else busy
+    maintenance, timers = held_maintenance(shard, policy)
+    for n in range(updates):
+        maintenance.update(f"set_payload {n}")  # type: ignore[arg-type]
+    if due_by == "pause":
+        maintenance.flush_policy = replace(busy, quiet_s=0.0)  # writes have paused
+        timers.fire_last()  # the check the update armed
+    maintenance.settle()
+    maintenance.close()
+    assert shard.flushes == flushes
+
+
+@pytest.mark.parametrize(("first_added", "flushes"), [(True, 1), (False, 0)])
+def test_a_pause_flushes_updates_in_place_with_added_points(
+    first_added: bool, flushes: int
+) -> None:
+    shard = RecordingShard()
+    busy = edge_maintenance.FlushPolicy(after_points=100, quiet_s=3600.0, max_age_s=3600.0)
+    maintenance, timers = held_maintenance(shard, busy)
+    maintenance.update("upsert", added=first_added)  # type: ignore[arg-type]
+    maintenance.update("set_payload")  # type: ignore[arg-type]
+    maintenance.flush_policy = replace(busy, quiet_s=0.0)  # writes have paused
+    timers.fire_last()
+    maintenance.settle()
+    assert shard.flushes == flushes
+    maintenance.flush_policy = replace(busy, max_age_s=0.0)  # ...and the oldest is old enough
+    timers.fire_last()  # the check re-armed if nothing was due (else a spent one)
+    maintenance.settle()
+    maintenance.close()
+    assert shard.flushes == 1
