@@ -772,6 +772,11 @@ class EdgeStore:
             if record.live(at):
                 near.append(candidate(record, 0.0))  # adjacency reads times, not cosines
                 key_of_id[record.id] = key
+        if key_of_id.keys() <= {seed.record.id for seed in seeds}:
+            # Only the seeds lie in their windows, and a seed is a hit: no turn is left to add.
+            # 287 of 500 chat searches of the bench's 10k real-text store (docs/benchmarks.md),
+            # where ``near_turns`` built the hits' ids and sorted the turns for nothing.
+            return []
         kept = near_turns(hits, seeds, near, query.window_s)
         if not kept:
             return []

@@ -456,6 +456,35 @@ async def test_a_search_with_its_neighbour_turns_takes_one_thread_hop(
         await store.close()
 
 
+async def test_seeds_alone_in_their_windows_skip_the_adjacency(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turns an hour apart: the index lists only the seed in its window, a hit already, so no
+    turn can be added and ``near_turns`` (the hits' ids, a sort) is not run at all."""
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    turns = [
+        replace(record(f"t{i}", source="conversation"), created_at=at + timedelta(hours=i))
+        for i in range(10)
+    ]
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    await store.add(turns, vectors_for(turns, DIM))
+    await store.warmed()
+    text = turns[5].content
+    query = SearchQuery(vector_for(text, DIM), text, "u1", None, 1, live_at=at)
+
+    def unexpected(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("adjacency computed for seeds alone in their windows")
+
+    monkeypatch.setattr(edge, "near_turns", unexpected)
+    monkeypatch.setattr(store, "_turns_near_sync", unexpected)
+    try:
+        found = await store.search_near("t1", query, 1, 90.0)
+        assert [hit.record.id for hit in found.hits] == ["t5"]
+        assert found.turns == []
+    finally:
+        await store.close()
+
+
 @pytest.mark.parametrize("lookup", ["_turns_from_index", "_turns_near_sync"])
 async def test_a_failing_neighbour_lookup_in_the_search_keeps_the_hits(
     tmp_path: Path,

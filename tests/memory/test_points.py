@@ -89,6 +89,33 @@ def test_payload_round_trips(
     assert back.created_at.tzinfo == UTC
 
 
+def fresh(text: str) -> str:
+    """An equal string that is a new object (as each payload read from the shard holds)."""
+    return "".join(list(text))
+
+
+def test_decoded_records_share_their_few_values() -> None:
+    """Tenant, user, source and token-count encodings are one object across records (what a
+    request compares and hashes for each candidate); a source is the code's own literal."""
+    payloads = []
+    for memory_id in ("m1", "m2"):
+        payload = to_payload(with_tokens(record(memory_id, tenant="tenant-a", user="user-b")))
+        payload = {
+            key: fresh(value) if isinstance(value, str) else value for key, value in payload.items()
+        }
+        payload["source"] = fresh("conversation")
+        payload["tokens"] = {fresh(name): count for name, count in payload["tokens"].items()}
+        payloads.append(payload)
+    assert payloads[0]["tenant"] is not payloads[1]["tenant"]
+    first, second = (from_payload(payload) for payload in payloads)
+    assert first.tenant is second.tenant
+    assert first.user is second.user
+    assert first.source is second.source is "conversation"  # noqa: F632 (the point: identity)
+    assert first.tokens
+    assert all(name is other for name, other in zip(first.tokens, second.tokens, strict=True))
+    assert first.id != second.id
+
+
 def test_naive_created_at_is_refused() -> None:
     naive = replace(record("m1"), created_at=datetime(2025, 1, 1))
     with pytest.raises(StoreError):
