@@ -47,7 +47,6 @@ from proxy.cache.shared_generations import FILE_NAME as GENERATIONS_FILE
 from proxy.cache.shared_generations import SharedGenerations
 from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
-from proxy.defaults import SEARCH_THREADS_MIN
 from proxy.errors import ConfigError
 from proxy.memory.embedders import Embedder, create_embedder, prepare_embedder
 from proxy.memory.expiry import ExpiryPurger
@@ -196,10 +195,12 @@ async def open_embedder(settings: Settings, stack: AsyncExitStack) -> Embedder:
 
 def search_threads(settings: StoreSettings, workers: int) -> int:
     """The embedded store's search pool size: the setting, or for ``auto`` the CPUs this
-    process may use shared among the workers, at least ``SEARCH_THREADS_MIN`` (adr/0131)."""
+    process may use shared among the workers, at least one (adr/0131, adr/0186)."""
     if settings.search_threads != "auto":
         return settings.search_threads
-    return max(SEARCH_THREADS_MIN, usable_cpus() // workers)
+    # A worker with one CPU (or less) gets one thread, which the engine runs the search on the
+    # caller's thread with; a second only adds hand-offs and spinning on that one CPU (adr/0186).
+    return max(1, usable_cpus() // workers)
 
 
 def usable_cpus(cpu_max: Path = CGROUP_CPU_MAX) -> int:
