@@ -47,6 +47,7 @@ from proxy.cache.shared_generations import FILE_NAME as GENERATIONS_FILE
 from proxy.cache.shared_generations import SharedGenerations
 from proxy.context.allocation import BudgetCalculator
 from proxy.context.limits import ModelLimits
+from proxy.defaults import SEARCH_THREADS_MIN
 from proxy.errors import ConfigError
 from proxy.memory.embedders import Embedder, create_embedder, prepare_embedder
 from proxy.memory.expiry import ExpiryPurger
@@ -195,12 +196,16 @@ async def open_embedder(settings: Settings, stack: AsyncExitStack) -> Embedder:
 
 def search_threads(settings: StoreSettings, workers: int) -> int:
     """The embedded store's search pool size: the setting, or for ``auto`` the CPUs this
-    process may use shared among the workers, at least one (adr/0131, adr/0186)."""
+    process may use shared among the workers, at least ``SEARCH_THREADS_MIN`` (adr/0131); one
+    in a process that may use one CPU (adr/0186)."""
     if settings.search_threads != "auto":
         return settings.search_threads
-    # A worker with one CPU (or less) gets one thread, which the engine runs the search on the
-    # caller's thread with; a second only adds hand-offs and spinning on that one CPU (adr/0186).
-    return max(1, usable_cpus() // workers)
+    cpus = usable_cpus()
+    if cpus == 1:
+        # With one thread the engine searches on the calling thread; a second could never
+        # search beside it here, only take the search and hand it back, then spin (adr/0186).
+        return 1
+    return max(SEARCH_THREADS_MIN, cpus // workers)
 
 
 def usable_cpus(cpu_max: Path = CGROUP_CPU_MAX) -> int:

@@ -21,6 +21,7 @@ from proxy.composition import (
     search_threads,
 )
 from proxy.context.records import Candidate
+from proxy.defaults import SEARCH_THREADS_MIN
 from proxy.errors import ConfigError
 from proxy.memory.edge import SHARD_DIR, EdgeStore
 from proxy.memory.embedders import StaticEmbedder
@@ -250,34 +251,34 @@ def test_the_search_pool_shares_the_usable_cpus_among_the_workers(
 
 
 # ``auto`` by the CPUs the process may use (its affinity, or a cgroup v2 quota below it) and
-# the workers sharing them: one thread where a worker's share is one CPU or less (adr/0186),
-# a thread per CPU of the share above that.
+# the workers sharing them: one thread in a process that may use one CPU (adr/0186), else the
+# CPUs per worker, at least SEARCH_THREADS_MIN (adr/0131).
 POOL_BY_CPUS = [
     # affinity CPUs, cgroup cpu.max (None: no file), workers, expected
     (1, None, 1, 1),
     (1, None, 2, 1),
     (1, None, 4, 1),
     (2, None, 1, 2),
-    (2, None, 2, 1),
-    (2, None, 4, 1),
+    (2, None, 2, SEARCH_THREADS_MIN),
+    (2, None, 4, SEARCH_THREADS_MIN),
     (4, None, 1, 4),
     (4, None, 2, 2),
-    (4, None, 4, 1),
+    (4, None, 4, SEARCH_THREADS_MIN),
     (16, None, 1, 16),
     (16, None, 2, 8),
     (16, None, 4, 4),
     (16, "100000 100000\n", 1, 1),  # a 1-CPU container on a 16-CPU host
+    (16, "100000 100000\n", 2, 1),
     (16, "50000 100000\n", 1, 1),  # half a CPU
     (16, "150000 100000\n", 1, 2),  # 1.5 CPUs round up to 2
-    (16, "200000 100000\n", 1, 2),
-    (16, "200000 100000\n", 2, 1),
-    (16, "400000 100000\n", 4, 1),
+    (16, "200000 100000\n", 2, SEARCH_THREADS_MIN),
+    (16, "400000 100000\n", 1, 4),
     (16, "max 100000\n", 2, 8),  # no quota: the affinity
 ]
 
 
 @pytest.mark.parametrize(("affinity", "cpu_max", "workers", "expected"), POOL_BY_CPUS)
-def test_auto_gives_a_worker_with_one_cpu_one_search_thread(
+def test_auto_gives_a_process_with_one_cpu_one_search_thread(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     affinity: int,
