@@ -133,7 +133,7 @@ ACCEPT_RETRY_S = 1.0  # after an accept failed for want of descriptors or memory
 # upstream needed. On one CPU a pool of one searches on the calling thread, while a second thread
 # could never search beside the first, only hand off and spin on the CPU the loop needs (10k
 # memories: 1.2-2.5 ms less memory stage p50, 5-12x the answers with memory at c=50). Workers
-# are not pinned, so two on 2 CPUs keep 2 each (1 each served fewer requests in one run).
+# are not pinned, so two on 2 CPUs keep 2 each (1 each served fewer requests in three runs).
 SEARCH_THREADS: Literal["auto"] = "auto"
 SEARCH_THREADS_MIN = 2
 SEARCH_THREADS_MAX = 256  # far above any measured gain; the value is written to the shard
