@@ -204,6 +204,7 @@ def end_to_end(
         databases = itertools.count()
         targets, bodies = [], {}
         server_cpu: dict[str, Callable[[], float]] = {}
+        engine_cpu: dict[str, Callable[[], float]] = {}
         # Every slot gets the same conditions (docs/benchmarks.md, "The pipeline benchmark's
         # slots"): its store seeded by a child process running its tree's code (this tree's
         # too, so the bench process stays a lean load generator), all stores seeded before any
@@ -249,6 +250,7 @@ def end_to_end(
                 pid = proxy.pid
                 if pid is not None:
                     server_cpu[name] = lambda pid=pid: loadgen.process_cpu_s(pid)
+                    engine_cpu[name] = lambda pid=pid: loadgen.engine_cpu_s(pid)
         for read_cpu in server_cpu.values():  # e.g. a record cache still warming after open
             loadgen.settled_cpu(read_cpu)
         results = loadgen.run_interleaved(
@@ -259,6 +261,7 @@ def end_to_end(
             streams=streams,
             bodies=bodies,
             server_cpu=server_cpu,
+            engine_cpu=engine_cpu,
         )
     rows = []
     for text in texts:
@@ -348,6 +351,8 @@ def e2e_row(
         # Everything the server spent per answer, after-response work (capture) included.
         "off_cpu_ms": off["server_cpu_ms_per_req"],
         "on_cpu_ms": on["server_cpu_ms_per_req"],
+        # Of it, the store's search pool threads' (0: the search ran on the calling thread).
+        "on_engine_ms": on["engine_cpu_ms_per_req"],
         "injected": stats.ratio(on_sample.memory_status.get("injected", 0), on_sample.requests),
     }
     for stage in STAGES:

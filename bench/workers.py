@@ -69,6 +69,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.lib import memories, realtext, stats
+from bench.lib.loadgen import ENGINE_THREAD
 from bench.lib.report import machine_info, save_results
 from bench.lib.servers import ServerProcess, fake_upstream, memproxy, served_from
 from proxy.memory.edge import SHARD_DIR
@@ -94,7 +95,6 @@ SERVER_CONFIG = f"""memory:
     embed_ms: {DEADLINE_MS}
     search_ms: {DEADLINE_MS}
 """
-ENGINE_THREAD = "edge-search"  # qdrant-edge names its search pool's threads edge-search-<n>
 CPU_PARTS = ("loop", "threads", "engine", "upstream", "wrk")
 
 WRK_SCRIPT = """

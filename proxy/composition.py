@@ -196,10 +196,16 @@ async def open_embedder(settings: Settings, stack: AsyncExitStack) -> Embedder:
 
 def search_threads(settings: StoreSettings, workers: int) -> int:
     """The embedded store's search pool size: the setting, or for ``auto`` the CPUs this
-    process may use shared among the workers, at least ``SEARCH_THREADS_MIN`` (adr/0131)."""
+    process may use shared among the workers, at least ``SEARCH_THREADS_MIN`` (adr/0131); one
+    in a process that may use one CPU (adr/0186)."""
     if settings.search_threads != "auto":
         return settings.search_threads
-    return max(SEARCH_THREADS_MIN, usable_cpus() // workers)
+    cpus = usable_cpus()
+    if cpus == 1:
+        # With one thread the engine searches on the calling thread; a second could never
+        # search beside it here, only take the search and hand it back, then spin (adr/0186).
+        return 1
+    return max(SEARCH_THREADS_MIN, cpus // workers)
 
 
 def usable_cpus(cpu_max: Path = CGROUP_CPU_MAX) -> int:

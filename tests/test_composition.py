@@ -238,10 +238,8 @@ async def test_the_primary_keeps_no_record_cache(tmp_path: Path) -> None:
         ("auto", 8, 1, 8),
         ("auto", 8, 2, 4),
         ("auto", 8, 3, 2),
-        ("auto", 2, 1, 2),
-        ("auto", 2, 2, SEARCH_THREADS_MIN),  # one CPU each: the floor (adr/0131)
-        ("auto", 1, 1, SEARCH_THREADS_MIN),
         (3, 8, 2, 3),  # a number is taken as it is
+        (2, 1, 1, 2),
         (1, 2, 1, 1),
     ],
 )
@@ -250,6 +248,51 @@ def test_the_search_pool_shares_the_usable_cpus_among_the_workers(
 ) -> None:
     monkeypatch.setattr(composition, "usable_cpus", lambda: cpus)
     assert search_threads(StoreSettings(search_threads=setting), workers) == expected
+
+
+# ``auto`` by the CPUs the process may use (its affinity, or a cgroup v2 quota below it) and
+# the workers sharing them: one thread in a process that may use one CPU (adr/0186), else the
+# CPUs per worker, at least SEARCH_THREADS_MIN (adr/0131).
+POOL_BY_CPUS = [
+    # affinity CPUs, cgroup cpu.max (None: no file), workers, expected
+    (1, None, 1, 1),
+    (1, None, 2, 1),
+    (1, None, 4, 1),
+    (2, None, 1, 2),
+    (2, None, 2, SEARCH_THREADS_MIN),
+    (2, None, 4, SEARCH_THREADS_MIN),
+    (4, None, 1, 4),
+    (4, None, 2, 2),
+    (4, None, 4, SEARCH_THREADS_MIN),
+    (16, None, 1, 16),
+    (16, None, 2, 8),
+    (16, None, 4, 4),
+    (16, "100000 100000\n", 1, 1),  # a 1-CPU container on a 16-CPU host
+    (16, "100000 100000\n", 2, 1),
+    (16, "50000 100000\n", 1, 1),  # half a CPU
+    (16, "150000 100000\n", 1, 2),  # 1.5 CPUs round up to 2
+    (16, "200000 100000\n", 2, SEARCH_THREADS_MIN),
+    (16, "400000 100000\n", 1, 4),
+    (16, "max 100000\n", 2, 8),  # no quota: the affinity
+]
+
+
+@pytest.mark.parametrize(("affinity", "cpu_max", "workers", "expected"), POOL_BY_CPUS)
+def test_auto_gives_a_process_with_one_cpu_one_search_thread(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    affinity: int,
+    cpu_max: str | None,
+    workers: int,
+    expected: int,
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)), raising=False)
+    path = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        path.write_text(cpu_max)
+    real = composition.usable_cpus
+    monkeypatch.setattr(composition, "usable_cpus", lambda: real(path))
+    assert search_threads(StoreSettings(), workers) == expected
 
 
 @pytest.mark.parametrize(

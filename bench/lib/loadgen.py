@@ -53,6 +53,7 @@ TOPICS = ("the budget", "hotels", "the deadline", "vegetarian food", "Python", "
 SETTLE_POLL_S = 0.1
 SETTLED_SHARE = 0.1
 SETTLE_MAX_S = 30.0
+ENGINE_THREAD = "edge-search"  # qdrant-edge names its search pool's threads edge-search-<n>
 UNIQUE_STRIDE = 10_000_000  # request numbers reserved per cell (no cell sends that many)
 # A request body, or a function of the request number returning one (unique queries).
 Body = bytes | Callable[[int], bytes]
@@ -79,6 +80,9 @@ class Sample:
     # The served process's CPU seconds for the cell, its after-response work included
     # (``run_interleaved``'s ``server_cpu``: it waits for the process to settle).
     server_cpu: float = 0.0
+    # Of that, the embedded store's search pool threads' (``run_interleaved``'s ``engine_cpu``):
+    # 0 where the engine searches on the calling thread (a pool of one, adr/0186).
+    engine_cpu: float = 0.0
     percentiles_ms: dict[str, float] | None = None  # engines without raw samples (wrk)
     counted: int = 0  # successful requests of engines without raw samples
     # X-Memory-Status of memproxy's answers (aiohttp engine): shows degraded or empty memory.
@@ -104,6 +108,7 @@ class Sample:
         self.elapsed += other.elapsed
         self.cpu += other.cpu
         self.server_cpu += other.server_cpu
+        self.engine_cpu += other.engine_cpu
         for status, count in other.memory_status.items():
             self.memory_status[status] = self.memory_status.get(status, 0) + count
         for stage, values in other.stages_ms.items():
@@ -132,6 +137,7 @@ class Sample:
             "ttfc_p99_ms": ttfc["p99"],
             "client_cpu_ms_per_req": stats.ratio(self.cpu * 1000.0, n),
             "server_cpu_ms_per_req": stats.ratio(self.server_cpu * 1000.0, n),
+            "engine_cpu_ms_per_req": stats.ratio(self.engine_cpu * 1000.0, n),
         }
 
 
@@ -378,6 +384,25 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def engine_cpu_s(pid: int, proc: Path = Path("/proc")) -> float:
+    """CPU seconds (user + system) the search pool threads (``ENGINE_THREAD``) of process
+    ``pid`` have used; 0 for a process without them (or gone)."""
+    spent = 0
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            text = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        if text[text.index("(") + 1 : text.rindex(")")].startswith(ENGINE_THREAD):
+            fields = text.rsplit(")", 1)[1].split()
+            spent += int(fields[11]) + int(fields[12])
+    return spent / os.sysconf("SC_CLK_TCK")
+
+
 def settled_cpu(read_cpu: Callable[[], float]) -> float:
     """``read_cpu()`` once the process has gone idle (under ``SETTLED_SHARE`` of a core for a
     ``SETTLE_POLL_S`` poll), or after ``SETTLE_MAX_S``."""
@@ -412,6 +437,7 @@ def run_interleaved(
     bodies: Mapping[str, Callable[[bool], Body]] | None = None,
     log: bool = True,
     server_cpu: Mapping[str, Callable[[], float]] | None = None,
+    engine_cpu: Mapping[str, Callable[[], float]] | None = None,
 ) -> dict[Cell, Sample]:
     """Load every target in every cell for ``rounds`` rounds, rotating the target order.
 
@@ -422,7 +448,8 @@ def run_interleaved(
     ``server_cpu`` maps a target's name to a reading of its server's CPU seconds
     (``process_cpu_s``): after each of its cells the run waits until that server is idle (work
     it does after its answers, e.g. capture, would otherwise run into the next cell) and
-    charges the cell everything the server spent meanwhile.
+    charges the cell everything the server spent meanwhile. ``engine_cpu`` likewise reads the
+    part of it the server's search pool threads spent (``engine_cpu_s``).
     """
     if isinstance(targets, Mapping):
         targets = [Target(name, url) for name, url in targets.items()]
@@ -442,6 +469,8 @@ def run_interleaved(
                         body = unique_chat_bodies(stream, base=next(cells) * UNIQUE_STRIDE)
                     read_cpu = (server_cpu or {}).get(target.name)
                     cpu0 = read_cpu() if read_cpu is not None else 0.0
+                    read_engine = (engine_cpu or {}).get(target.name)
+                    engine0 = read_engine() if read_engine is not None else 0.0
                     sample = run_cell(
                         target,
                         concurrency=concurrency,
@@ -452,6 +481,8 @@ def run_interleaved(
                     )
                     if read_cpu is not None:
                         sample.server_cpu = settled_cpu(read_cpu) - cpu0
+                    if read_engine is not None:
+                        sample.engine_cpu = read_engine() - engine0
                     results.setdefault((target.name, concurrency, stream), Sample()).merge(sample)
                     if log:
                         print(

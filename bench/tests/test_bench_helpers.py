@@ -188,6 +188,34 @@ def test_run_interleaved_gives_each_target_its_own_bodies(monkeypatch: pytest.Mo
     assert all(callable(body) for body in seen["b"][1:])  # unique template questions
 
 
+def test_engine_cpu_counts_only_the_search_pool_threads(tmp_path: Path) -> None:
+    tick = os.sysconf("SC_CLK_TCK")
+    threads = {"7": "python", "8": "edge-search-0", "9": "edge-search-1", "10": "libuv-worker"}
+    for tid, name in threads.items():
+        task = tmp_path / "7" / "task" / tid
+        task.mkdir(parents=True)
+        # pid (comm) state then fields 4..; utime and stime are the 14th and 15th
+        task.joinpath("stat").write_text(f"{tid} ({name}) S {' '.join(['0'] * 10)} {tick} {tick}")
+    assert loadgen.engine_cpu_s(7, proc=tmp_path) == pytest.approx(4.0)  # 2 threads x 2 s
+    assert loadgen.engine_cpu_s(8, proc=tmp_path) == 0.0  # no such process
+
+
+def test_run_interleaved_charges_each_cell_its_engine_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    spent = iter([0.0, 0.5, 0.5, 1.5])  # before and after each cell (the warm-up reads none)
+    sample = loadgen.Sample
+    monkeypatch.setattr(loadgen, "run_cell", lambda target, **kw: sample(latencies=[0.001]))
+    results = loadgen.run_interleaved(
+        [loadgen.Target("a", "http://a")],
+        concurrencies=(1, 50),
+        seconds=0.1,
+        rounds=1,
+        log=False,
+        engine_cpu={"a": lambda: next(spent)},
+    )
+    assert results[("a", 1, False)].engine_cpu == pytest.approx(0.5)
+    assert results[("a", 50, False)].engine_cpu == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize(
     ("accept_encoding", "gzip"),
     [
