@@ -2,7 +2,9 @@
 
 The servers run at once on the embedded store (no Qdrant server), each on its own copy of one
 data dir seeded with real-text memories (``bench/lib/realtext.py``: LoCoMo turns, observations
-and summaries, scaled up by its generator) for one user and closed, in front of one fake
+and summaries, scaled up by its generator) for one user and closed once its index build ended
+(``wait_for_builds``; each tree's store is printed: points, and those outside the graph),
+in front of one fake
 upstream. ``wrk`` loads them at concurrency 50, interleaved: each round runs one cell per
 server, the order rotating between rounds, so drift from other work on the machine falls on all
 alike. Every request asks a new LoCoMo question; every server in a round gets the same questions
@@ -96,6 +98,13 @@ SERVER_CONFIG = f"""memory:
     search_ms: {DEADLINE_MS}
 """
 CPU_PARTS = ("loop", "threads", "engine", "upstream", "wrk")
+# A seeder's index build (a child running this module, adr/0153) is waited for before the
+# seeder stops: stopped mid-build, its store keeps every point outside the graph.
+BUILD_MODULE = "proxy.memory.edge_build"
+# No build seen for this long: none is left to start (a write starts one at once).
+BUILD_QUIET_S = 1.0
+# A build longer than this fails the run: 10k memories built in seconds on a loaded machine.
+BUILD_WAIT_S = 300.0
 
 WRK_SCRIPT = """
 wrk.method = "POST"
@@ -563,6 +572,48 @@ def cell_rows(cells: dict[str, list[Cell]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: row["round"])
 
 
+def build_in_flight(pid: int, data_dir: Path) -> bool:
+    """Whether the server ``pid`` serving the store under ``data_dir`` is building its index:
+    a child of its family runs ``BUILD_MODULE`` (from its start to its exit), or a generation
+    of the shard other than the one its link names is on disk (from the build's copy until the
+    swap drops the old one, or the failed build drops its copy; ``edge_shard``)."""
+    for member in family(pid) - {pid}:
+        try:
+            argv = Path(f"/proc/{member}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if BUILD_MODULE.encode() in argv:
+            return True
+    shard = data_dir / SHARD_DIR
+    current = shard.resolve()
+    return any(other.resolve() != current for other in data_dir.glob(f"{SHARD_DIR}.g*"))
+
+
+def wait_for_builds(
+    pid: int,
+    data_dir: Path,
+    timeout_s: float = BUILD_WAIT_S,
+    quiet_s: float = BUILD_QUIET_S,
+    poll_s: float = 0.1,
+) -> float:
+    """Wait until the server ``pid`` has no index build in flight on the store under
+    ``data_dir`` and has started none for ``quiet_s``; the seconds waited. Past ``timeout_s``
+    ``RuntimeError``: a store cut short would be measured as another layout."""
+    started = time.monotonic()
+    quiet_from = started
+    while True:
+        now = time.monotonic()
+        if build_in_flight(pid, data_dir):
+            quiet_from = now
+        elif now - quiet_from >= quiet_s:
+            return now - started
+        if now - started > timeout_s:
+            raise RuntimeError(
+                f"the seeder's index build under {data_dir} still runs after {timeout_s:.0f} s"
+            )
+        time.sleep(poll_s)
+
+
 def store_layout(data_dir: Path) -> tuple[int, int]:
     """The points of the store seeded under ``data_dir`` and how many of them are outside the
     HNSW graph (searched by exact scan): each tree's seeding builds the index by its own rule
@@ -587,7 +638,8 @@ def start_servers(
     capture: bool = False,
 ) -> dict[str, ServerProcess]:
     """One memproxy per server with the bench's config and its variant's, each on its own copy
-    of one data dir seeded with ``items`` through the memories API and then closed: all start
+    of one data dir seeded with ``items`` through the memories API and then closed, once the
+    seeder's index build is done (``wait_for_builds``): all start
     from the same files, as a server restarted on its store does. (Measured: right after a bulk
     import, before a restart, the engine's threads spent 3.2-3.5 ms per search against 1.4 ms
     once the same store was reopened; the bench measures the steady state, not the import's
@@ -613,8 +665,13 @@ def start_servers(
             seeder = served_from(seeder, tree, "seeder@base")
         with seeder:
             seconds = round(memories.seed_memories(seeder.base_url, items, AUTH), 1)
+            # Stopped mid-build, the store would keep every point outside the graph: each
+            # tree serves the layout its code reaches at rest, not one the timing picked.
+            assert seeder.pid is not None
+            waited = round(wait_for_builds(seeder.pid, target), 1)
         suffix = "" if tree is None else "_base"
         info[f"seed{suffix}_s"] = seconds
+        info[f"seed_build_wait{suffix}_s"] = waited
         info[f"points{suffix}"], info[f"unindexed{suffix}"] = store_layout(target)
         seeded[tree] = target
     running: dict[str, ServerProcess] = {}
@@ -729,7 +786,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(
                 f"seeded store ({label}): {info[f'points{suffix}']} points, "
                 f"{info[f'unindexed{suffix}']} outside the graph, seeded in "
-                f"{info[f'seed{suffix}_s']} s"
+                f"{info[f'seed{suffix}_s']} s, its index build waited for "
+                f"{info[f'seed_build_wait{suffix}_s']} s"
             )
     print("Measure on a quiet machine: other work on the cores moves the ratio between runs.")
     if not args.smoke:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,3 +132,64 @@ def test_store_layout_counts_the_points_outside_the_graph(tmp_path: Path) -> Non
     before = files(tmp_path)
     assert workers.store_layout(tmp_path) == (30, 30)  # a small store: all scanned exactly
     assert files(tmp_path) == before
+
+
+# A seeder whose index build ends late: its child (named as the build module) runs a while,
+# the copy appears meanwhile, and after the child ends the link moves to the copy and the old
+# generation goes, as ``edge_maintenance`` swaps a build in. Then it serves until stopped.
+LATE_BUILDER = """
+import os, shutil, subprocess, sys, time
+from pathlib import Path
+data, build_s = Path(sys.argv[1]), float(sys.argv[2])
+child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({build_s})",
+                          "proxy.memory.edge_build"])
+print("building", flush=True)
+time.sleep(0.2)
+(data / "memories.g1").mkdir()
+child.wait()
+time.sleep(0.3)  # the parent opens the built copy and replays the writes
+os.symlink("memories.g1", data / "memories.new")
+os.replace(data / "memories.new", data / "memories")
+shutil.rmtree(data / "memories.g0")
+time.sleep(600)
+"""
+
+
+def late_builder(data: Path, build_s: float) -> subprocess.Popen[str]:
+    """A fake seeder (``LATE_BUILDER``) on ``data``, its build started."""
+    (data / "memories.g0").mkdir()
+    (data / "memories").symlink_to("memories.g0")
+    argv = [sys.executable, "-c", LATE_BUILDER, str(data), str(build_s)]
+    seeder = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert seeder.stdout is not None
+    assert seeder.stdout.readline().strip() == "building"
+    return seeder
+
+
+def stop(seeder: subprocess.Popen[str]) -> None:
+    os.killpg(seeder.pid, signal.SIGKILL)
+    seeder.wait()
+    if seeder.stdout is not None:
+        seeder.stdout.close()
+
+
+def test_the_seeder_is_stopped_only_after_its_index_build_is_swapped_in(tmp_path: Path) -> None:
+    """Stopped mid-build, the seeded store keeps every point outside the graph: the bench
+    waits for the build's child, its copy and the swap (the old generation gone)."""
+    seeder = late_builder(tmp_path, build_s=0.5)
+    try:
+        workers.wait_for_builds(seeder.pid, tmp_path, timeout_s=60, quiet_s=0.5)
+        assert (tmp_path / "memories").resolve().name == "memories.g1"
+        assert not (tmp_path / "memories.g0").exists()
+        assert not workers.build_in_flight(seeder.pid, tmp_path)
+    finally:
+        stop(seeder)
+
+
+def test_a_build_that_never_ends_fails_the_run(tmp_path: Path) -> None:
+    seeder = late_builder(tmp_path, build_s=600)
+    try:
+        with pytest.raises(RuntimeError, match="still runs"):
+            workers.wait_for_builds(seeder.pid, tmp_path, timeout_s=0.5, quiet_s=0.2)
+    finally:
+        stop(seeder)

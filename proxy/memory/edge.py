@@ -284,10 +284,11 @@ class EdgeStore:
 
         ``hybrid`` fuses BM25 with dense results at search time (sparse vectors are always
         written, so it can be switched per process). ``optimize_after`` unindexed points (those
-        found at open count too) start a background index build; ``None`` leaves it to explicit
-        ``optimize()`` calls (bulk loads). ``search_threads`` sizes the engine's search pool
-        (``edge_shard.shard_config``; the composition root picks it, adr/0131). ``warm_up``
-        False leaves the record cache's warm-up to a later ``start_warm_up`` call.
+        found at open count too, and start one at once: adr/0189) start a background index
+        build; ``None`` leaves it to explicit ``optimize()`` calls (bulk loads).
+        ``search_threads`` sizes the engine's search pool (``edge_shard.shard_config``; the
+        composition root picks it, adr/0131). ``warm_up`` False leaves the record cache's
+        warm-up to a later ``start_warm_up`` call.
         ``point_ids`` names the points of a store created here (``edge_ids``, adr/0139); an
         existing store keeps its own. ``persistent`` False: the owner deletes the files after
         ``close`` and never opens them again (a worker's replica, adr/0179), so nothing flushes
@@ -334,6 +335,9 @@ class EdgeStore:
             ids=ids,
             persistent=persistent,
         )
+        # Points a closed process left outside the graph (its build cut short by the close)
+        # are indexed now, not at some later write: a server that only reads never writes.
+        store._maintenance.build_if_due()
         if warm_up:
             store.start_warm_up()
         return store

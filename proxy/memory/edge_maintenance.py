@@ -32,7 +32,9 @@ Closing kills a running child and drops its copy.
 
 Unindexed points are counted from the shard when it opens, then per write (adr/0124): a store
 grown over many processes, or through the API in smaller batches than the threshold, is still
-indexed. An explicit ``optimize`` (bulk loads, the supervisor before workers copy the primary:
+indexed; one that opens with ``optimize_after`` of them builds at once (``build_if_due``,
+adr/0189: a process stopped during its build loses the build's work, and the next may only
+read). An explicit ``optimize`` (bulk loads, the supervisor before workers copy the primary:
 no request is served there) builds in this process.
 """
 
@@ -314,6 +316,12 @@ class ShardMaintenance:
                 self._optimizing = True
         if build:
             self._start_build()
+
+    def build_if_due(self) -> None:
+        """Start a build if the points already outside the graph reach ``optimize_after``
+        (those counted at open: a process stopped during its build leaves them all there, and
+        one that only reads would otherwise scan them for ever, adr/0189)."""
+        self.after_write(0)
 
     def _count_unflushed(self, points: int, oldest: float, now: float, *, added: bool) -> bool:
         """Note ``points`` unflushed (``added``: new ones), the oldest written at ``oldest``;

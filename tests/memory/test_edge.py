@@ -419,6 +419,41 @@ async def test_a_store_grown_over_several_opens_gets_its_index(tmp_path: Path) -
         await store.close()
 
 
+async def test_a_store_left_unindexed_by_a_close_builds_at_the_next_open(
+    tmp_path: Path,
+) -> None:
+    """A process stopped during its build (the work lost, every point outside the graph) is
+    followed by one that only reads: it builds without waiting for a write (adr/0189)."""
+    dims = 256
+    points = INDEXING_THRESHOLD_KB * 1024 // (dims * 4) + 100  # enough for an indexed segment
+    records = [record(f"m{i}", content=f"note {i}") for i in range(points)]
+    store = await EdgeStore.open(tmp_path, dimensions=dims, optimize_after=None)
+    await store.add(records, vectors_for(records, dims))
+    await store.close()  # no build ran: the files a close mid-build leaves
+    store = await EdgeStore.open(tmp_path, dimensions=dims, optimize_after=points)
+    try:
+        await asyncio.to_thread(edge_maintenance.wait_for_build, tmp_path / edge.SHARD_DIR)
+        assert edge_maintenance.unindexed_points(store._shard) == 0
+        assert await store.count("t1") == points
+    finally:
+        await store.close()
+
+
+async def test_a_store_below_the_threshold_at_open_starts_no_build(tmp_path: Path) -> None:
+    dims = 256
+    points = INDEXING_THRESHOLD_KB * 1024 // (dims * 4) + 100
+    records = [record(f"m{i}", content=f"note {i}") for i in range(points)]
+    store = await EdgeStore.open(tmp_path, dimensions=dims, optimize_after=None)
+    await store.add(records, vectors_for(records, dims))
+    await store.close()
+    store = await EdgeStore.open(tmp_path, dimensions=dims, optimize_after=points + 1)
+    try:
+        assert not edge_maintenance.building(tmp_path / edge.SHARD_DIR)
+        assert edge_maintenance.unindexed_points(store._shard) == points
+    finally:
+        await store.close()
+
+
 async def dialog_store(tmp_path: Path) -> tuple[EdgeStore, SearchQuery]:
     """A store of ten dialog turns a minute apart, and a live query whose best hit is t5."""
     at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -156,6 +156,27 @@ def test_points_unindexed_at_open_count_toward_a_build() -> None:
     assert shard.builds == 1
 
 
+@pytest.mark.parametrize(("unindexed", "builds"), [(99, 0), (100, 1), (250, 1)])
+def test_points_unindexed_at_open_start_a_build_without_a_write(
+    unindexed: int, builds: int
+) -> None:
+    """A process stopped during its build left them all outside the graph; the next may only
+    read (adr/0189)."""
+    shard = RecordingShard()
+    maintenance = ShardMaintenance(shard, 100, unindexed=unindexed)  # type: ignore[arg-type]
+    maintenance.build_if_due()
+    maintenance.close()
+    assert shard.builds == builds
+
+
+def test_no_build_at_open_without_a_threshold() -> None:
+    shard = RecordingShard()
+    maintenance = ShardMaintenance(shard, None, unindexed=10_000)  # type: ignore[arg-type]
+    maintenance.build_if_due()  # the supervisor's primary: its explicit ``optimize`` builds
+    maintenance.close()
+    assert shard.builds == 0
+
+
 def test_close_waits_for_a_long_in_process_build_only_a_little() -> None:
     """A shard without a directory of its own builds on a thread (a child build needs files
     to copy): closing waits for it a little, and it closes the shard when it ends."""
