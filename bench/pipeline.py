@@ -14,6 +14,11 @@ the memory-on share of memory-off throughput at concurrency 50, and the memory-o
 ``Server-Timing`` stages (p50) at concurrency 1. With 2 CPUs or more the load generator and the
 fake upstream run on the lower half of them and every server on the upper half (``--no-pin``:
 wherever the OS puts them), so every server, whichever slot it has, meets the same conditions.
+The cells run in a balanced order (``loadgen.cell_plan``; ``--order rotated`` for the order before
+2026-11-25): every round of c=1 before any round of c=50, and in each round every target in
+every position, each cell ``--seconds`` over the number of targets, once every server is idle
+(docs/benchmarks.md, "The first slot"). ``--json`` also gives every cell as it ran
+(``cells``: round, position, the cell before it, p50, memory stage, other servers' CPU).
 
 Part 2, in process: ``Pipeline.prepare`` alone at 1k, 10k and 100k memories (``--sizes``),
 latency per stage read from its ``Server-Timing`` header (budget, query, cache, embed, search,
@@ -93,6 +98,8 @@ BASE = "@base"  # the suffix of the cells served from --baseline-tree
 CAPTURE = "+capture"  # the suffix of the memory-on cells that capture (--capture)
 # Store size after the run, per capturing process (``store_size``): the store grows under capture.
 STORE_SIZES: dict[str, int] = {}
+# Every end-to-end cell as it ran, round by round (``loadgen.cell_record``), for ``--json``.
+CELLS: list[dict[str, Any]] = []
 
 
 def bench_tenant() -> str:
@@ -240,6 +247,10 @@ def end_to_end(
             proxy = stack.enter_context(server)
             auth = {"Authorization": f"Bearer {API_KEY}"}
             modes = ("off", "on") if with_off else ("on",)
+            pid = proxy.pid
+            # One reader per process, shared by its cells: the run tells the processes apart.
+            reader = None if pid is None else (lambda pid=pid: loadgen.process_cpu_s(pid))
+            engine = None if pid is None else (lambda pid=pid: loadgen.engine_cpu_s(pid))
             for mode in modes:
                 name = f"{text}-{mode}{suffix if mode == 'on' or suffix == BASE else ''}"
                 headers = {**auth, "X-Memory-Mode": "off"} if mode == "off" else auth
@@ -247,10 +258,9 @@ def end_to_end(
                     headers = {**headers, "X-Memory-Capture": args.capture}
                 targets.append(loadgen.Target(name, proxy.base_url, headers))
                 bodies[name] = question_bodies(text)
-                pid = proxy.pid
-                if pid is not None:
-                    server_cpu[name] = lambda pid=pid: loadgen.process_cpu_s(pid)
-                    engine_cpu[name] = lambda pid=pid: loadgen.engine_cpu_s(pid)
+                if reader is not None and engine is not None:
+                    server_cpu[name] = reader
+                    engine_cpu[name] = engine
         for read_cpu in server_cpu.values():  # e.g. a record cache still warming after open
             loadgen.settled_cpu(read_cpu)
         results = loadgen.run_interleaved(
@@ -262,6 +272,8 @@ def end_to_end(
             bodies=bodies,
             server_cpu=server_cpu,
             engine_cpu=engine_cpu,
+            cells=CELLS,
+            balanced=args.order == "balanced",
         )
     rows = []
     for text in texts:
@@ -556,6 +568,15 @@ def main() -> None:
         help="end to end: leave every process where the OS puts it (by default the load "
         "generator and the fake upstream run on one half of the CPUs, every server on the other)",
     )
+    parser.add_argument(
+        "--order",
+        choices=("balanced", "rotated"),
+        default="balanced",
+        help="end to end: the cells' order (loadgen.cell_plan): balanced (every c=1 round "
+        "before any c=50 one, each round every target in every position, every server idle "
+        "before each cell) or rotated (the order before 2026-11-25: the targets rotated by one "
+        "each round, c=1 and c=50 alternating)",
+    )
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -606,7 +627,7 @@ def main() -> None:
         )
         print(stats.format_table(stage_rows, columns))
     if args.json:
-        print(json.dumps({"end_to_end": e2e_rows, "stages": stage_rows}, indent=2))
+        print(json.dumps({"end_to_end": e2e_rows, "cells": CELLS, "stages": stage_rows}, indent=2))
     if any(row["errors"] for row in e2e_rows):
         raise SystemExit("requests failed during the benchmark")
 

@@ -7,7 +7,8 @@ streamed answer; hey gives every request's latency (CSV), wrk only its own perce
 
 Targets are interleaved: each round runs every (target, concurrency, stream) cell for a few
 seconds, and the target order rotates between rounds, so drift from other work on the machine
-falls on all targets alike. Raw samples of all rounds are pooled before percentiles are taken.
+falls on all targets alike; ``balanced`` runs every target in every position each round
+(``cell_plan``). Raw samples of all rounds are pooled before percentiles are taken.
 """
 
 from __future__ import annotations
@@ -417,6 +418,29 @@ def settled_cpu(read_cpu: Callable[[], float]) -> float:
     return last
 
 
+def settled_all(readers: Sequence[Callable[[], float]]) -> None:
+    """Return once every reader's process used under ``SETTLED_SHARE`` of a core over one
+    ``SETTLE_POLL_S`` poll, all in the same poll (or after ``SETTLE_MAX_S``)."""
+    if not readers:
+        return
+    last = [read() for read in readers]
+    deadline = time.monotonic() + SETTLE_MAX_S
+    while time.monotonic() < deadline:
+        time.sleep(SETTLE_POLL_S)
+        now = [read() for read in readers]
+        if all(b - a < SETTLED_SHARE * SETTLE_POLL_S for a, b in zip(last, now, strict=True)):
+            return
+        last = now
+
+
+def balanced_orders(count: int) -> list[list[int]]:
+    """``count`` orders of ``range(count)`` in which every item holds every position once and,
+    for an even ``count``, follows every other item once (a Williams design)."""
+    # 0, 1, n-1, 2, n-2, ...: the differences of neighbours are all distinct (mod n)
+    first = [0] + [(k + 1) // 2 if k % 2 else count - k // 2 for k in range(1, count)]
+    return [[(item + shift) % count for item in first] for shift in range(count)]
+
+
 def rotated(items: Sequence[Any], shift: int) -> list[Any]:
     """Return ``items`` rotated left by ``shift`` (the interleaving order of round ``shift``)."""
     if not items:
@@ -438,6 +462,8 @@ def run_interleaved(
     log: bool = True,
     server_cpu: Mapping[str, Callable[[], float]] | None = None,
     engine_cpu: Mapping[str, Callable[[], float]] | None = None,
+    cells: list[dict[str, Any]] | None = None,
+    balanced: bool = False,
 ) -> dict[Cell, Sample]:
     """Load every target in every cell for ``rounds`` rounds, rotating the target order.
 
@@ -448,49 +474,134 @@ def run_interleaved(
     ``server_cpu`` maps a target's name to a reading of its server's CPU seconds
     (``process_cpu_s``): after each of its cells the run waits until that server is idle (work
     it does after its answers, e.g. capture, would otherwise run into the next cell) and
-    charges the cell everything the server spent meanwhile. ``engine_cpu`` likewise reads the
-    part of it the server's search pool threads spent (``engine_cpu_s``).
+    charges the cell everything the server spent meanwhile. Targets served by one process share
+    its reader (the same callable). ``engine_cpu`` likewise reads the part of it the server's
+    search pool threads spent (``engine_cpu_s``).
+    ``cells``, when given, gets one record per cell run, in run order (``cell_record``).
+    ``balanced``: the cells in ``cell_plan``'s balanced order, and before each cell a wait until
+    every server (``server_cpu``) is idle.
     """
     if isinstance(targets, Mapping):
         targets = [Target(name, url) for name, url in targets.items()]
     targets = list(targets)
     results: dict[Cell, Sample] = {}
-    cells = itertools.count(1)  # each cell's questions start at a new base: none repeats
+    numbers = itertools.count(1)  # each cell's questions start at a new base: none repeats
     for target in targets:  # warm connections, caches and lazy imports once
         run_cell(target, concurrency=4, seconds=WARMUP_S, stream=False, engine="aiohttp")
-    for round_no in range(rounds):
-        for concurrency in concurrencies:
-            for stream in streams:
-                for target in rotated(targets, round_no):
-                    body: Body | None = None
-                    if bodies is not None and target.name in bodies:
-                        body = bodies[target.name](stream)
-                    elif unique_queries:
-                        body = unique_chat_bodies(stream, base=next(cells) * UNIQUE_STRIDE)
-                    read_cpu = (server_cpu or {}).get(target.name)
-                    cpu0 = read_cpu() if read_cpu is not None else 0.0
-                    read_engine = (engine_cpu or {}).get(target.name)
-                    engine0 = read_engine() if read_engine is not None else 0.0
-                    sample = run_cell(
-                        target,
-                        concurrency=concurrency,
-                        seconds=seconds,
-                        stream=stream,
-                        engine=engine,
-                        body=body,
-                    )
-                    if read_cpu is not None:
-                        sample.server_cpu = settled_cpu(read_cpu) - cpu0
-                    if read_engine is not None:
-                        sample.engine_cpu = read_engine() - engine0
-                    results.setdefault((target.name, concurrency, stream), Sample()).merge(sample)
-                    if log:
-                        print(
-                            f"  round {round_no + 1}/{rounds} {target.name:<14} c={concurrency:<3} "
-                            f"stream={stream!s:<5} {sample.summary()['rps']:8.0f} req/s",
-                            file=sys.stderr,
-                        )
+    readers = list(dict.fromkeys((server_cpu or {}).values()))  # one per server process
+    after = "warm-up"
+    position = 0
+    plan = cell_plan(targets, list(concurrencies), list(streams), rounds, seconds, balanced)
+    for n, (round_no, concurrency, stream, target, cell_seconds) in enumerate(plan):
+        position = position + 1 if n and plan[n - 1][:3] == (round_no, concurrency, stream) else 1
+        body: Body | None = None
+        if bodies is not None and target.name in bodies:
+            body = bodies[target.name](stream)
+        elif unique_queries:
+            body = unique_chat_bodies(stream, base=next(numbers) * UNIQUE_STRIDE)
+        if balanced:  # no server's after-response work (e.g. another cell's) runs into the cell
+            settled_all(readers)
+        read_cpu = (server_cpu or {}).get(target.name)
+        cpu0 = read_cpu() if read_cpu is not None else 0.0
+        read_engine = (engine_cpu or {}).get(target.name)
+        engine0 = read_engine() if read_engine is not None else 0.0
+        before = [read() for read in readers]
+        sample = run_cell(
+            target,
+            concurrency=concurrency,
+            seconds=cell_seconds,
+            stream=stream,
+            engine=engine,
+            body=body,
+        )
+        # What the other servers spent meanwhile: their after-response work landing in this
+        # cell (they share the servers' CPUs).
+        others = sum(
+            read() - cpu for read, cpu in zip(readers, before, strict=True) if read is not read_cpu
+        )
+        if read_cpu is not None:
+            sample.server_cpu = settled_cpu(read_cpu) - cpu0
+        if read_engine is not None:
+            sample.engine_cpu = read_engine() - engine0
+        results.setdefault((target.name, concurrency, stream), Sample()).merge(sample)
+        record = cell_record(sample, target.name, concurrency, stream)
+        record.update(round=round_no + 1, position=position, after=after)
+        record["others_cpu_ms"] = others * 1000.0
+        after = f"{target.name} c={concurrency}{' stream' if stream else ''}"
+        if cells is not None:
+            cells.append(record)
+        if log:
+            memory = record.get("memory_p50")
+            print(
+                f"  round {round_no + 1}/{rounds} {target.name:<14} c={concurrency:<3} "
+                f"stream={stream!s:<5} {record['rps']:8.0f} req/s p50 {record['p50_ms']:6.2f} ms"
+                + (f" memory {memory:5.2f}" if memory is not None else "")
+                + f" others' cpu {others * 1000.0:5.0f} ms",
+                file=sys.stderr,
+            )
     return results
+
+
+def cell_plan(
+    targets: Sequence[Target],
+    concurrencies: Sequence[int],
+    streams: Sequence[bool],
+    rounds: int,
+    seconds: float,
+    balanced: bool = False,
+) -> list[tuple[int, int, bool, Target, float]]:
+    """The cells in run order, each as (round from 0, concurrency, stream, target, seconds).
+
+    By default each round runs every concurrency in turn, its targets rotated by one each
+    round. ``balanced``: every round of the first concurrency before the next (a low
+    concurrency's cells never run in the wake of a high one's), and each round of a
+    concurrency runs every ``balanced_orders`` order of the targets, each cell for ``seconds``
+    over the number of targets: every target holds every position once a round, and (an even
+    number of targets) follows every other once, so neither a slow spell of the machine nor
+    what the cell before left running favours a slot.
+    """
+    plan: list[tuple[int, int, bool, Target, float]] = []
+    if not balanced:
+        for round_no in range(rounds):
+            for concurrency in concurrencies:
+                for stream in streams:
+                    for target in rotated(targets, round_no):
+                        plan.append((round_no, concurrency, stream, target, seconds))
+        return plan
+    orders = balanced_orders(len(targets))
+    for concurrency in concurrencies:
+        for round_no in range(rounds):
+            for stream in streams:
+                for order in rotated(orders, round_no):
+                    for index in order:
+                        cell = (round_no, concurrency, stream, targets[index])
+                        plan.append((*cell, seconds / len(targets)))
+    return plan
+
+
+def cell_record(sample: Sample, name: str, concurrency: int, stream: bool) -> dict[str, Any]:
+    """One cell's figures (one round's sample): rate, latency p50, the memory stage's p50 and
+    both over the cell's first quarter of answers (in arrival order: a slow start shows)."""
+    summary = sample.summary()
+    record: dict[str, Any] = {
+        "target": name,
+        "c": concurrency,
+        "stream": stream,
+        "requests": sample.requests,
+        "rps": summary["rps"],
+        "p50_ms": summary["p50_ms"],
+        "server_cpu_ms_per_req": summary["server_cpu_ms_per_req"],
+    }
+    quarter = max(1, len(sample.latencies) // 4)
+    if sample.latencies:
+        record["first_quarter_p50_ms"] = stats.percentile(sample.latencies[:quarter], 50) * 1e3
+    memory = sample.stages_ms.get("memory")
+    if memory:
+        record["memory_p50"] = stats.percentile(memory, 50)
+        record["first_quarter_memory_p50"] = stats.percentile(
+            memory[: max(1, len(memory) // 4)], 50
+        )
+    return record
 
 
 def result_rows(

@@ -84,6 +84,103 @@ def test_rotated(items: list[int], shift: int, expected: list[int]) -> None:
     assert loadgen.rotated(items, shift) == expected
 
 
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 6])
+def test_balanced_orders_put_every_item_in_every_position(count: int) -> None:
+    orders = loadgen.balanced_orders(count)
+    assert len(orders) == count
+    assert all(sorted(order) == list(range(count)) for order in orders)
+    assert all(sorted(o[p] for o in orders) == list(range(count)) for p in range(count))
+    if count % 2 == 0:  # and each item after every other once
+        pairs = [(o[p], o[p + 1]) for o in orders for p in range(count - 1)]
+        assert sorted(pairs) == sorted((a, b) for a in range(count) for b in range(count) if a != b)
+
+
+def test_balanced_plan_runs_low_concurrency_first_every_target_in_every_position() -> None:
+    targets = [loadgen.Target(name, "http://x") for name in "abcd"]
+    plan = loadgen.cell_plan(targets, [1, 50], [False], rounds=3, seconds=4.0, balanced=True)
+    concurrencies = [concurrency for _, concurrency, *_ in plan]
+    assert concurrencies == sorted(concurrencies)  # no c=1 cell after a c=50 one
+    for round_no in range(3):
+        for concurrency in (1, 50):
+            block = [c for c in plan if c[:2] == (round_no, concurrency)]
+            names = [target.name for *_, target, _ in block]
+            # four passes of the four targets, each target once in each position of a pass
+            passes = [names[i : i + 4] for i in range(0, 16, 4)]
+            assert all(sorted(p) == list("abcd") for p in passes)
+            assert all(sorted(p[i] for p in passes) == list("abcd") for i in range(4))
+            # each target's time in the round as before: ``seconds`` split over its cells
+            assert sum(s for *_, target, s in block if target.name == "a") == pytest.approx(4.0)
+
+
+def test_rotated_plan_is_the_old_order() -> None:
+    targets = [loadgen.Target(name, "http://x") for name in "ab"]
+    plan = loadgen.cell_plan(targets, [1, 50], [False], rounds=2, seconds=4.0)
+    assert [(r, c, t.name, s) for r, c, _, t, s in plan] == [
+        (0, 1, "a", 4.0),
+        (0, 1, "b", 4.0),
+        (0, 50, "a", 4.0),
+        (0, 50, "b", 4.0),
+        (1, 1, "b", 4.0),
+        (1, 1, "a", 4.0),
+        (1, 50, "b", 4.0),
+        (1, 50, "a", 4.0),
+    ]
+
+
+class FakeServer:
+    """A server's CPU reading: each ``busy`` poll it has used a full second more."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.busy = 0
+
+    def read(self) -> float:
+        if self.busy:
+            self.busy -= 1
+            self.cpu += 1.0
+        return self.cpu
+
+
+def test_balanced_run_waits_until_every_server_is_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's work after its answers (or a timer's) may start while another's cell runs:
+    the next cell waits for it, whichever server it loads."""
+    servers_ = {"a": FakeServer(), "b": FakeServer()}
+    busy_at_start: list[int] = []
+
+    def fake_cell(target: loadgen.Target, **kwargs: object) -> loadgen.Sample:
+        if kwargs["concurrency"] != 4:  # not the warm-up
+            busy_at_start.append(sum(server.busy for server in servers_.values()))
+        for name, server in servers_.items():
+            if name != target.name:
+                server.busy = 3
+        return loadgen.Sample(latencies=[0.001], elapsed=1.0)
+
+    monkeypatch.setattr(loadgen, "run_cell", fake_cell)
+    monkeypatch.setattr(loadgen.time, "sleep", lambda seconds: None)
+    targets = [loadgen.Target("a", "http://a"), loadgen.Target("b", "http://b")]
+    readers = {name: server.read for name, server in servers_.items()}
+    records: list[dict[str, object]] = []
+    loadgen.run_interleaved(
+        targets,
+        concurrencies=(1,),
+        seconds=1.0,
+        rounds=2,
+        log=False,
+        server_cpu=readers,
+        cells=records,
+        balanced=True,
+    )
+    assert busy_at_start == [0] * 8
+    # one record per cell, in run order, each naming the cell before it
+    assert [(r["round"], r["position"], r["target"]) for r in records][:3] == [
+        (1, 1, "a"),
+        (1, 2, "b"),
+        (1, 3, "b"),
+    ]
+    assert records[0]["after"] == "warm-up"
+    assert records[1]["after"] == "a c=1"
+
+
 def test_sample_merge_pools_rounds_and_summary() -> None:
     first = loadgen.Sample(latencies=[0.001, 0.003], elapsed=1.0, cpu=0.01)
     first.merge(loadgen.Sample(latencies=[0.002], ttfc=[0.0005], errors=1, elapsed=1.0))
