@@ -454,11 +454,14 @@ async def test_a_store_below_the_threshold_at_open_starts_no_build(tmp_path: Pat
         await store.close()
 
 
-async def dialog_store(tmp_path: Path) -> tuple[EdgeStore, SearchQuery]:
-    """A store of ten dialog turns a minute apart, and a live query whose best hit is t5."""
+async def dialog_store(
+    tmp_path: Path, apart: timedelta = timedelta(minutes=1)
+) -> tuple[EdgeStore, SearchQuery]:
+    """A store of ten dialog turns ``apart`` from each other, and a live query whose best hit
+    is t5."""
     at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     turns = [
-        replace(record(f"t{i}", source="conversation"), created_at=at + timedelta(minutes=i))
+        replace(record(f"t{i}", source="conversation"), created_at=at + apart * i)
         for i in range(10)
     ]
     store = await EdgeStore.open(tmp_path, dimensions=DIM)
@@ -496,16 +499,8 @@ async def test_seeds_alone_in_their_windows_skip_the_adjacency(
 ) -> None:
     """Turns an hour apart: the index lists only the seed in its window, a hit already, so no
     turn can be added and ``near_turns`` (the hits' ids, a sort) is not run at all."""
-    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-    turns = [
-        replace(record(f"t{i}", source="conversation"), created_at=at + timedelta(hours=i))
-        for i in range(10)
-    ]
-    store = await EdgeStore.open(tmp_path, dimensions=DIM)
-    await store.add(turns, vectors_for(turns, DIM))
+    store, query = await dialog_store(tmp_path, timedelta(hours=1))
     await store.warmed()
-    text = turns[5].content
-    query = SearchQuery(vector_for(text, DIM), text, "u1", None, 1, live_at=at)
 
     def unexpected(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("adjacency computed for seeds alone in their windows")
