@@ -1152,8 +1152,10 @@ class EdgeStore:
 
     def _close_sync(self) -> None:
         self._maintenance.close()
-        if self.persistent:  # else its files are deleted next, unread: a flush buys nothing
-            self._counts.save()
+        # No save of the counts is left armed; a replica's files are deleted next, unread:
+        # neither their save nor a flush buys anything.
+        self._counts.close(save=self.persistent)
+        if self.persistent:
             self._maintenance.flush()
         if not self._maintenance.when_idle(lambda: self._shard.close()):
             LOGGER.warning("closing the memory store during an index build: it ends on its own")

@@ -116,10 +116,12 @@ class Timer(Protocol):
     def cancel(self) -> None: ...
 
 
-def start_timer(after_s: float, action: Callable[[], None]) -> Timer:
-    """Run ``action`` on a daemon thread ``after_s`` from now."""
+def start_timer(
+    after_s: float, action: Callable[[], None], name: str = "edge-flush-quiet"
+) -> Timer:
+    """Run ``action`` on a daemon thread named ``name`` ``after_s`` from now."""
     timer = threading.Timer(after_s, action)
-    timer.name = "edge-flush-quiet"
+    timer.name = name
     timer.daemon = True
     timer.start()
     return timer

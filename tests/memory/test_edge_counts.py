@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from uuid import NAMESPACE_URL, uuid5
@@ -17,6 +20,8 @@ from proxy.memory.edge_counts import COUNTS_FILE, MAGIC, RetrievalCounts
 from proxy.memory.edge_ids import point_u64
 from proxy.memory.edge_query import key_of
 from proxy.memory.points import RETRIEVAL_COUNT_KEY, point_key, point_uuid
+from tests.fakes.clock import FakeClock
+from tests.fakes.timers import HandTimers
 from tests.memory.support import record, vectors_for
 
 DIM = 32
@@ -194,3 +199,165 @@ async def test_deleting_by_filter_drops_the_counts(tmp_path: Path, how: str) -> 
     finally:
         await store.close()
     assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(point_u64("t1", "m1")) is None
+
+
+def held_table(path: Path) -> tuple[RetrievalCounts, FakeClock, HandTimers]:
+    clock, timers = FakeClock(), HandTimers()
+    return RetrievalCounts(path, clock=clock, start_timer=timers.start), clock, timers
+
+
+def test_a_change_no_traffic_follows_is_saved_once_the_interval_passed(tmp_path: Path) -> None:
+    # The last batch of counts before traffic stops: no later increment calls ``save_if_due``
+    # again, so the timer it armed saves it (adr/0190), not the next change or the close.
+    path = tmp_path / COUNTS_FILE
+    table, clock, timers = held_table(path)
+    table.set_many({pid(1): 1})
+    assert table.save_if_due() is None  # not due yet
+    assert not path.exists()
+    [timer] = timers.pending()
+    assert timer.after_s == edge_counts.SAVE_INTERVAL_S
+    table.set_many({pid(1): 2})
+    table.save_if_due()
+    assert len(timers.pending()) == 1  # one timer per interval, not one per change
+    clock.now += edge_counts.SAVE_INTERVAL_S
+    timers.fire_next()
+    assert RetrievalCounts.load(path).get(pid(1)) == 2
+    assert timers.pending() == []  # saved: nothing left to arm
+
+
+def test_a_timer_firing_early_is_armed_again_for_the_rest(tmp_path: Path) -> None:
+    # A save since it was armed moved the interval on: at most one save an interval still.
+    path = tmp_path / COUNTS_FILE
+    table, clock, timers = held_table(path)
+    table.set_many({pid(1): 1})
+    table.save_if_due()
+    clock.now += 2.0
+    timers.fire_next()
+    assert not path.exists()
+    [timer] = timers.pending()
+    assert timer.after_s == edge_counts.SAVE_INTERVAL_S - 2.0
+    clock.now += timer.after_s
+    timers.fire_next()
+    assert RetrievalCounts.load(path).get(pid(1)) == 1
+
+
+def test_a_drop_alone_is_saved_once_the_interval_passed(tmp_path: Path) -> None:
+    # A deleted or rewritten memory's entry leaves the table without any ``save_if_due``.
+    path = tmp_path / COUNTS_FILE
+    table, clock, timers = held_table(path)
+    table.set_many({pid(1): 1, pid(2): 1})
+    table.save()
+    table.drop([pid(1)])
+    clock.now += edge_counts.SAVE_INTERVAL_S
+    timers.fire_next()
+    loaded = RetrievalCounts.load(path)
+    assert (loaded.get(pid(1)), loaded.get(pid(2))) == (None, 1)
+
+
+def test_close_cancels_the_timer_and_saves_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / COUNTS_FILE
+    table, clock, timers = held_table(path)
+    writes: list[Path] = []
+    replace = edge_counts.os.replace
+
+    def counted(src: Path, dst: Path) -> None:
+        writes.append(dst)
+        replace(src, dst)
+
+    monkeypatch.setattr(edge_counts.os, "replace", counted)
+    table.set_many({pid(1): 1})
+    table.save_if_due()
+    [timer] = timers.armed
+    table.close()
+    assert timer.cancelled
+    assert writes == [path]
+    assert RetrievalCounts.load(path).get(pid(1)) == 1
+    # Nothing arms a timer after the close, nor saves from one: a late change, a late-firing
+    # timer.
+    table.set_many({pid(1): 2})
+    clock.now += edge_counts.SAVE_INTERVAL_S / 2
+    table.save_if_due()
+    clock.now += edge_counts.SAVE_INTERVAL_S / 2
+    timer.action()  # as a ``threading.Timer`` that fired just as the close cancelled it
+    assert timers.pending() == []
+    assert writes == [path]
+
+
+def test_a_failing_save_is_logged_and_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "missing" / COUNTS_FILE  # its directory does not exist yet: OSError
+    table, clock, timers = held_table(path)
+    table.set_many({pid(1): 1})
+    table.save_if_due()
+    clock.now += edge_counts.SAVE_INTERVAL_S
+    with caplog.at_level(logging.WARNING, logger="memproxy.store"):
+        timers.fire_next()  # raises nothing: a timer's thread has no caller
+    assert "saving retrieval counts failed" in caplog.text
+    [retry] = timers.pending()
+    assert retry.after_s == edge_counts.SAVE_INTERVAL_S
+    path.parent.mkdir()
+    clock.now += retry.after_s
+    timers.fire_next()
+    assert RetrievalCounts.load(path).get(pid(1)) == 1
+    assert timers.pending() == []
+
+
+def test_a_failing_save_on_a_request_raises_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An increment (a request's flush) only arms the timer or starts a save thread.
+    path = tmp_path / "missing" / COUNTS_FILE
+    table, clock, timers = held_table(path)
+    table.set_many({pid(1): 1})
+    clock.now += edge_counts.SAVE_INTERVAL_S
+    saving = table.save_if_due()
+    assert saving is not None
+    saving.join()
+    assert timers.pending()  # the retry, armed by the failed save's thread
+
+
+def test_a_change_during_an_explicit_save_is_armed_at_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An increment due while ``save`` (a flush) holds the save lock leaves its change to it;
+    # the change came after the save's copy, so the save's end arms the timer for it.
+    path = tmp_path / COUNTS_FILE
+    table, clock, timers = held_table(path)
+    replace = edge_counts.os.replace
+
+    def racing(src: Path, dst: Path) -> None:
+        clock.now += edge_counts.SAVE_INTERVAL_S
+        table.set_many({pid(1): 2})
+        assert table.save_if_due() is None  # the save under way holds the lock
+        replace(src, dst)
+
+    monkeypatch.setattr(edge_counts.os, "replace", racing)
+    table.set_many({pid(1): 1})
+    table.save()
+    monkeypatch.undo()
+    assert RetrievalCounts.load(path).get(pid(1)) == 1
+    timers.fire_next()
+    assert RetrievalCounts.load(path).get(pid(1)) == 2
+
+
+SAFETY_S = 60  # a bound on waits that should end at once, never a measured time
+
+
+async def test_a_closed_store_leaves_no_timer_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(edge_counts, "SAVE_INTERVAL_S", 3600.0)  # the increment is not due
+    store = await EdgeStore.open(tmp_path, dimensions=DIM)
+    records = [record("m1")]
+    await store.add(records, vectors_for(records))
+    await store.increment_retrievals("t1", ["m1"])
+    timer = store._counts._due
+    assert isinstance(timer, threading.Timer)  # armed for the rest of the hour
+    await store.close()
+    await asyncio.to_thread(timer.join, SAFETY_S)  # cancelled: its thread ends at once
+    assert not timer.is_alive()
+    assert store._counts._due is None
+    assert RetrievalCounts.load(tmp_path / COUNTS_FILE).get(point_u64("t1", "m1")) == 1
