@@ -465,7 +465,7 @@ def run_interleaved(
     cells: list[dict[str, Any]] | None = None,
     balanced: bool = False,
 ) -> dict[Cell, Sample]:
-    """Load every target in every cell for ``rounds`` rounds, rotating the target order.
+    """Load every target in every cell for ``rounds`` rounds, in ``cell_plan``'s order.
 
     ``unique_queries`` gives every request its own question (all targets alike), so caches keyed
     by query text cannot turn the memory path into cache hits; it implies the aiohttp engine.
